@@ -1,0 +1,11 @@
+-- The statements masterpay issues for one POST /v2/payment/order/complete
+-- that completes a pending order, as captured with log_statement = 'all':
+-- the token lookup, then the status update, the credit and the log insert as
+-- one statement (data-modifying CTEs, committed on its own).
+-- Run by bench/run with pgbench -M prepared; each transaction takes a
+-- distinct order of base+1 .. base+pool (a permutation, like complete.lua).
+\set g :k * :nclients + :client_id
+\set k :k + 1
+\set oid :base + (:g * 1000003) % :pool + 1
+SELECT "app_tokens"."id", "app_tokens"."project_id", "app_tokens"."active", "app_tokens"."last_used_at", "projects"."active", (SELECT COUNT(*) FROM "token_permissions" WHERE "token_permissions"."token_id" = "app_tokens"."id" AND "token_permissions"."permission" = :perm_balance), (SELECT COUNT(*) FROM "token_permissions" WHERE "token_permissions"."token_id" = "app_tokens"."id" AND "token_permissions"."permission" = :perm_complete) FROM "app_tokens" LEFT JOIN "projects" ON "projects"."id" = "app_tokens"."project_id" WHERE "app_tokens"."token_hash" = :tokhash;
+WITH o AS ( UPDATE "payment_orders" SET "status" = :completed, "completed_at" = now(), "payment_id" = 'bench_' || :g::text WHERE "order_id" = 'Order:' || lpad(:oid::text, 10, '0') AND "project_id" = :project AND "payment_system" = :psys AND "status" <> :completed RETURNING "id", "user_id", COALESCE("server_id", 0) AS "server_id", "amount_cents", "payment_id" ), b AS ( INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at") SELECT "user_id", "server_id", "amount_cents", 0, now() FROM o ON CONFLICT ("user_id", "server_id") DO UPDATE SET "main_cents" = "balances"."main_cents" + EXCLUDED."main_cents", "updated_at" = EXCLUDED."updated_at" RETURNING "main_cents" ), l AS ( INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type", "amount_cents", "balance_before_cents", "balance_after_cents", "created_at") SELECT :kind, o."id", o."user_id", o."server_id", 'main', o."amount_cents", b."main_cents" - o."amount_cents", b."main_cents", now() FROM o, b ) SELECT o."user_id", o."server_id", o."amount_cents", o."payment_id", b."main_cents" FROM o, b;

@@ -1,0 +1,38 @@
+//! An application token. Only the SHA-256 of the value is stored; the value
+//! itself is shown once, at creation or reissue, and cannot be recovered.
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "app_tokens")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub project_id: i64,
+    pub name: String,
+    /// Lower-case hex SHA-256 of the 64-character token value.
+    pub token_hash: String,
+    pub active: bool,
+    pub created_at: ChronoDateTimeUtc,
+    pub last_used_at: Option<ChronoDateTimeUtc>,
+}
+
+/// The hash is not secret in the way the value is, but it identifies a
+/// credential: keep it out of logs all the same.
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("app_token::Model")
+            .field("id", &self.id)
+            .field("project_id", &self.project_id)
+            .field("name", &self.name)
+            .field("token_hash", &"[redacted]")
+            .field("active", &self.active)
+            .field("created_at", &self.created_at)
+            .field("last_used_at", &self.last_used_at)
+            .finish()
+    }
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,28 @@
+//! The balance of one user on one server, or on the general account (`server_id` 0).
+//!
+//! `server_id` 0 is not a row of `servers`, so this column carries no foreign key;
+//! the service layer only writes ids it has checked, and `masterpay audit` verifies.
+//! A missing row reads as zero.
+use sea_orm::entity::prelude::*;
+
+/// The `server_id` of the general master account.
+pub const GENERAL_ACCOUNT: i64 = 0;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "balances")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub user_id: i64,
+    pub server_id: i64,
+    /// Main balance in minor units (cents).
+    pub main_cents: i64,
+    /// Bonus balance in minor units (cents).
+    pub bonus_cents: i64,
+    pub updated_at: ChronoDateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,16 @@
+//! sea-orm entities of masterpay, one file per table.
+//!
+//! Money columns are `i64` minor units (cents), never `Decimal`: sea-orm reads
+//! `Decimal` on SQLite through `f64` and loses digits past about 15 significant
+//! figures. Conversion to `rust_decimal::Decimal` happens only at the edges
+//! (`masterpay::money`). Every id is `i64` on every backend, because mixing
+//! `i32` and `i64` binds for one column breaks PostgreSQL's prepared statements.
+
+pub mod app_token;
+pub mod balance;
+pub mod operation_log;
+pub mod payment_order;
+pub mod project;
+pub mod server;
+pub mod token_permission;
+pub mod user;

@@ -1,0 +1,38 @@
+//! The operation log: one row per balance change, written in the same
+//! transaction as the change itself.
+//!
+//! A credited order writes exactly one row (`kind` = `order_credit`, unique
+//! `order_ref`); `balance set` writes one row per changed field (`kind` =
+//! `balance_set`). Replaying the rows of a (user, server, balance_type) from
+//! zero gives its current balance, which is what `masterpay audit` checks.
+use sea_orm::entity::prelude::*;
+
+/// A row written by a completed order.
+pub const KIND_ORDER_CREDIT: &str = "order_credit";
+/// A row written by the `balance set` command.
+pub const KIND_BALANCE_SET: &str = "balance_set";
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "operation_log")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub kind: String,
+    /// The `payment_orders.id` credited; `None` for `balance_set`.
+    pub order_ref: Option<i64>,
+    pub user_id: i64,
+    /// 0 for the general account.
+    pub server_id: i64,
+    /// `main` or `bonus`.
+    pub balance_type: String,
+    /// Signed change in minor units.
+    pub amount_cents: i64,
+    pub balance_before_cents: i64,
+    pub balance_after_cents: i64,
+    pub created_at: ChronoDateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

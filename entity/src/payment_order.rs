@@ -1,0 +1,33 @@
+//! A payment order, created pending and completed exactly once by the API.
+use sea_orm::entity::prelude::*;
+
+/// Status of an order that has not been completed yet.
+pub const STATUS_PENDING: &str = "pending";
+/// Status of a completed (credited) order; final.
+pub const STATUS_COMPLETED: &str = "completed";
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "payment_orders")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    /// `Order:` plus 8 to 11 letters or digits; unique across all projects.
+    pub order_id: String,
+    pub project_id: i64,
+    pub user_id: i64,
+    /// The server credited on completion; `None` credits the general account.
+    pub server_id: Option<i64>,
+    /// `cstm:` plus 4 to 20 lower-case letters; must match on completion.
+    pub payment_system: String,
+    /// Amount in minor units (cents), > 0.
+    pub amount_cents: i64,
+    pub status: String,
+    pub payment_id: Option<String>,
+    pub created_at: ChronoDateTimeUtc,
+    pub completed_at: Option<ChronoDateTimeUtc>,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,17 @@
+//! One permission ("key access") of a token: the name of a v2 endpoint it may call.
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "token_permissions")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub token_id: i64,
+    /// `master-account/balance` or `payment/order/complete`.
+    pub permission: String,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

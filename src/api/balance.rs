@@ -1,0 +1,335 @@
+//! `GET /v2/master-account/balance` (seed section 4.1).
+
+use poem_openapi::{
+    ApiResponse, Object, OpenApi, param::Query, payload::Json, registry::MetaSchema, types::Example,
+};
+use serde_json::json;
+
+use super::{
+    ApiTags,
+    error::{
+        AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, FieldErrors, InternalErrorBody,
+        InternalErrorCode, UnavailableBody, UnavailableCode, ValidationErrorBody,
+    },
+    params::{ParamSpec, RawParam},
+    security::BalanceToken,
+};
+use crate::{
+    app::AppState,
+    db::is_unavailable,
+    service::{
+        balances::{self, BalanceLookupError, UserRef},
+        validate,
+    },
+};
+
+pub struct BalanceApi;
+
+/// The balance of a user's master account. Amounts are decimal strings with
+/// exactly two fraction digits, so no precision is lost.
+#[derive(Debug, Clone, Object)]
+#[oai(example)]
+pub struct BalanceResponse {
+    /// Always `true` on success.
+    pub success: bool,
+    /// Main balance, a decimal string with two fraction digits; present when
+    /// balance_type is `main` or omitted.
+    #[oai(
+        skip_serializing_if_is_none,
+        validator(pattern = r"^[0-9]+\.[0-9]{2}$")
+    )]
+    pub main_balance: Option<String>,
+    /// Bonus balance, a decimal string with two fraction digits; present
+    /// when balance_type is `bonus` or omitted.
+    #[oai(
+        skip_serializing_if_is_none,
+        validator(pattern = r"^[0-9]+\.[0-9]{2}$")
+    )]
+    pub bonus_balance: Option<String>,
+}
+
+impl Example for BalanceResponse {
+    fn example() -> Self {
+        BalanceResponse {
+            success: true,
+            main_balance: Some("1250.50".into()),
+            bonus_balance: Some("0.00".into()),
+        }
+    }
+}
+
+#[derive(ApiResponse)]
+pub enum BalanceReply {
+    /// The balance. With balance_type `main` only main_balance is present,
+    /// with `bonus` only bonus_balance, without it both.
+    #[oai(status = 200)]
+    Ok(Json<BalanceResponse>),
+    /// VALIDATION_ERROR: server_id missing or not an integer >= 0, neither
+    /// user_id nor email given, user_id not a positive integer, email not a
+    /// valid address, balance_type neither `main` nor `bonus`, or a parameter
+    /// repeated.
+    #[oai(status = 400)]
+    BadRequest(Json<ValidationErrorBody>),
+    /// The token was refused, or lacks the `master-account/balance` permission.
+    #[oai(status = 403)]
+    Forbidden(Json<AuthErrorBody>),
+    /// USER_NOT_FOUND, SERVER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
+    #[oai(status = 404)]
+    NotFound(Json<BalanceNotFoundBody>),
+    /// INTERNAL_ERROR: an unexpected failure; nothing was changed (the
+    /// endpoint only reads). Retry with exponential back-off.
+    #[oai(status = 500)]
+    Internal(Json<InternalErrorBody>),
+    /// SERVICE_UNAVAILABLE: the database did not answer in time, or the
+    /// request took too long. Retry with exponential back-off.
+    #[oai(status = 503)]
+    Unavailable(Json<UnavailableBody>),
+}
+
+pub struct ServerIdSpec;
+impl ParamSpec for ServerIdSpec {
+    const NAME: &'static str = "ServerId";
+    const REQUIRED: bool = true;
+    fn schema() -> MetaSchema {
+        MetaSchema {
+            format: Some("int64"),
+            minimum: Some(0.0),
+            description: Some(
+                "0 for the general master-account balance, > 0 for the balance on that server.",
+            ),
+            example: Some(json!(0)),
+            ..MetaSchema::new("integer")
+        }
+    }
+}
+
+pub struct UserIdSpec;
+impl ParamSpec for UserIdSpec {
+    const NAME: &'static str = "UserId";
+    const REQUIRED: bool = false;
+    fn schema() -> MetaSchema {
+        MetaSchema {
+            format: Some("int64"),
+            minimum: Some(1.0),
+            description: Some("The user's id. Required when email is absent."),
+            example: Some(json!(1)),
+            ..MetaSchema::new("integer")
+        }
+    }
+}
+
+pub struct EmailSpec;
+impl ParamSpec for EmailSpec {
+    const NAME: &'static str = "Email";
+    const REQUIRED: bool = false;
+    fn schema() -> MetaSchema {
+        MetaSchema {
+            format: Some("email"),
+            max_length: Some(validate::EMAIL_MAX_LEN),
+            description: Some(
+                "The user's e-mail address (case-insensitive). Required when user_id is absent. When both are given they must name the same user.",
+            ),
+            example: Some(json!("player@example.com")),
+            ..MetaSchema::new("string")
+        }
+    }
+}
+
+pub struct BalanceTypeSpec;
+impl ParamSpec for BalanceTypeSpec {
+    const NAME: &'static str = "BalanceType";
+    const REQUIRED: bool = false;
+    fn schema() -> MetaSchema {
+        MetaSchema {
+            enum_items: vec![json!("main"), json!("bonus")],
+            description: Some("Which balance to return; both when omitted."),
+            example: Some(json!("main")),
+            ..MetaSchema::new("string")
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BalanceType {
+    Main,
+    Bonus,
+    Both,
+}
+
+/// The query after validation.
+struct BalanceQuery {
+    server_id: i64,
+    who: UserRef,
+    balance_type: BalanceType,
+}
+
+/// Validates every parameter and reports all offending ones at once.
+fn validate_query(
+    server_id: &RawParam<ServerIdSpec>,
+    user_id: &RawParam<UserIdSpec>,
+    email: &RawParam<EmailSpec>,
+    balance_type: &RawParam<BalanceTypeSpec>,
+) -> Result<BalanceQuery, FieldErrors> {
+    let mut errors = FieldErrors::new();
+    let mut fail = |field: &str, sentence: &str| {
+        errors.insert(field.to_owned(), sentence.to_owned());
+    };
+
+    let server = match server_id.single("server_id") {
+        Err(e) => {
+            fail("server_id", &e);
+            None
+        }
+        Ok(None) => {
+            fail("server_id", "server_id is required");
+            None
+        }
+        Ok(Some(text)) => match parse_integer(text) {
+            Some(n) if n >= 0 => Some(n),
+            _ => {
+                fail("server_id", "server_id must be an integer >= 0");
+                None
+            }
+        },
+    };
+
+    let user = match user_id.single("user_id") {
+        Err(e) => {
+            fail("user_id", &e);
+            None
+        }
+        Ok(None) | Ok(Some("")) => None,
+        Ok(Some(text)) => match parse_integer(text) {
+            Some(n) if n >= 1 => Some(n),
+            _ => {
+                fail("user_id", "user_id must be an integer >= 1");
+                None
+            }
+        },
+    };
+    let user_given = !matches!(user_id.single("user_id"), Ok(None) | Ok(Some("")));
+
+    let mail = match email.single("email") {
+        Err(e) => {
+            fail("email", &e);
+            None
+        }
+        Ok(None) | Ok(Some("")) => None,
+        Ok(Some(text)) if validate::is_email(text) => Some(text.to_owned()),
+        Ok(Some(_)) => {
+            fail("email", "email must be a valid e-mail address");
+            None
+        }
+    };
+    let email_given = !matches!(email.single("email"), Ok(None) | Ok(Some("")));
+
+    if !user_given && !email_given {
+        fail("user_id", "user_id is required when email is empty");
+    }
+
+    let kind = match balance_type.single("balance_type") {
+        Err(e) => {
+            fail("balance_type", &e);
+            None
+        }
+        Ok(None) => Some(BalanceType::Both),
+        Ok(Some("main")) => Some(BalanceType::Main),
+        Ok(Some("bonus")) => Some(BalanceType::Bonus),
+        Ok(Some(_)) => {
+            fail("balance_type", "balance_type must be main or bonus");
+            None
+        }
+    };
+
+    match (server, kind) {
+        (Some(server_id), Some(balance_type)) if errors.is_empty() => Ok(BalanceQuery {
+            server_id,
+            who: UserRef {
+                user_id: user,
+                email: mail,
+            },
+            balance_type,
+        }),
+        _ => Err(errors),
+    }
+}
+
+/// A plain decimal integer: optional minus sign and digits, nothing else
+/// (no `+`, spaces, exponent or fraction), within `i64`.
+fn parse_integer(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+#[OpenApi(tag = "ApiTags::MasterAccount")]
+impl BalanceApi {
+    /// Get a master-account balance
+    ///
+    /// Returns the main balance, the bonus balance, or both, of a user of the
+    /// token's project: the general master-account balance (server_id 0) or
+    /// the balance on one server. The user is named by user_id, by email, or
+    /// by both (then both must name the same user). Parameters are checked
+    /// after the token; every invalid parameter is reported at once. The user
+    /// is resolved before the server. Requires the `master-account/balance`
+    /// permission.
+    #[oai(
+        path = "/v2/master-account/balance",
+        method = "get",
+        operation_id = "getMasterAccountBalance"
+    )]
+    async fn get_balance(
+        &self,
+        auth: BalanceToken,
+        state: poem::web::Data<&AppState>,
+        /// 0 for the general master-account balance; > 0 for the balance on that server.
+        server_id: Query<RawParam<ServerIdSpec>>,
+        /// The user's id; required when email is absent.
+        user_id: Query<RawParam<UserIdSpec>>,
+        /// The user's e-mail address; required when user_id is absent.
+        email: Query<RawParam<EmailSpec>>,
+        /// `main` or `bonus`; both balances when omitted.
+        balance_type: Query<RawParam<BalanceTypeSpec>>,
+    ) -> BalanceReply {
+        let query = match validate_query(&server_id, &user_id, &email, &balance_type) {
+            Ok(query) => query,
+            Err(errors) => return BalanceReply::BadRequest(Json(ValidationErrorBody::new(errors))),
+        };
+        match balances::lookup(&state.db, auth.0.project_id, &query.who, query.server_id).await {
+            Ok(balance) => {
+                let main = balance.main.to_string();
+                let bonus = balance.bonus.to_string();
+                let (main_balance, bonus_balance) = match query.balance_type {
+                    BalanceType::Main => (Some(main), None),
+                    BalanceType::Bonus => (None, Some(bonus)),
+                    BalanceType::Both => (Some(main), Some(bonus)),
+                };
+                BalanceReply::Ok(Json(BalanceResponse {
+                    success: true,
+                    main_balance,
+                    bonus_balance,
+                }))
+            }
+            Err(BalanceLookupError::UserNotFound) => BalanceReply::NotFound(Json(
+                BalanceNotFoundBody::new(BalanceNotFoundCode::UserNotFound),
+            )),
+            Err(BalanceLookupError::ServerNotFound) => BalanceReply::NotFound(Json(
+                BalanceNotFoundBody::new(BalanceNotFoundCode::ServerNotFound),
+            )),
+            Err(BalanceLookupError::Db(err)) if is_unavailable(&err) => {
+                tracing::error!(error = %err, "balance lookup: database unavailable");
+                BalanceReply::Unavailable(Json(UnavailableBody::new(
+                    UnavailableCode::ServiceUnavailable,
+                )))
+            }
+            Err(BalanceLookupError::Db(err)) => {
+                tracing::error!(error = %err, "balance lookup failed");
+                BalanceReply::Internal(Json(InternalErrorBody::new(
+                    InternalErrorCode::InternalError,
+                )))
+            }
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! `POST /v2/payment/order/complete` (seed section 4.2).
+
+use chrono::{DateTime, Utc};
+use poem::{Request, RequestBody};
+use poem_openapi::{
+    ApiExtractor, ApiExtractorType, ApiResponse, Enum, ExtractParamOptions, Object, OpenApi,
+    payload::Json,
+    registry::{MetaMediaType, MetaRequest, Registry},
+    types::{Example, Type},
+};
+use serde_json::Value;
+
+use super::{
+    ApiTags,
+    error::{
+        AlreadyCompletedBody, AlreadyCompletedCode, ApiError, AuthErrorBody, CompleteFailedBody,
+        CompleteFailedCode, CompleteUnavailableBody, CompleteUnavailableCode, FieldErrors,
+        OrderNotFoundBody, OrderNotFoundCode, PayloadTooLargeBody, RequestTimeoutBody,
+        ValidationErrorBody,
+    },
+    security::CompleteToken,
+};
+use crate::{
+    app::AppState,
+    service::{
+        orders::{self, CompleteError, Completion},
+        validate,
+    },
+};
+
+pub struct CompleteApi;
+
+/// Completes a payment order. Send it from your server once the payment
+/// gateway's callback has arrived and its signature was verified.
+#[derive(Debug, Clone, Object)]
+#[oai(example)]
+pub struct CompleteOrderRequest {
+    /// The payment system the order was created with: `cstm:` followed by 4
+    /// to 20 lower-case letters. Must match the one stored with the order.
+    #[oai(validator(pattern = r"^cstm:[a-z]{4,20}$", min_length = 9, max_length = 25))]
+    pub payment_system: String,
+    /// The order's id: `Order:` followed by 8 to 11 letters or digits.
+    #[oai(validator(
+        pattern = r"^Order:[A-Za-z0-9]{8,11}$",
+        min_length = 14,
+        max_length = 17
+    ))]
+    pub order_id: String,
+    /// The payment's id in the payment system, for reconciliation; optional,
+    /// at most 255 characters. `null`, absent and `""` all mean none.
+    #[oai(nullable, validator(max_length = 255))]
+    pub payment_id: Option<String>,
+}
+
+impl Example for CompleteOrderRequest {
+    fn example() -> Self {
+        CompleteOrderRequest {
+            payment_system: "cstm:paygate".into(),
+            order_id: "Order:AbC123xYz".into(),
+            payment_id: Some("pay_8f2c1a".into()),
+        }
+    }
+}
+
+/// The completed order.
+#[derive(Debug, Clone, Object)]
+#[oai(example)]
+pub struct CompleteOrderResponse {
+    /// Always `true` on success.
+    pub success: bool,
+    /// The order's id, as sent.
+    #[oai(validator(pattern = r"^Order:[A-Za-z0-9]{8,11}$"))]
+    pub order_id: String,
+    /// The order's payment system, as sent.
+    #[oai(validator(pattern = r"^cstm:[a-z]{4,20}$"))]
+    pub payment_system: String,
+    /// The payment id recorded with the order, or null when none was given.
+    /// Always present.
+    #[oai(nullable)]
+    pub payment_id: Option<String>,
+    // Always `completed`; described by [`OrderStatus`] (a description here
+    // would wrap the reference in `allOf`, see `error.rs`).
+    pub status: OrderStatus,
+    /// The amount credited to the user's main balance: a decimal string with
+    /// two fraction digits.
+    #[oai(validator(pattern = r"^[0-9]+\.[0-9]{2}$"))]
+    pub amount: String,
+    /// When the order was completed (RFC 3339, UTC).
+    pub completed_at: DateTime<Utc>,
+}
+
+/// The order's status after completion: always `completed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+#[oai(rename_all = "lowercase")]
+pub enum OrderStatus {
+    /// The order is completed.
+    Completed,
+}
+
+impl Example for CompleteOrderResponse {
+    fn example() -> Self {
+        CompleteOrderResponse {
+            success: true,
+            order_id: "Order:AbC123xYz".into(),
+            payment_system: "cstm:paygate".into(),
+            payment_id: Some("pay_8f2c1a".into()),
+            status: OrderStatus::Completed,
+            amount: "10.25".into(),
+            completed_at: DateTime::parse_from_rfc3339("2026-11-22T10:15:30.123456Z")
+                .map(|t| t.with_timezone(&Utc))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(ApiResponse)]
+pub enum CompleteReply {
+    /// The order is now completed, the user's main balance was credited by its
+    /// amount (on the order's server, or the general account), and the
+    /// operation was logged, all in one transaction.
+    #[oai(status = 200)]
+    Ok(Json<CompleteOrderResponse>),
+    /// VALIDATION_ERROR: payment_system or order_id missing or malformed,
+    /// payment_id not a string of at most 255 characters, or the body not a
+    /// JSON object sent as application/json (reported under `body`).
+    #[oai(status = 400)]
+    BadRequest(Json<ValidationErrorBody>),
+    /// The token was refused, or lacks the `payment/order/complete` permission.
+    #[oai(status = 403)]
+    Forbidden(Json<AuthErrorBody>),
+    /// ORDER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
+    #[oai(status = 404)]
+    NotFound(Json<OrderNotFoundBody>),
+    /// ORDER_ALREADY_COMPLETED: a duplicate webhook. Treat it as success and
+    /// do not resend; nothing was changed.
+    #[oai(status = 409)]
+    Conflict(Json<AlreadyCompletedBody>),
+    /// REQUEST_TIMEOUT: the body arrived too slowly; nothing was changed.
+    #[oai(status = 408)]
+    RequestTimeout(Json<RequestTimeoutBody>),
+    /// PAYLOAD_TOO_LARGE: the body exceeds the service's limit (64 KiB
+    /// unless the operator configured another).
+    #[oai(status = 413)]
+    PayloadTooLarge(Json<PayloadTooLargeBody>),
+    /// ORDER_UPDATE_FAILED or PAYMENT_PROCESSING_ERROR: nothing was changed;
+    /// retry with exponential back-off.
+    #[oai(status = 500)]
+    Failed(Json<CompleteFailedBody>),
+    /// PAYMENT_PROCESSING_ERROR (the database did not answer in time while
+    /// completing) or SERVICE_UNAVAILABLE (the database did not answer in
+    /// time while checking the token, or the request took too long). Nothing
+    /// was changed; retry with exponential back-off.
+    #[oai(status = 503)]
+    Unavailable(Json<CompleteUnavailableBody>),
+}
+
+/// The request body as received: any JSON, validated field by field by the
+/// endpoint so that every offending field is named. Published with the
+/// schema of [`CompleteOrderRequest`].
+pub struct CompleteBody(pub Value);
+
+impl<'a> ApiExtractor<'a> for CompleteBody {
+    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::RequestObject];
+    type ParamType = ();
+    type ParamRawType = ();
+
+    fn register(registry: &mut Registry) {
+        CompleteOrderRequest::register(registry);
+    }
+
+    fn request_meta() -> Option<MetaRequest> {
+        Some(MetaRequest {
+            description: Some(
+                "The order to complete, as a JSON object sent with Content-Type application/json (at most 64 KiB unless the operator configured another limit). Every offending field is reported at once in VALIDATION_ERROR's `message`.",
+            ),
+            content: vec![MetaMediaType {
+                content_type: "application/json",
+                schema: CompleteOrderRequest::schema_ref(),
+            }],
+            required: true,
+        })
+    }
+
+    async fn from_request(
+        request: &'a Request,
+        body: &mut RequestBody,
+        _param_opts: ExtractParamOptions<Self::ParamType>,
+    ) -> poem::Result<Self> {
+        let is_json = request
+            .content_type()
+            .and_then(|ct| ct.parse::<mime::Mime>().ok())
+            .is_some_and(|m| m.essence_str() == "application/json");
+        if !is_json {
+            return Err(ApiError::validation_field(
+                "body",
+                "Content-Type must be application/json",
+            )
+            .into());
+        }
+        let (limit, timeout) = request.data::<AppState>().map_or(
+            (
+                crate::config::DEFAULT_MAX_BODY_BYTES,
+                std::time::Duration::from_secs(2),
+            ),
+            |s| (s.max_body_bytes, s.body_timeout),
+        );
+        // A client that sends its body too slowly gets 408, before the
+        // request timeout would answer 503 for it.
+        let read = tokio::time::timeout(timeout, body.take()?.into_bytes_limit(limit));
+        let bytes = read
+            .await
+            .map_err(|_| ApiError::request_timeout())?
+            .map_err(|err| match err {
+                poem::error::ReadBodyError::PayloadTooLarge => ApiError::payload_too_large(),
+                _ => ApiError::validation_field("body", "the request body could not be read"),
+            })?;
+        let value = serde_json::from_slice(&bytes)
+            .map_err(|_| ApiError::validation_field("body", "the body must be a JSON object"))?;
+        Ok(CompleteBody(value))
+    }
+}
+
+/// Checks each field of the body and names every offending one.
+fn validate_body(body: &Value) -> Result<(String, String, Option<String>), FieldErrors> {
+    let mut errors = FieldErrors::new();
+    let Value::Object(fields) = body else {
+        errors.insert("body".into(), "the body must be a JSON object".into());
+        return Err(errors);
+    };
+    let mut string_field = |name: &str, ok: fn(&str) -> bool, format: &str| match fields.get(name) {
+        None | Some(Value::Null) => {
+            errors.insert(name.into(), format!("{name} is required"));
+            None
+        }
+        Some(Value::String(text)) if ok(text) => Some(text.clone()),
+        Some(_) => {
+            errors.insert(name.into(), format!("{name} must be {format}"));
+            None
+        }
+    };
+    let payment_system = string_field(
+        "payment_system",
+        validate::is_payment_system,
+        "cstm: followed by 4 to 20 lower-case letters",
+    );
+    let order_id = string_field(
+        "order_id",
+        validate::is_order_id,
+        "Order: followed by 8 to 11 letters or digits",
+    );
+    let payment_id = match fields.get("payment_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) if text.is_empty() => None,
+        Some(Value::String(text)) if text.chars().count() <= validate::PAYMENT_ID_MAX_LEN => {
+            Some(text.clone())
+        }
+        Some(_) => {
+            errors.insert(
+                "payment_id".into(),
+                "payment_id must be a string of at most 255 characters".into(),
+            );
+            None
+        }
+    };
+    match (payment_system, order_id) {
+        (Some(ps), Some(id)) if errors.is_empty() => Ok((ps, id, payment_id)),
+        _ => Err(errors),
+    }
+}
+
+#[OpenApi(tag = "ApiTags::PaymentOrders")]
+impl CompleteApi {
+    /// Complete a payment order
+    ///
+    /// Marks the order completed, credits its amount to the user's main
+    /// balance (on the order's server, or the general account) and logs the
+    /// operation, all in one database transaction. Call it from your server
+    /// after the payment gateway's callback, once you have confirmed the
+    /// payment and verified the callback's signature. Exactly once: of any
+    /// number of calls for one order, concurrent or not, one gets 200 and
+    /// the rest 409 ORDER_ALREADY_COMPLETED, which means "already done":
+    /// treat it as success and do not resend. On 5xx nothing was changed;
+    /// retry with exponential back-off. Requires the `payment/order/complete`
+    /// permission.
+    #[oai(
+        path = "/v2/payment/order/complete",
+        method = "post",
+        operation_id = "completePaymentOrder"
+    )]
+    async fn complete(
+        &self,
+        auth: CompleteToken,
+        state: poem::web::Data<&AppState>,
+        body: CompleteBody,
+    ) -> CompleteReply {
+        let (payment_system, order_id, payment_id) = match validate_body(&body.0) {
+            Ok(fields) => fields,
+            Err(errors) => {
+                state.metrics.record_completion("validation_error");
+                return CompleteReply::BadRequest(Json(ValidationErrorBody::new(errors)));
+            }
+        };
+        let completion = Completion {
+            project_id: auth.0.project_id,
+            order_id,
+            payment_system,
+            payment_id,
+        };
+        let result = orders::complete(&state.db, completion).await;
+        state.metrics.record_completion(match &result {
+            Ok(_) => "completed",
+            Err(CompleteError::OrderNotFound) => "order_not_found",
+            Err(CompleteError::AlreadyCompleted) => "already_completed",
+            Err(CompleteError::UpdateFailed(_)) => "order_update_failed",
+            Err(CompleteError::ProcessingFailed(_)) => "payment_processing_error",
+            Err(CompleteError::Unavailable(_)) => "unavailable",
+        });
+        match result {
+            Ok(done) => {
+                tracing::info!(
+                    order_id = %done.order_id,
+                    user_id = done.user_id,
+                    server_id = done.server_id,
+                    amount = %done.amount,
+                    "order completed"
+                );
+                CompleteReply::Ok(Json(CompleteOrderResponse {
+                    success: true,
+                    order_id: done.order_id,
+                    payment_system: done.payment_system,
+                    payment_id: done.payment_id,
+                    status: OrderStatus::Completed,
+                    amount: done.amount.to_string(),
+                    completed_at: done.completed_at,
+                }))
+            }
+            Err(CompleteError::OrderNotFound) => CompleteReply::NotFound(Json(
+                OrderNotFoundBody::new(OrderNotFoundCode::OrderNotFound),
+            )),
+            Err(CompleteError::AlreadyCompleted) => CompleteReply::Conflict(Json(
+                AlreadyCompletedBody::new(AlreadyCompletedCode::OrderAlreadyCompleted),
+            )),
+            Err(CompleteError::UpdateFailed(err)) => {
+                tracing::error!(error = %err, "order status update failed");
+                CompleteReply::Failed(Json(CompleteFailedBody::new(
+                    CompleteFailedCode::OrderUpdateFailed,
+                )))
+            }
+            Err(CompleteError::ProcessingFailed(err)) => {
+                tracing::error!(error = %err, "payment processing failed");
+                CompleteReply::Failed(Json(CompleteFailedBody::new(
+                    CompleteFailedCode::PaymentProcessingError,
+                )))
+            }
+            Err(CompleteError::Unavailable(err)) => {
+                tracing::error!(error = %err, "payment processing: database unavailable");
+                CompleteReply::Unavailable(Json(CompleteUnavailableBody::new(
+                    CompleteUnavailableCode::PaymentProcessingError,
+                )))
+            }
+        }
+    }
+}

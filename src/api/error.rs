@@ -1,0 +1,380 @@
+//! The seed's error format (section 7): `{"success":false,"code":...}` plus,
+//! for VALIDATION_ERROR, `message`, an object mapping each offending field to
+//! one sentence.
+//!
+//! Two halves: [`ApiError`] is what middleware and the catch-all handler
+//! return for errors raised outside an endpoint (authentication, unknown
+//! paths, framework rejections); the `*Body` types are the documented bodies
+//! the endpoints' response enums carry, one per status, each enumerating the
+//! codes it may hold so that the OpenAPI document and generated SDKs know
+//! them. Both serialize to the same JSON. Internal details (database errors)
+//! never reach a body; they are logged instead.
+
+use std::collections::BTreeMap;
+
+use poem::{
+    IntoResponse, Response,
+    error::ResponseError,
+    http::{StatusCode, header},
+};
+use poem_openapi::{Enum, Object, types::Example};
+use serde::Serialize;
+
+use crate::service::tokens::AuthError;
+
+/// Field name → one human-readable sentence.
+pub type FieldErrors = BTreeMap<String, String>;
+
+/// An error answered outside an endpoint's response enum.
+#[derive(Debug, Clone, Serialize, thiserror::Error)]
+#[error("{code}")]
+pub struct ApiError {
+    #[serde(skip)]
+    pub status: StatusCode,
+    pub success: bool,
+    pub code: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<FieldErrors>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str) -> Self {
+        ApiError {
+            status,
+            success: false,
+            code,
+            message: None,
+        }
+    }
+
+    pub fn validation(message: FieldErrors) -> Self {
+        ApiError {
+            message: Some(message),
+            ..ApiError::new(StatusCode::BAD_REQUEST, "VALIDATION_ERROR")
+        }
+    }
+
+    pub fn validation_field(field: &str, sentence: impl Into<String>) -> Self {
+        Self::validation(FieldErrors::from([(field.to_owned(), sentence.into())]))
+    }
+
+    pub fn not_found() -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND")
+    }
+
+    pub fn payload_too_large() -> Self {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE")
+    }
+
+    pub fn access_denied() -> Self {
+        ApiError::new(StatusCode::FORBIDDEN, "ACCESS_DENIED")
+    }
+
+    pub fn request_timeout() -> Self {
+        ApiError::new(StatusCode::REQUEST_TIMEOUT, "REQUEST_TIMEOUT")
+    }
+
+    pub fn service_unavailable() -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE")
+    }
+
+    pub fn internal() -> Self {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")
+    }
+
+    /// The error as a JSON response.
+    pub fn to_response(&self) -> Response {
+        json_response(self.status, self)
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    fn as_response(&self) -> Response {
+        json_response(self.status, self)
+    }
+}
+
+/// A JSON response with `Content-Type: application/json`.
+pub fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
+    let body = serde_json::to_vec(body).unwrap_or_else(|_| b"{\"success\":false}".to_vec());
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .into_response()
+}
+
+impl From<AuthError> for ApiError {
+    fn from(err: AuthError) -> Self {
+        let code = match err {
+            AuthError::EmptyToken => "EMPTY_TOKEN",
+            AuthError::InvalidToken => "INVALID_TOKEN",
+            AuthError::TokenNotFound => "TOKEN_NOT_FOUND",
+            AuthError::TokenDisabled => "TOKEN_DISABLED",
+            AuthError::EmptyAccess => "EMPTY_ACCESS",
+            AuthError::ProjectNotFound => {
+                return ApiError::new(StatusCode::NOT_FOUND, "PROJECT_NOT_FOUND");
+            }
+            AuthError::Db(err) => {
+                tracing::error!(error = %err, "authentication failed: database unavailable");
+                return ApiError::service_unavailable();
+            }
+        };
+        ApiError::new(StatusCode::FORBIDDEN, code)
+    }
+}
+
+/// Declares a documented error body whose `code` is one of a fixed set.
+///
+/// The code enum carries its own description (the meaning of each code, as
+/// OpenAPI 3.0 has no per-value descriptions) and the body's `code` property
+/// is a plain `$ref` to it: a description on the property itself would make
+/// poem-openapi wrap the reference in `allOf`, which SDK generators such as
+/// openapi-python-client cannot take for an enum.
+macro_rules! error_body {
+    (
+        $(#[$doc:meta])*
+        $body:ident,
+        $(#[$cdoc:meta])*
+        $code:ident { $($(#[$vdoc:meta])* $variant:ident),+ $(,)? },
+        example = $example:ident
+    ) => {
+        $(#[$cdoc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+        #[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+        pub enum $code {
+            $($(#[$vdoc])* $variant),+
+        }
+
+        $(#[$doc])*
+        #[derive(Debug, Clone, Object)]
+        #[oai(example)]
+        pub struct $body {
+            /// Always `false` on errors.
+            pub success: bool,
+            // Machine-readable error code; undocumented here on purpose, see
+            // the macro's docs.
+            pub code: $code,
+        }
+
+        impl $body {
+            pub fn new(code: $code) -> Self {
+                $body { success: false, code }
+            }
+        }
+
+        impl Example for $body {
+            fn example() -> Self {
+                $body::new($code::$example)
+            }
+        }
+    };
+}
+
+error_body!(
+    /// The token was refused (seed section 5). Checked in this order:
+    /// EMPTY_TOKEN, INVALID_TOKEN, TOKEN_NOT_FOUND, TOKEN_DISABLED,
+    /// EMPTY_ACCESS, then (after PROJECT_NOT_FOUND and NOT_FOUND, both 404)
+    /// ACCESS_DENIED.
+    AuthErrorBody,
+    /// Why the token was refused: EMPTY_TOKEN (no `Authorization: Bearer`
+    /// token), INVALID_TOKEN (not 64 characters, or the scheme is not
+    /// Bearer), TOKEN_NOT_FOUND (never issued, deleted or reissued),
+    /// TOKEN_DISABLED (the token is disabled), EMPTY_ACCESS (the token has no
+    /// permissions at all), ACCESS_DENIED (the token lacks this endpoint's
+    /// permission).
+    AuthErrorCode {
+        /// The Authorization header is missing or carries no token.
+        EmptyToken,
+        /// The token is not 64 characters long, or the scheme is not Bearer.
+        InvalidToken,
+        /// No such token (never issued, deleted or reissued).
+        TokenNotFound,
+        /// The token is disabled.
+        TokenDisabled,
+        /// The token has no permissions at all.
+        EmptyAccess,
+        /// The token lacks the permission for this endpoint.
+        AccessDenied,
+    },
+    example = AccessDenied
+);
+
+error_body!(
+    /// The user, the server, the token's project or the endpoint was not found.
+    BalanceNotFoundBody,
+    /// What was not found: USER_NOT_FOUND (no user of the token's project
+    /// has this user_id / email, or they name different users),
+    /// SERVER_NOT_FOUND (server_id > 0 names no server of the token's
+    /// project), PROJECT_NOT_FOUND (the token's project is missing or
+    /// inactive), NOT_FOUND (no such v2 endpoint, or the HTTP method is
+    /// wrong).
+    BalanceNotFoundCode {
+        /// No user of the token's project has this user_id / email (or they name different users).
+        UserNotFound,
+        /// server_id > 0 names no server of the token's project.
+        ServerNotFound,
+        /// The token's project is missing or inactive.
+        ProjectNotFound,
+        /// No such v2 endpoint, or the HTTP method is wrong.
+        NotFound,
+    },
+    example = UserNotFound
+);
+
+error_body!(
+    /// The order, the token's project or the endpoint was not found.
+    OrderNotFoundBody,
+    /// What was not found: ORDER_NOT_FOUND (the order does not exist, belongs
+    /// to another project, or was created with another payment_system),
+    /// PROJECT_NOT_FOUND (the token's project is missing or inactive),
+    /// NOT_FOUND (no such v2 endpoint, or the HTTP method is wrong).
+    OrderNotFoundCode {
+        /// The order does not exist, belongs to another project, or was created with another payment_system.
+        OrderNotFound,
+        /// The token's project is missing or inactive.
+        ProjectNotFound,
+        /// No such v2 endpoint, or the HTTP method is wrong.
+        NotFound,
+    },
+    example = OrderNotFound
+);
+
+error_body!(
+    /// The order was already completed: a duplicate webhook. Treat it as
+    /// success and do not resend. Nothing was changed.
+    AlreadyCompletedBody,
+    /// ORDER_ALREADY_COMPLETED: the order is already completed.
+    AlreadyCompletedCode {
+        /// The order is already completed.
+        OrderAlreadyCompleted,
+    },
+    example = OrderAlreadyCompleted
+);
+
+error_body!(
+    /// The request body is larger than the service's limit (64 KiB unless
+    /// the operator configured another).
+    PayloadTooLargeBody,
+    /// PAYLOAD_TOO_LARGE: the request body exceeds the limit.
+    PayloadTooLargeCode {
+        /// The body exceeds the limit.
+        PayloadTooLarge,
+    },
+    example = PayloadTooLarge
+);
+
+error_body!(
+    /// The request body did not arrive in time (slow client). Nothing was
+    /// changed; send the request again.
+    RequestTimeoutBody,
+    /// REQUEST_TIMEOUT: the request body was not received within the time
+    /// limit.
+    RequestTimeoutCode {
+        /// The body was not received within the time limit.
+        RequestTimeout,
+    },
+    example = RequestTimeout
+);
+
+error_body!(
+    /// Completion failed and was rolled back entirely; retrying with
+    /// exponential back-off is safe.
+    CompleteFailedBody,
+    /// Why completion failed: ORDER_UPDATE_FAILED (setting the order's status
+    /// failed), PAYMENT_PROCESSING_ERROR (crediting the balance or logging
+    /// the operation failed). Either way the transaction was rolled back.
+    CompleteFailedCode {
+        /// Setting the order's status failed.
+        OrderUpdateFailed,
+        /// Crediting the balance or logging the operation failed.
+        PaymentProcessingError,
+    },
+    example = PaymentProcessingError
+);
+
+error_body!(
+    /// The database could not be reached in time; nothing was changed.
+    /// Retry with exponential back-off.
+    CompleteUnavailableBody,
+    /// Why the service could not answer now: PAYMENT_PROCESSING_ERROR (the
+    /// database did not answer in time while completing the order),
+    /// SERVICE_UNAVAILABLE (the database did not answer in time while the
+    /// token was checked, or the request took too long).
+    CompleteUnavailableCode {
+        /// The payment could not be processed now.
+        PaymentProcessingError,
+        /// The token could not be checked now.
+        ServiceUnavailable,
+    },
+    example = PaymentProcessingError
+);
+
+error_body!(
+    /// An unexpected error; details are in the service's log.
+    InternalErrorBody,
+    /// INTERNAL_ERROR: an unexpected failure; details are in the service's
+    /// log.
+    InternalErrorCode {
+        /// Unexpected failure.
+        InternalError,
+    },
+    example = InternalError
+);
+
+error_body!(
+    /// The database could not be reached in time. Retry with back-off.
+    UnavailableBody,
+    /// SERVICE_UNAVAILABLE: the database did not answer in time, or the
+    /// request took too long.
+    UnavailableCode {
+        /// The service cannot answer now.
+        ServiceUnavailable,
+    },
+    example = ServiceUnavailable
+);
+
+/// VALIDATION_ERROR code (a one-value enum so that SDKs see the constant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ValidationErrorCode {
+    /// A parameter is missing or has an invalid format or value.
+    ValidationError,
+}
+
+/// A parameter or body field is missing or invalid. `message` maps every
+/// offending field to one sentence; all of them are reported at once. A body
+/// that is not a JSON object, or a Content-Type other than application/json,
+/// is reported under the key `body`.
+#[derive(Debug, Clone, Object)]
+#[oai(example)]
+pub struct ValidationErrorBody {
+    /// Always `false` on errors.
+    pub success: bool,
+    pub code: ValidationErrorCode,
+    /// Offending field → what is wrong with it.
+    pub message: FieldErrors,
+}
+
+impl ValidationErrorBody {
+    pub fn new(message: FieldErrors) -> Self {
+        ValidationErrorBody {
+            success: false,
+            code: ValidationErrorCode::ValidationError,
+            message,
+        }
+    }
+}
+
+impl Example for ValidationErrorBody {
+    fn example() -> Self {
+        ValidationErrorBody::new(FieldErrors::from([(
+            "email".to_owned(),
+            "email must be a valid e-mail address".to_owned(),
+        )]))
+    }
+}

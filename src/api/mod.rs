@@ -1,0 +1,127 @@
+//! HTTP only: the v2 endpoints, their security scheme, error bodies and the
+//! catch-all that turns every framework rejection into the seed's JSON.
+//! Business rules live in `service/`.
+
+pub mod balance;
+pub mod complete;
+pub mod docs;
+pub mod error;
+pub mod params;
+pub mod security;
+
+use poem::{
+    Response,
+    error::{MethodNotAllowedError, NotFoundError, ReadBodyError, SizedLimitError},
+    http::StatusCode,
+};
+use poem_openapi::{
+    LicenseObject, OpenApiService, ServerObject, Tags,
+    error::{AuthorizationError, ContentTypeError, ParseParamError, ParseRequestPayloadError},
+};
+
+use self::error::{ApiError, FieldErrors};
+
+/// Version of the published contract.
+pub const API_VERSION: &str = "2.0.0";
+
+#[derive(Tags)]
+pub enum ApiTags {
+    /// Balances of users' master accounts.
+    MasterAccount,
+    /// Completion of payment orders.
+    PaymentOrders,
+}
+
+/// The v2 API as poem-openapi sees it: both endpoints and the document.
+pub type V2Service = OpenApiService<(balance::BalanceApi, complete::CompleteApi), ()>;
+
+const DESCRIPTION: &str = r#"Reads the balances of users' master accounts and completes payment orders when a payment gateway's webhook arrives.
+
+## Authentication
+
+Every request carries `Authorization: Bearer <token>`. A token is 64 letters and digits, belongs to one project, and holds per-endpoint permissions (`master-account/balance`, `payment/order/complete`). Tokens are issued by the operator (`masterpay token create --project ID --name NAME --allow PERMISSIONS`), shown once and stored only as a hash. Checks run in this order: EMPTY_TOKEN, INVALID_TOKEN, TOKEN_NOT_FOUND, TOKEN_DISABLED, EMPTY_ACCESS (403), PROJECT_NOT_FOUND, NOT_FOUND (404), ACCESS_DENIED (403), then the parameters (400), then the business rules. Keep tokens out of version control, URLs and logs; rotate by creating the new token before deleting the old one.
+
+## Errors
+
+Every error is JSON: `{"success": false, "code": "..."}`. VALIDATION_ERROR also carries `message`, an object mapping each offending parameter or body field to one sentence; all offending fields are reported at once. Unknown paths and wrong methods give 404 NOT_FOUND. On 5xx nothing was changed: retry with exponential back-off. 409 ORDER_ALREADY_COMPLETED on completion means a duplicate webhook: treat it as success.
+
+## Money
+
+Amounts are decimal strings with exactly two fraction digits (`"1250.50"`), never floats.
+
+## This document
+
+Served by every instance at `/openapi.json` and `/openapi.yaml` (also printed by `masterpay openapi`), with Swagger UI at `/docs/`: click **Authorize**, paste the token, then **Try it out** on an operation. The project's CI generates clients from it with openapi-python-client and openapi-typescript and runs them against a live server."#;
+
+/// Builds the v2 service; `server_url` is where the document says the API lives.
+pub fn v2_service() -> V2Service {
+    OpenApiService::new(
+        (balance::BalanceApi, complete::CompleteApi),
+        "masterpay API",
+        API_VERSION,
+    )
+    .description(DESCRIPTION)
+    .license(LicenseObject::new("MIT").url("https://opensource.org/licenses/MIT"))
+    .server(
+        ServerObject::new("/")
+            .description("The masterpay instance that serves this document (relative URL)."),
+    )
+}
+
+/// The published document, as committed in `openapi/v2.yaml`.
+pub fn openapi_yaml() -> String {
+    v2_service().spec_yaml()
+}
+
+/// The published document as JSON.
+pub fn openapi_json() -> String {
+    v2_service().spec()
+}
+
+/// Maps any error that escaped an endpoint to the seed's JSON error.
+pub async fn error_to_json(err: poem::Error) -> Response {
+    api_error_for(&err).to_response()
+}
+
+fn api_error_for(err: &poem::Error) -> ApiError {
+    if let Some(api) = err.downcast_ref::<ApiError>() {
+        return api.clone();
+    }
+    if err.is::<NotFoundError>() || err.is::<MethodNotAllowedError>() {
+        return ApiError::not_found();
+    }
+    if err.is::<AuthorizationError>() {
+        return ApiError::new(StatusCode::FORBIDDEN, "EMPTY_TOKEN");
+    }
+    if let Some(e) = err.downcast_ref::<ParseParamError>() {
+        return ApiError::validation(FieldErrors::from([(
+            e.name.to_owned(),
+            format!("{} is invalid", e.name),
+        )]));
+    }
+    if err.is::<ParseRequestPayloadError>() || err.is::<ContentTypeError>() {
+        return ApiError::validation_field(
+            "body",
+            "the body must be a JSON object sent as application/json",
+        );
+    }
+    if matches!(
+        err.downcast_ref::<ReadBodyError>(),
+        Some(ReadBodyError::PayloadTooLarge)
+    ) || matches!(
+        err.downcast_ref::<SizedLimitError>(),
+        Some(SizedLimitError::PayloadTooLarge)
+    ) || err.status() == StatusCode::PAYLOAD_TOO_LARGE
+    {
+        return ApiError::payload_too_large();
+    }
+    let status = err.status();
+    if status.is_server_error() {
+        tracing::error!(error = %err, "unhandled error");
+        ApiError::internal()
+    } else if status == StatusCode::NOT_FOUND || status == StatusCode::METHOD_NOT_ALLOWED {
+        ApiError::not_found()
+    } else {
+        ApiError::new(status, "BAD_REQUEST")
+    }
+}

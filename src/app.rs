@@ -1,0 +1,201 @@
+//! Assembles the poem application and runs it.
+//!
+//! [`Application::build`] binds the listener (port 0 picks a free port, which
+//! is how the tests run many servers side by side), [`Application::port`]
+//! tells which, and [`Application::run_until_stopped`] serves until the
+//! shutdown future resolves, then drains in-flight requests within the grace
+//! period.
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+
+use poem::{
+    EndpointExt, IntoResponse, Response, Route, get, handler,
+    http::StatusCode,
+    listener::{Acceptor, Listener, TcpAcceptor, TcpListener},
+    web::Data,
+};
+use sea_orm::DatabaseConnection;
+
+use crate::{
+    api::{self, docs, error::json_response, security::V2Authentication},
+    config::Settings,
+    metrics::Metrics,
+    middleware::{RequestContext, RequestTimeout},
+};
+
+/// What every request handler may reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: DatabaseConnection,
+    pub metrics: Arc<Metrics>,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// How long a request body may take to arrive (408 after).
+    pub body_timeout: Duration,
+}
+
+impl AppState {
+    pub fn new(db: DatabaseConnection, settings: &Settings) -> AppState {
+        AppState {
+            db,
+            metrics: Arc::new(Metrics::new()),
+            max_body_bytes: settings.max_body_bytes,
+            // Shorter than the request timeout, so that a slow client gets
+            // its own 408 rather than the generic 503.
+            body_timeout: settings.request_timeout * 4 / 5,
+        }
+    }
+}
+
+/// The routes of the whole service, with the shared state attached.
+///
+/// From the outside in: request id, access log and metrics; the request
+/// timeout; shared data; the JSON catch-all for every error; v2
+/// authentication (before routing, see `api::security`); the routes.
+pub fn routes(state: AppState, request_timeout: Duration) -> impl poem::Endpoint {
+    let v2 = api::v2_service();
+    let yaml = v2.spec_yaml();
+    let json = v2.spec();
+    let metrics = state.metrics.clone();
+    Route::new()
+        .nest("/", v2)
+        .at("/healthz", get(healthz))
+        .at("/readyz", get(readyz))
+        .at("/metrics", get(metrics_text))
+        .at(
+            "/openapi.json",
+            get(SpecDocument::endpoint(json, "application/json")),
+        )
+        .at(
+            "/openapi.yaml",
+            get(SpecDocument::endpoint(yaml, "application/yaml")),
+        )
+        .at("/docs", get(docs::docs_redirect))
+        .at("/docs/", get(docs::docs_index))
+        .at("/docs/*tail", get(docs::docs_file))
+        .with(V2Authentication)
+        .catch_all_error(api::error_to_json)
+        .data(state)
+        .data(docs::swagger_config())
+        .with(RequestTimeout(request_timeout))
+        .with(RequestContext { metrics })
+}
+
+/// A fixed document served as is.
+struct SpecDocument;
+
+impl SpecDocument {
+    fn endpoint(body: String, content_type: &'static str) -> impl poem::Endpoint {
+        let body = Arc::new(body);
+        poem::endpoint::make_sync(move |_| {
+            Response::builder()
+                .header(poem::http::header::CONTENT_TYPE, content_type)
+                .body(body.as_str().to_owned())
+        })
+    }
+}
+
+/// Liveness: the process answers.
+#[handler]
+fn healthz() -> Response {
+    json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))
+}
+
+/// Prometheus metrics.
+#[handler]
+fn metrics_text(state: Data<&AppState>) -> Response {
+    Response::builder()
+        .header(
+            poem::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )
+        .body(state.metrics.render(&state.db))
+}
+
+/// Readiness: the database answers.
+#[handler]
+async fn readyz(state: Data<&AppState>) -> Response {
+    match state.db.ping().await {
+        Ok(()) => json_response(StatusCode::OK, &serde_json::json!({"status": "ready"})),
+        Err(err) => {
+            tracing::warn!(error = %err, "readiness check: database unreachable");
+            api::error::ApiError::service_unavailable().to_response()
+        }
+    }
+    .into_response()
+}
+
+/// A bound, ready-to-run server.
+pub struct Application {
+    acceptor: TcpAcceptor,
+    local_addr: SocketAddr,
+    state: AppState,
+    settings: Settings,
+}
+
+impl Application {
+    /// Binds the listener of `settings` and keeps `db` for the handlers.
+    pub async fn build(settings: &Settings, db: DatabaseConnection) -> std::io::Result<Self> {
+        let acceptor = TcpListener::bind(settings.listen.as_str())
+            .into_acceptor()
+            .await?;
+        let local_addr = acceptor
+            .local_addr()
+            .into_iter()
+            .find_map(|addr| addr.as_socket_addr().copied())
+            .ok_or_else(|| std::io::Error::other("listener has no socket address"))?;
+        Ok(Application {
+            acceptor,
+            local_addr,
+            state: AppState::new(db, settings),
+            settings: settings.clone(),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub fn port(&self) -> u16 {
+        self.local_addr.port()
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting and gives
+    /// in-flight requests up to the grace period to finish.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        poem::Server::new_with_acceptor(self.acceptor)
+            .idle_timeout(self.settings.idle_timeout)
+            .run_with_graceful_shutdown(
+                routes(self.state, self.settings.request_timeout),
+                shutdown,
+                Some(self.settings.shutdown_grace),
+            )
+            .await
+    }
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutdown signal received; draining in-flight requests");
+}

@@ -1,0 +1,48 @@
+//! `masterpay audit`: checks the ledger invariant and exits non-zero on any
+//! mismatch, printing each one.
+
+use sea_orm::DatabaseConnection;
+use serde_json::json;
+
+use super::{CliResult, Output};
+use crate::service::audit;
+
+pub async fn run(db: &DatabaseConnection, out: Output) -> CliResult {
+    let report = audit::run(db).await?;
+    let findings: Vec<&str> = report.findings.iter().map(|f| f.0.as_str()).collect();
+    out.emit(
+        json!({
+            "ok": report.is_clean(),
+            "accounts": report.accounts,
+            "completed_orders": report.completed_orders,
+            "log_rows": report.log_rows,
+            "findings": findings,
+        }),
+        || {
+            let mut text = format!(
+                "audited {} accounts, {} completed orders, {} log rows: {}",
+                report.accounts,
+                report.completed_orders,
+                report.log_rows,
+                if report.is_clean() {
+                    "ledger consistent".to_owned()
+                } else {
+                    format!("{} mismatches", findings.len())
+                }
+            );
+            for finding in &findings {
+                text.push_str("\n  ");
+                text.push_str(finding);
+            }
+            text
+        },
+    );
+    if report.is_clean() {
+        Ok(())
+    } else {
+        Err(anyhow::anyhow!(
+            "ledger audit found {} mismatches",
+            report.findings.len()
+        ))
+    }
+}

@@ -1,0 +1,200 @@
+//! The `masterpay` command line (DESIGN.md section 3), one module per command.
+//!
+//! Every command opens the database, applies pending migrations, and calls
+//! the same `service` functions the API uses. `--json` (accepted anywhere
+//! after the command) prints exactly one JSON object on stdout; errors go to
+//! stderr as one line and exit non-zero, having changed nothing.
+
+mod audit;
+mod balance;
+mod demo;
+mod openapi;
+mod order;
+mod output;
+mod project;
+mod serve;
+mod server;
+mod token;
+mod user;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use sea_orm::DatabaseConnection;
+
+pub use self::output::Output;
+use crate::{
+    config::{FileSettings, Settings, SettingsArgs},
+    db,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "masterpay",
+    version,
+    about = "Master-account balances and payment order completion (API v2)"
+)]
+pub struct Cli {
+    /// Database URL: sqlite://PATH, postgres://... or mysql://...
+    /// [default: sqlite://masterpay.db]
+    #[arg(long, env = "MASTERPAY_DATABASE_URL", global = true)]
+    pub database_url: Option<String>,
+
+    /// Optional TOML file with settings (flags and environment win over it).
+    #[arg(long, env = "MASTERPAY_CONFIG", global = true)]
+    pub config: Option<std::path::PathBuf>,
+
+    /// Print exactly one JSON object on stdout instead of text for people.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP server.
+    Serve(serve::ServeArgs),
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Print the OpenAPI document (byte-identical to openapi/v2.yaml).
+    Openapi(openapi::OpenapiArgs),
+    /// Manage projects.
+    #[command(subcommand)]
+    Project(project::ProjectCommand),
+    /// Manage users.
+    #[command(subcommand)]
+    User(user::UserCommand),
+    /// Manage game servers.
+    #[command(subcommand)]
+    Server(server::ServerCommand),
+    /// Set balances.
+    #[command(subcommand)]
+    Balance(balance::BalanceCommand),
+    /// Manage payment orders.
+    #[command(subcommand)]
+    Order(order::OrderCommand),
+    /// Manage application tokens.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
+    /// Seed a demo project and print a token and ready curl lines.
+    Demo,
+    /// Check the ledger: balances equal their logged changes, every completed
+    /// order is logged exactly once. Exits non-zero on any mismatch.
+    Audit,
+}
+
+/// A failure to report on stderr as one line.
+pub type CliResult = anyhow::Result<()>;
+
+/// Entry point of the binary.
+pub async fn run() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if !err.use_stderr() => err.exit(), // --help, --version
+        Err(err) => {
+            // One line, like every other error of the command line.
+            let rendered = err.render().to_string();
+            let summary: Vec<&str> = rendered
+                .lines()
+                .take_while(|line| !line.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{} (see --help)", summary.join(" "));
+            return ExitCode::from(2);
+        }
+    };
+    let serving = matches!(cli.command, Command::Serve(_));
+    crate::telemetry::init(if serving { "info" } else { "warn" });
+    match dispatch(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            let message = format!("{err:#}").replace('\n', " ");
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> CliResult {
+    let out = Output { json: cli.json };
+    if let Command::Openapi(args) = &cli.command {
+        return openapi::run(args);
+    }
+    let file = match &cli.config {
+        Some(path) => FileSettings::load(path)?,
+        None => FileSettings::default(),
+    };
+    let flags = match &cli.command {
+        Command::Serve(args) => args.settings.clone(),
+        _ => SettingsArgs::default(),
+    };
+    let settings = Settings::resolve(cli.database_url.clone(), &flags, &file)?;
+    let db = open(&settings).await?;
+    match cli.command {
+        Command::Serve(args) => serve::run(args.demo, settings, db, out).await,
+        Command::Migrate => {
+            out.emit(serde_json::json!({"migrated": true}), || {
+                "database is up to date".to_owned()
+            });
+            Ok(())
+        }
+        Command::Openapi(_) => unreachable!("handled before connecting"),
+        Command::Project(cmd) => project::run(cmd, &db, out).await,
+        Command::User(cmd) => user::run(cmd, &db, out).await,
+        Command::Server(cmd) => server::run(cmd, &db, out).await,
+        Command::Balance(cmd) => balance::run(cmd, &db, out).await,
+        Command::Order(cmd) => order::run(cmd, &db, out).await,
+        Command::Token(cmd) => token::run(cmd, &db, out).await,
+        Command::Demo => demo::run(&db, out, None).await.map(|_| ()),
+        Command::Audit => audit::run(&db, out).await,
+    }
+}
+
+/// Connects and migrates, with the URL in the error when it fails.
+async fn open(settings: &Settings) -> anyhow::Result<DatabaseConnection> {
+    let db = db::connect(&settings.database_url, &settings.pool)
+        .await
+        .map_err(|err| {
+            anyhow::anyhow!(
+                "cannot open database {}: {err}",
+                redact(&settings.database_url)
+            )
+        })?;
+    db::migrate(&db)
+        .await
+        .map_err(|err| anyhow::anyhow!("cannot migrate database: {err}"))?;
+    Ok(db)
+}
+
+/// A database URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let credentials = &url[scheme_end + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Parses a money argument into a one-line error naming the flag.
+pub(crate) fn parse_amount(flag: &str, text: &str) -> anyhow::Result<crate::money::Money> {
+    text.parse()
+        .map_err(|err| anyhow::anyhow!("{flag} {text:?}: amount {err}"))
+}
+
+/// Parses `--allow a,b` into permissions.
+pub(crate) fn parse_permissions(
+    text: &str,
+) -> anyhow::Result<Vec<crate::service::tokens::Permission>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse().map_err(|e: String| anyhow::anyhow!(e)))
+        .collect()
+}

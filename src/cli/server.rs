@@ -1,0 +1,34 @@
+//! `masterpay server create`.
+
+use clap::Subcommand;
+use sea_orm::DatabaseConnection;
+use serde_json::json;
+
+use super::{CliResult, Output};
+use crate::service::servers;
+
+#[derive(Debug, Subcommand)]
+pub enum ServerCommand {
+    /// Create a game server (ids start at 1; server_id 0 is the general account).
+    Create {
+        #[arg(long)]
+        project: i64,
+        #[arg(long)]
+        name: String,
+    },
+}
+
+pub async fn run(cmd: ServerCommand, db: &DatabaseConnection, out: Output) -> CliResult {
+    let ServerCommand::Create { project, name } = cmd;
+    let s = servers::create(db, project, &name).await?;
+    out.emit(
+        json!({"id": s.id, "project_id": s.project_id, "name": s.name}),
+        || {
+            format!(
+                "created server {} ({}) in project {}",
+                s.id, s.name, s.project_id
+            )
+        },
+    );
+    Ok(())
+}

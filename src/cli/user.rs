@@ -1,0 +1,34 @@
+//! `masterpay user create`.
+
+use clap::Subcommand;
+use sea_orm::DatabaseConnection;
+use serde_json::json;
+
+use super::{CliResult, Output};
+use crate::service::users;
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Create a user (the e-mail is unique within the project).
+    Create {
+        #[arg(long)]
+        project: i64,
+        #[arg(long)]
+        email: String,
+    },
+}
+
+pub async fn run(cmd: UserCommand, db: &DatabaseConnection, out: Output) -> CliResult {
+    let UserCommand::Create { project, email } = cmd;
+    let u = users::create(db, project, &email).await?;
+    out.emit(
+        json!({"id": u.id, "project_id": u.project_id, "email": u.email}),
+        || {
+            format!(
+                "created user {} ({}) in project {}",
+                u.id, u.email, u.project_id
+            )
+        },
+    );
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! Runtime settings: flags > environment > TOML file > defaults.
+//!
+//! clap reads each flag together with its environment variable (a flag wins
+//! over its variable), the optional file named by `--config` /
+//! `MASTERPAY_CONFIG` fills what neither gave, and the defaults below fill
+//! the rest. Every default is safe for the panel's 3-second webhook caller:
+//! a request waits at most 1.5 s for a database connection and is answered
+//! within 2.5 s whatever happens.
+
+use std::{path::Path, time::Duration};
+
+use clap::Args;
+use serde::Deserialize;
+
+use crate::db::PoolSettings;
+
+/// Default database: an SQLite file in the working directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://masterpay.db";
+/// Default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default largest request body (DESIGN.md section 2).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Everything the service needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub database_url: String,
+    pub listen: String,
+    pub pool: PoolSettings,
+    /// Upper bound for answering one request (503 SERVICE_UNAVAILABLE after).
+    pub request_timeout: Duration,
+    /// A connection with no traffic for this long is closed (slow clients).
+    pub idle_timeout: Duration,
+    /// Largest request body; larger ones get 413 PAYLOAD_TOO_LARGE.
+    pub max_body_bytes: usize,
+    /// How long in-flight requests may run after SIGTERM/SIGINT.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            database_url: DEFAULT_DATABASE_URL.to_owned(),
+            listen: DEFAULT_LISTEN.to_owned(),
+            pool: PoolSettings::default(),
+            request_timeout: Duration::from_millis(2500),
+            idle_timeout: Duration::from_secs(30),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Settings as flags and environment variables (all optional, so that the
+/// file and the defaults can fill the gaps).
+#[derive(Debug, Clone, Default, Args)]
+pub struct SettingsArgs {
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "MASTERPAY_LISTEN")]
+    pub listen: Option<String>,
+    /// Largest number of database connections per instance [default: 16].
+    #[arg(long, env = "MASTERPAY_DB_MAX_CONNECTIONS")]
+    pub db_max_connections: Option<u32>,
+    /// How long a request waits for a database connection, in ms [default: 1500].
+    #[arg(long, env = "MASTERPAY_DB_ACQUIRE_TIMEOUT_MS")]
+    pub db_acquire_timeout_ms: Option<u64>,
+    /// PostgreSQL statement timeout, in ms [default: 2000].
+    #[arg(long, env = "MASTERPAY_DB_STATEMENT_TIMEOUT_MS")]
+    pub db_statement_timeout_ms: Option<u64>,
+    /// Upper bound for answering one request, in ms [default: 2500].
+    #[arg(long, env = "MASTERPAY_REQUEST_TIMEOUT_MS")]
+    pub request_timeout_ms: Option<u64>,
+    /// Close connections idle for this long, in ms [default: 30000].
+    #[arg(long, env = "MASTERPAY_IDLE_TIMEOUT_MS")]
+    pub idle_timeout_ms: Option<u64>,
+    /// Largest request body in bytes [default: 65536].
+    #[arg(long, env = "MASTERPAY_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Grace period for in-flight requests on shutdown, in ms [default: 10000].
+    #[arg(long, env = "MASTERPAY_SHUTDOWN_GRACE_MS")]
+    pub shutdown_grace_ms: Option<u64>,
+}
+
+/// The TOML file: the same keys as the long flags, with underscores.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    pub database_url: Option<String>,
+    pub listen: Option<String>,
+    pub db_max_connections: Option<u32>,
+    pub db_acquire_timeout_ms: Option<u64>,
+    pub db_statement_timeout_ms: Option<u64>,
+    pub request_timeout_ms: Option<u64>,
+    pub idle_timeout_ms: Option<u64>,
+    pub max_body_bytes: Option<usize>,
+    pub shutdown_grace_ms: Option<u64>,
+}
+
+impl FileSettings {
+    pub fn load(path: &Path) -> anyhow::Result<FileSettings> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| anyhow::anyhow!("cannot read config file {}: {err}", path.display()))?;
+        toml::from_str(&text).map_err(|err| {
+            let message = err.message().to_owned();
+            anyhow::anyhow!("config file {}: {message}", path.display())
+        })
+    }
+}
+
+impl Settings {
+    /// Merges flags/environment over the file over the defaults, and checks
+    /// that the result makes sense.
+    pub fn resolve(
+        database_url: Option<String>,
+        args: &SettingsArgs,
+        file: &FileSettings,
+    ) -> anyhow::Result<Settings> {
+        let d = Settings::default();
+        let ms = |flag: Option<u64>, file: Option<u64>, default: Duration| {
+            flag.or(file).map(Duration::from_millis).unwrap_or(default)
+        };
+        let settings = Settings {
+            database_url: database_url
+                .or_else(|| file.database_url.clone())
+                .unwrap_or(d.database_url),
+            listen: args
+                .listen
+                .clone()
+                .or_else(|| file.listen.clone())
+                .unwrap_or(d.listen),
+            pool: PoolSettings {
+                max_connections: args
+                    .db_max_connections
+                    .or(file.db_max_connections)
+                    .unwrap_or(d.pool.max_connections),
+                acquire_timeout: ms(
+                    args.db_acquire_timeout_ms,
+                    file.db_acquire_timeout_ms,
+                    d.pool.acquire_timeout,
+                ),
+                statement_timeout: ms(
+                    args.db_statement_timeout_ms,
+                    file.db_statement_timeout_ms,
+                    d.pool.statement_timeout,
+                ),
+            },
+            request_timeout: ms(
+                args.request_timeout_ms,
+                file.request_timeout_ms,
+                d.request_timeout,
+            ),
+            idle_timeout: ms(args.idle_timeout_ms, file.idle_timeout_ms, d.idle_timeout),
+            max_body_bytes: args
+                .max_body_bytes
+                .or(file.max_body_bytes)
+                .unwrap_or(d.max_body_bytes),
+            shutdown_grace: ms(
+                args.shutdown_grace_ms,
+                file.shutdown_grace_ms,
+                d.shutdown_grace,
+            ),
+        };
+        if settings.pool.max_connections == 0 {
+            anyhow::bail!("db_max_connections must be at least 1");
+        }
+        for (name, value) in [
+            ("db_acquire_timeout_ms", settings.pool.acquire_timeout),
+            ("db_statement_timeout_ms", settings.pool.statement_timeout),
+            ("request_timeout_ms", settings.request_timeout),
+            ("idle_timeout_ms", settings.idle_timeout),
+        ] {
+            if value.is_zero() {
+                anyhow::bail!("{name} must be greater than 0");
+            }
+        }
+        if settings.max_body_bytes == 0 {
+            anyhow::bail!("max_body_bytes must be greater than 0");
+        }
+        Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_beat_the_file_and_the_file_beats_defaults() {
+        let file: FileSettings = toml::from_str(
+            "listen = \"0.0.0.0:9000\"\ndb_max_connections = 4\nrequest_timeout_ms = 900\n",
+        )
+        .unwrap();
+        let args = SettingsArgs {
+            db_max_connections: Some(32),
+            ..Default::default()
+        };
+        let s = Settings::resolve(None, &args, &file).unwrap();
+        assert_eq!(s.listen, "0.0.0.0:9000");
+        assert_eq!(s.pool.max_connections, 32);
+        assert_eq!(s.request_timeout, Duration::from_millis(900));
+        assert_eq!(s.database_url, DEFAULT_DATABASE_URL);
+        assert_eq!(s.max_body_bytes, 64 * 1024);
+    }
+
+    #[test]
+    fn unknown_keys_and_zero_limits_are_refused() {
+        assert!(toml::from_str::<FileSettings>("lisen = \"x\"").is_err());
+        let args = SettingsArgs {
+            request_timeout_ms: Some(0),
+            ..Default::default()
+        };
+        assert!(Settings::resolve(None, &args, &FileSettings::default()).is_err());
+    }
+}

@@ -1,0 +1,222 @@
+//! Connecting to the database and bringing its schema up to date.
+//!
+//! One URL selects the backend: `sqlite://PATH` (the embedded default; the
+//! file is created when missing), `postgres://...` or `mysql://...`.
+//! SQLite runs in WAL mode with a busy timeout so that several processes can
+//! share one file, and with foreign keys switched on (they are off by default).
+
+use std::{sync::OnceLock, time::Duration};
+
+use migration::{Migrator, MigratorTrait};
+use sea_orm::{
+    ConnectOptions, Database, DatabaseConnection, DbBackend, DbErr, RuntimeErr, Statement,
+    StatementBuilder, Value,
+};
+
+/// Pool and timeout settings of a connection.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub max_connections: u32,
+    /// How long a request waits for a pooled connection (or a new one) before
+    /// it fails; keeps answers fast while the database is unreachable.
+    pub acquire_timeout: Duration,
+    /// Upper bound for one statement on PostgreSQL (`statement_timeout`).
+    pub statement_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_connections: 16,
+            acquire_timeout: Duration::from_millis(1500),
+            statement_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A pooled connection idle for this long is pinged before it is used.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
+
+/// Opens a pool for `url`.
+pub async fn connect(url: &str, settings: &PoolSettings) -> Result<DatabaseConnection, DbErr> {
+    let mut options = ConnectOptions::new(url.to_owned());
+    let statement_ms = settings.statement_timeout.as_millis();
+    options
+        .max_connections(settings.max_connections)
+        .min_connections(0)
+        .connect_timeout(settings.acquire_timeout)
+        .acquire_timeout(settings.acquire_timeout)
+        // sqlx pings a pooled connection on every checkout by default: one
+        // extra round trip per statement (and it pings again on release).
+        // Ping only connections that sat idle; a connection that died while
+        // in use fails its statement with an I/O error, which counts as
+        // unavailable (503) and makes the pool drop it.
+        .test_before_acquire_if_idle_for(IDLE_BEFORE_PING)
+        .sqlx_logging(false)
+        .map_sqlx_sqlite_opts(|opts| {
+            opts.create_if_missing(true)
+                .journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
+                .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(5))
+                .foreign_keys(true)
+        })
+        .map_sqlx_postgres_opts(move |opts| {
+            opts.options([("statement_timeout", statement_ms.to_string())])
+        })
+        .map_sqlx_mysql_opts(|opts| opts.timezone(Some(String::from("+00:00"))));
+    if url.starts_with("sqlite:") {
+        // One writer at a time is all SQLite allows; a small pool avoids
+        // queuing many connections on its file lock.
+        options.max_connections(settings.max_connections.min(8));
+    }
+    Database::connect(options).await
+}
+
+/// Applies pending migrations. Several processes may start at once on one
+/// database: when one of them loses the race its attempt fails, so it waits
+/// and checks again until nothing is pending.
+pub async fn migrate(db: &DatabaseConnection) -> Result<(), DbErr> {
+    let mut attempt = 0;
+    loop {
+        match Migrator::up(db, None).await {
+            Ok(()) => return Ok(()),
+            Err(err) => {
+                attempt += 1;
+                if Migrator::get_pending_migrations(db)
+                    .await
+                    .map(|p| p.is_empty())
+                    .unwrap_or(false)
+                {
+                    return Ok(());
+                }
+                if attempt >= 10 {
+                    return Err(err);
+                }
+                tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+            }
+        }
+    }
+}
+
+/// True when the error means the database could not be reached at all
+/// (as opposed to a statement that failed), which the API reports as 503.
+pub fn is_unavailable(err: &DbErr) -> bool {
+    match err {
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
+        // The connection broke under a statement (server gone, network cut).
+        DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => matches!(
+            **e,
+            sea_orm::sqlx::Error::Io(_)
+                | sea_orm::sqlx::Error::PoolTimedOut
+                | sea_orm::sqlx::Error::PoolClosed
+                | sea_orm::sqlx::Error::WorkerCrashed
+        ),
+        _ => false,
+    }
+}
+
+/// SQL text rendered by sea-query once per backend and then reused.
+///
+/// Rendering a statement (building the query tree, quoting, formatting)
+/// costs more CPU than the database spends on a primary-key lookup, so the
+/// statements on the request path are rendered once and only their values
+/// are bound anew. The first rendering uses marker values to learn which
+/// parameter each placeholder takes, so the builder stays the single source
+/// of the SQL and of the order of its values.
+pub struct CachedSql {
+    rendered: [OnceLock<Rendered>; 3],
+}
+
+struct Rendered {
+    sql: String,
+    /// For each placeholder of `sql`, in order: the index of its parameter.
+    order: Vec<usize>,
+}
+
+impl CachedSql {
+    pub const fn new() -> Self {
+        CachedSql {
+            rendered: [const { OnceLock::new() }; 3],
+        }
+    }
+
+    /// The statement for `backend` with `params` bound. `build` renders the
+    /// statement from parameter values (called once per backend, with
+    /// markers); it must use each value as a bound parameter, not inline it.
+    pub fn statement<S, F>(&self, backend: DbBackend, params: Vec<Value>, build: F) -> Statement
+    where
+        S: StatementBuilder,
+        F: FnOnce(Vec<Value>) -> S,
+    {
+        let slot = match backend {
+            DbBackend::Sqlite => 0,
+            DbBackend::Postgres => 1,
+            _ => 2,
+        };
+        let rendered = self.rendered[slot].get_or_init(|| {
+            let marker = |i: usize| format!("\u{1}masterpay-parameter-{i}\u{1}");
+            let markers = (0..params.len())
+                .map(|i| Value::String(Some(marker(i))))
+                .collect();
+            let stmt = backend.build(&build(markers));
+            let order = stmt
+                .values
+                .iter()
+                .flat_map(|values| values.0.iter())
+                .map(|value| {
+                    (0..params.len())
+                        .find(|&i| *value == Value::String(Some(marker(i))))
+                        .expect("CachedSql: the builder bound a value that is not a parameter")
+                })
+                .collect();
+            Rendered {
+                sql: stmt.sql,
+                order,
+            }
+        });
+        Statement::from_sql_and_values(
+            backend,
+            rendered.sql.as_str(),
+            rendered.order.iter().map(|&i| params[i].clone()),
+        )
+    }
+}
+
+impl Default for CachedSql {
+    fn default() -> Self {
+        CachedSql::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::sea_query::{Alias, Expr, ExprTrait, Query};
+
+    use super::*;
+
+    fn build(params: Vec<Value>) -> sea_orm::sea_query::SelectStatement {
+        let mut params = params.into_iter();
+        let (a, b) = (params.next().unwrap(), params.next().unwrap());
+        Query::select()
+            .column(Alias::new("x"))
+            .from(Alias::new("t"))
+            .and_where(Expr::col(Alias::new("b")).eq(b.clone()))
+            .and_where(Expr::col(Alias::new("a")).eq(a))
+            .and_where(Expr::col(Alias::new("c")).ne(b))
+            .to_owned()
+    }
+
+    #[test]
+    fn cached_sql_binds_each_call_s_values_in_the_rendered_order() {
+        let cache = CachedSql::new();
+        for backend in [DbBackend::Sqlite, DbBackend::Postgres, DbBackend::MySql] {
+            for (a, b) in [(1_i64, "one"), (2, "two")] {
+                let params = vec![Value::from(a), Value::from(b)];
+                let cached = cache.statement(backend, params.clone(), build);
+                let fresh = backend.build(&build(params));
+                assert_eq!(cached.sql, fresh.sql);
+                assert_eq!(cached.values, fresh.values);
+            }
+        }
+    }
+}

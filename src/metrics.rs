@@ -1,0 +1,171 @@
+//! Prometheus metrics, served as text at `/metrics`.
+//!
+//! Labels are bounded: `endpoint` is a route template (never a raw path, so a
+//! scanner cannot blow up the series count), `status` the numeric code,
+//! `outcome` one of the completion outcomes. Pool gauges are read from the
+//! connection pool at scrape time.
+
+use std::{sync::Mutex, time::Duration};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+use sea_orm::DatabaseConnection;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub endpoint: &'static str,
+    pub method: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub state: &'static str,
+}
+
+/// Every metric of the service.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RequestLabels, Histogram>,
+    completions: Family<OutcomeLabels, Counter>,
+    pool: Family<PoolLabels, Gauge>,
+    pool_max: Gauge,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("masterpay");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ])
+        });
+        let completions = Family::<OutcomeLabels, Counter>::default();
+        let pool = Family::<PoolLabels, Gauge>::default();
+        let max = Gauge::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by endpoint, method and status",
+            requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "Time to answer an HTTP request, by endpoint, method and status",
+            latency.clone(),
+        );
+        registry.register(
+            "order_completions",
+            "Order completion attempts by outcome",
+            completions.clone(),
+        );
+        registry.register(
+            "db_pool_connections",
+            "Database pool connections by state (idle, in_use)",
+            pool.clone(),
+        );
+        registry.register(
+            "db_pool_max_connections",
+            "Configured size of the database pool",
+            max.clone(),
+        );
+        Metrics {
+            registry: Mutex::new(registry),
+            requests,
+            latency,
+            completions,
+            pool,
+            pool_max: max,
+        }
+    }
+
+    pub fn record_request(&self, labels: RequestLabels, elapsed: Duration) {
+        self.latency
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        self.requests.get_or_create(&labels).inc();
+    }
+
+    pub fn record_completion(&self, outcome: &'static str) {
+        self.completions
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// The text exposition, with the pool gauges read now.
+    pub fn render(&self, db: &DatabaseConnection) -> String {
+        let (size, idle, max) = pool_stats(db);
+        self.pool_max.set(i64::from(max));
+        self.pool
+            .get_or_create(&PoolLabels { state: "idle" })
+            .set(i64::from(idle));
+        self.pool
+            .get_or_create(&PoolLabels { state: "in_use" })
+            .set(i64::from(size.saturating_sub(idle)));
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = encode(&mut out, &registry);
+        out
+    }
+}
+
+/// (open connections, idle connections, configured maximum) of the pool.
+fn pool_stats(db: &DatabaseConnection) -> (u32, u32, u32) {
+    match db.get_database_backend() {
+        sea_orm::DbBackend::Postgres => {
+            let pool = db.get_postgres_connection_pool();
+            (
+                pool.size(),
+                pool.num_idle() as u32,
+                pool.options().get_max_connections(),
+            )
+        }
+        sea_orm::DbBackend::MySql => {
+            let pool = db.get_mysql_connection_pool();
+            (
+                pool.size(),
+                pool.num_idle() as u32,
+                pool.options().get_max_connections(),
+            )
+        }
+        _ => {
+            let pool = db.get_sqlite_connection_pool();
+            (
+                pool.size(),
+                pool.num_idle() as u32,
+                pool.options().get_max_connections(),
+            )
+        }
+    }
+}
+
+/// The route template a path belongs to, for the `endpoint` label.
+pub fn endpoint_label(path: &str) -> &'static str {
+    match path {
+        "/v2/master-account/balance" => "/v2/master-account/balance",
+        "/v2/payment/order/complete" => "/v2/payment/order/complete",
+        "/healthz" => "/healthz",
+        "/readyz" => "/readyz",
+        "/metrics" => "/metrics",
+        "/openapi.json" => "/openapi.json",
+        "/openapi.yaml" => "/openapi.yaml",
+        p if p == "/docs" || p.starts_with("/docs/") => "/docs",
+        p if p == "/v2" || p.starts_with("/v2/") => "/v2/other",
+        _ => "other",
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

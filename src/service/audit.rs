@@ -1,0 +1,169 @@
+//! The ledger audit behind `masterpay audit`.
+//!
+//! Every balance change is logged in the transaction that makes it (order
+//! credits and `balance set`), and every account opens at zero, so:
+//!
+//! 1. for every user, server and balance type, the stored balance equals the
+//!    sum of the logged changes (opening balance 0 + credits + adjustments);
+//! 2. every completed order has exactly one `order_credit` log row, of its
+//!    amount, user and server;
+//! 3. no `order_credit` row exists without a completed order.
+//!
+//! Sums are computed by the database (GROUP BY), so the audit streams nothing
+//! large into memory.
+
+use std::collections::BTreeMap;
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement};
+
+/// One violated invariant, printable for operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding(pub String);
+
+/// What the audit looked at and what it found.
+#[derive(Debug, Clone, Default)]
+pub struct AuditReport {
+    pub accounts: usize,
+    pub completed_orders: i64,
+    pub log_rows: i64,
+    pub findings: Vec<Finding>,
+}
+
+impl AuditReport {
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+async fn rows(db: &DatabaseConnection, sql: &str) -> Result<Vec<sea_orm::QueryResult>, DbErr> {
+    db.query_all_raw(Statement::from_string(db.get_database_backend(), sql))
+        .await
+}
+
+async fn scalar(db: &DatabaseConnection, sql: &str) -> Result<i64, DbErr> {
+    let row = db
+        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound(sql.to_owned()))?;
+    row.try_get_by_index::<i64>(0)
+}
+
+/// Runs every check; see the module docs.
+pub async fn run(db: &DatabaseConnection) -> Result<AuditReport, DbErr> {
+    let mut report = AuditReport::default();
+
+    // 1. Balances against the sums of their log rows, both directions.
+    let mut expected: BTreeMap<(i64, i64, String), i64> = BTreeMap::new();
+    // SUM yields DECIMAL on MariaDB/MySQL and NUMERIC on PostgreSQL.
+    let integer = match db.get_database_backend() {
+        sea_orm::DbBackend::MySql => "SIGNED",
+        _ => "BIGINT",
+    };
+    for row in rows(
+        db,
+        &format!(
+            "SELECT user_id, server_id, balance_type, CAST(SUM(amount_cents) AS {integer}) \
+             FROM operation_log GROUP BY user_id, server_id, balance_type"
+        ),
+    )
+    .await?
+    {
+        let key = (
+            row.try_get_by_index::<i64>(0)?,
+            row.try_get_by_index::<i64>(1)?,
+            row.try_get_by_index::<String>(2)?,
+        );
+        expected.insert(key, row.try_get_by_index::<i64>(3)?);
+    }
+    let mut seen = 0;
+    for row in rows(
+        db,
+        "SELECT user_id, server_id, main_cents, bonus_cents FROM balances ORDER BY user_id, server_id",
+    )
+    .await?
+    {
+        seen += 1;
+        let user = row.try_get_by_index::<i64>(0)?;
+        let server = row.try_get_by_index::<i64>(1)?;
+        for (kind, stored) in [
+            ("main", row.try_get_by_index::<i64>(2)?),
+            ("bonus", row.try_get_by_index::<i64>(3)?),
+        ] {
+            let logged = expected.remove(&(user, server, kind.to_owned())).unwrap_or(0);
+            if logged != stored {
+                report.findings.push(Finding(format!(
+                    "user {user} server {server} {kind}: balance {} but the log sums to {}",
+                    cents(stored),
+                    cents(logged)
+                )));
+            }
+        }
+    }
+    for ((user, server, kind), logged) in expected {
+        if logged != 0 {
+            report.findings.push(Finding(format!(
+                "user {user} server {server} {kind}: no balance row but the log sums to {}",
+                cents(logged)
+            )));
+        }
+    }
+    report.accounts = seen;
+
+    // 2. Completed orders without exactly one matching credit row.
+    for row in rows(
+        db,
+        "SELECT o.order_id, COUNT(l.id) FROM payment_orders o \
+         LEFT JOIN operation_log l ON l.order_ref = o.id AND l.kind = 'order_credit' \
+         WHERE o.status = 'completed' GROUP BY o.id, o.order_id HAVING COUNT(l.id) <> 1",
+    )
+    .await?
+    {
+        let order = row.try_get_by_index::<String>(0)?;
+        let count = row.try_get_by_index::<i64>(1)?;
+        report.findings.push(Finding(format!(
+            "order {order} is completed but has {count} log rows (expected 1)"
+        )));
+    }
+    for row in rows(
+        db,
+        "SELECT o.order_id FROM payment_orders o \
+         JOIN operation_log l ON l.order_ref = o.id AND l.kind = 'order_credit' \
+         WHERE l.amount_cents <> o.amount_cents OR l.user_id <> o.user_id \
+            OR l.server_id <> COALESCE(o.server_id, 0) OR l.balance_type <> 'main'",
+    )
+    .await?
+    {
+        let order = row.try_get_by_index::<String>(0)?;
+        report.findings.push(Finding(format!(
+            "order {order}: its log row does not match its amount, user or server"
+        )));
+    }
+
+    // 3. Credit rows without a completed order.
+    for row in rows(
+        db,
+        "SELECT l.id FROM operation_log l LEFT JOIN payment_orders o ON o.id = l.order_ref \
+         WHERE l.kind = 'order_credit' AND (o.id IS NULL OR o.status <> 'completed')",
+    )
+    .await?
+    {
+        let id = row.try_get_by_index::<i64>(0)?;
+        report.findings.push(Finding(format!(
+            "log row {id} credits an order that is not completed"
+        )));
+    }
+
+    report.completed_orders = scalar(
+        db,
+        "SELECT COUNT(*) FROM payment_orders WHERE status = 'completed'",
+    )
+    .await?;
+    report.log_rows = scalar(db, "SELECT COUNT(*) FROM operation_log").await?;
+    Ok(report)
+}
+
+fn cents(value: i64) -> String {
+    let sign = if value < 0 { "-" } else { "" };
+    let abs = value.unsigned_abs();
+    format!("{sign}{}.{:02}", abs / 100, abs % 100)
+}

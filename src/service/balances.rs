@@ -1,0 +1,356 @@
+//! Master-account balances: the lookup behind `GET /v2/master-account/balance`
+//! and the `balance set` command.
+
+use entity::{balance, operation_log, server, user};
+use sea_orm::{
+    ActiveModelTrait,
+    ActiveValue::Set,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
+    EntityTrait, QueryFilter, Value,
+    sea_query::{Expr, ExprTrait, OnConflict, Query, SelectStatement},
+};
+
+use super::{AdminError, begin_write, now, servers, users};
+use crate::{db::CachedSql, money::Money};
+
+/// How the caller names the user: by id, by e-mail, or both (then both must
+/// name the same user of the project).
+#[derive(Debug, Clone, Default)]
+pub struct UserRef {
+    pub user_id: Option<i64>,
+    /// Already validated as an e-mail address.
+    pub email: Option<String>,
+}
+
+/// Both balances of one account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccountBalance {
+    pub main: Money,
+    pub bonus: Money,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BalanceLookupError {
+    #[error("user not found")]
+    UserNotFound,
+    #[error("server not found")]
+    ServerNotFound,
+    #[error(transparent)]
+    Db(#[from] DbErr),
+}
+
+/// The balance of a user of `project_id` on `server_id` (0 = general account).
+/// The user is resolved before the server, so USER_NOT_FOUND wins when both
+/// are missing. An account that never had a balance reads as zero.
+///
+/// One statement: the user, left-joined with its balance row and (for a
+/// server other than the general account) with the project's server, so a
+/// lookup is one round trip instead of three.
+pub async fn lookup(
+    db: &DatabaseConnection,
+    project_id: i64,
+    who: &UserRef,
+    server_id: i64,
+) -> Result<AccountBalance, BalanceLookupError> {
+    let general = server_id == balance::GENERAL_ACCOUNT;
+    let email = who.email.as_deref().map(super::validate::normalize_email);
+    let shape = LookupShape {
+        by_id: who.user_id.is_some(),
+        by_email: email.is_some(),
+        general,
+    };
+    if !shape.by_id && !shape.by_email {
+        return Err(BalanceLookupError::UserNotFound);
+    }
+    let mut params = vec![Value::from(project_id), Value::from(server_id)];
+    params.extend(who.user_id.map(Value::from));
+    params.extend(email.map(Value::from));
+    let stmt = LOOKUP_SQL[shape.index()].statement(db.get_database_backend(), params, |params| {
+        lookup_query(shape, params)
+    });
+    let row = db
+        .query_one_raw(stmt)
+        .await?
+        .ok_or(BalanceLookupError::UserNotFound)?;
+    if !general {
+        let server: Option<i64> = row.try_get_by_index(3)?;
+        if server.is_none() {
+            return Err(BalanceLookupError::ServerNotFound);
+        }
+    }
+    let main: Option<i64> = row.try_get_by_index(1)?;
+    let bonus: Option<i64> = row.try_get_by_index(2)?;
+    Ok(AccountBalance {
+        main: cents(main.unwrap_or(0))?,
+        bonus: cents(bonus.unwrap_or(0))?,
+    })
+}
+
+/// The rendered lookup statements, one per [`LookupShape`].
+static LOOKUP_SQL: [CachedSql; 8] = [const { CachedSql::new() }; 8];
+
+/// Which conditions a lookup has; each shape is its own SQL text.
+#[derive(Clone, Copy)]
+struct LookupShape {
+    by_id: bool,
+    by_email: bool,
+    general: bool,
+}
+
+impl LookupShape {
+    fn index(self) -> usize {
+        usize::from(self.by_id) | usize::from(self.by_email) << 1 | usize::from(self.general) << 2
+    }
+}
+
+/// `params`: project id, server id, then the user id and the e-mail when
+/// the shape has them.
+fn lookup_query(shape: LookupShape, params: Vec<Value>) -> SelectStatement {
+    let mut params = params.into_iter();
+    let mut next = || params.next().expect("lookup parameter");
+    let (project_id, server_id) = (next(), next());
+    let mut query = Query::select();
+    query
+        .column((user::Entity, user::Column::Id))
+        .column((balance::Entity, balance::Column::MainCents))
+        .column((balance::Entity, balance::Column::BonusCents))
+        .from(user::Entity)
+        .left_join(
+            balance::Entity,
+            Expr::col((balance::Entity, balance::Column::UserId))
+                .equals((user::Entity, user::Column::Id))
+                .and(Expr::col((balance::Entity, balance::Column::ServerId)).eq(server_id.clone())),
+        );
+    if !shape.general {
+        query
+            .column((server::Entity, server::Column::Id))
+            .left_join(
+                server::Entity,
+                Expr::col((server::Entity, server::Column::Id))
+                    .eq(server_id)
+                    .and(
+                        Expr::col((server::Entity, server::Column::ProjectId))
+                            .equals((user::Entity, user::Column::ProjectId)),
+                    ),
+            );
+    }
+    query.and_where(Expr::col((user::Entity, user::Column::ProjectId)).eq(project_id));
+    if shape.by_id {
+        query.and_where(Expr::col((user::Entity, user::Column::Id)).eq(next()));
+    }
+    if shape.by_email {
+        query.and_where(Expr::col((user::Entity, user::Column::Email)).eq(next()));
+    }
+    query
+}
+
+async fn read<C: ConnectionTrait>(
+    db: &C,
+    user_id: i64,
+    server_id: i64,
+) -> Result<AccountBalance, DbErr> {
+    let row = balance::Entity::find()
+        .filter(balance::Column::UserId.eq(user_id))
+        .filter(balance::Column::ServerId.eq(server_id))
+        .one(db)
+        .await?;
+    Ok(match row {
+        Some(row) => AccountBalance {
+            main: cents(row.main_cents)?,
+            bonus: cents(row.bonus_cents)?,
+        },
+        None => AccountBalance {
+            main: Money::ZERO,
+            bonus: Money::ZERO,
+        },
+    })
+}
+
+fn cents(value: i64) -> Result<Money, DbErr> {
+    Money::from_cents(value)
+        .map_err(|err| DbErr::Custom(format!("balance out of range in database: {err}")))
+}
+
+/// Adds `delta` to the main (or bonus) balance of an account inside `txn`,
+/// creating the balance row when missing, and returns the balance before and
+/// after. The increment happens in the database (`SET x = x + ?`), and the
+/// row stays locked until `txn` ends, so parallel credits never lose one.
+pub(crate) async fn add_in_txn(
+    txn: &DatabaseTransaction,
+    user_id: i64,
+    server_id: i64,
+    column: balance::Column,
+    delta: i64,
+) -> Result<(i64, i64), DbErr> {
+    let (main, bonus) = match column {
+        balance::Column::BonusCents => (0, delta),
+        _ => (delta, 0),
+    };
+    let stmt = Query::insert()
+        .into_table(balance::Entity)
+        .columns([
+            balance::Column::UserId,
+            balance::Column::ServerId,
+            balance::Column::MainCents,
+            balance::Column::BonusCents,
+            balance::Column::UpdatedAt,
+        ])
+        .values_panic([
+            user_id.into(),
+            server_id.into(),
+            main.into(),
+            bonus.into(),
+            now().into(),
+        ])
+        .on_conflict(
+            OnConflict::columns([balance::Column::UserId, balance::Column::ServerId])
+                .value(column, Expr::col((balance::Entity, column)).add(delta))
+                .value(balance::Column::UpdatedAt, now())
+                .to_owned(),
+        )
+        .to_owned();
+    if txn.get_database_backend() != DbBackend::MySql {
+        // PostgreSQL and SQLite return the new value from the upsert itself.
+        let mut stmt = stmt;
+        stmt.returning_col(column);
+        let row = txn
+            .query_one(&stmt)
+            .await?
+            .ok_or_else(|| DbErr::RecordNotFound("balance row after upsert".into()))?;
+        let after: i64 = row.try_get_by_index(0)?;
+        return Ok((after - delta, after));
+    }
+    txn.execute(&stmt).await?;
+    let row = balance::Entity::find()
+        .filter(balance::Column::UserId.eq(user_id))
+        .filter(balance::Column::ServerId.eq(server_id))
+        .one(txn)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("balance row after upsert".into()))?;
+    let after = match column {
+        balance::Column::BonusCents => row.bonus_cents,
+        _ => row.main_cents,
+    };
+    Ok((after - delta, after))
+}
+
+/// What `balance set` changed.
+#[derive(Debug, Clone, Copy)]
+pub struct BalanceChange {
+    pub before: AccountBalance,
+    pub after: AccountBalance,
+}
+
+/// Sets the main and/or bonus balance of a user on a server (`None` = the
+/// general account). Every change is logged as a `balance_set` row with the
+/// difference, in the same transaction, so the ledger always replays to the
+/// current balance.
+pub async fn set(
+    db: &DatabaseConnection,
+    user_id: i64,
+    server_id: Option<i64>,
+    main: Option<Money>,
+    bonus: Option<Money>,
+) -> Result<BalanceChange, AdminError> {
+    if main.is_none() && bonus.is_none() {
+        return Err(AdminError::Invalid(
+            "give --main, --bonus or both".to_owned(),
+        ));
+    }
+    let user = users::get(db, user_id).await?;
+    let server_id = match server_id {
+        None | Some(0) => balance::GENERAL_ACCOUNT,
+        Some(id) => servers::get_in_project(db, user.project_id, id).await?.id,
+    };
+    let txn = begin_write(db).await?;
+    let mut before = AccountBalance {
+        main: Money::ZERO,
+        bonus: Money::ZERO,
+    };
+    let mut after = before;
+    for (column, target, kind) in [
+        (balance::Column::MainCents, main, "main"),
+        (balance::Column::BonusCents, bonus, "bonus"),
+    ] {
+        // Lock (or create) the row with a zero change, then move it to the target.
+        let (current, _) = add_in_txn(&txn, user.id, server_id, column, 0).await?;
+        let current = cents(current)?;
+        let new = target.unwrap_or(current);
+        match column {
+            balance::Column::MainCents => (before.main, after.main) = (current, new),
+            _ => (before.bonus, after.bonus) = (current, new),
+        }
+        if target.is_none() || new == current {
+            continue;
+        }
+        let delta = new.cents() - current.cents();
+        // An absolute UPDATE of the row locked above: an upsert with a
+        // negative delta would trip the non-negative CHECK on its INSERT half.
+        balance::Entity::update_many()
+            .col_expr(column, Expr::value(new.cents()))
+            .col_expr(balance::Column::UpdatedAt, Expr::value(now()))
+            .filter(balance::Column::UserId.eq(user.id))
+            .filter(balance::Column::ServerId.eq(server_id))
+            .exec(&txn)
+            .await?;
+        operation_log::ActiveModel {
+            kind: Set(operation_log::KIND_BALANCE_SET.to_owned()),
+            order_ref: Set(None),
+            user_id: Set(user.id),
+            server_id: Set(server_id),
+            balance_type: Set(kind.to_owned()),
+            amount_cents: Set(delta),
+            balance_before_cents: Set(current.cents()),
+            balance_after_cents: Set(new.cents()),
+            created_at: Set(now()),
+            ..Default::default()
+        }
+        .insert(&txn)
+        .await?;
+    }
+    txn.commit().await?;
+    Ok(BalanceChange { before, after })
+}
+
+/// The balance of a user on a server, for the command line.
+pub async fn get(
+    db: &DatabaseConnection,
+    user_id: i64,
+    server_id: i64,
+) -> Result<AccountBalance, AdminError> {
+    Ok(read(db, user_id, server_id).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cached lookup statements are exactly what the builder renders.
+    #[test]
+    fn cached_lookup_statements_match_the_builder() {
+        for backend in [DbBackend::Sqlite, DbBackend::Postgres, DbBackend::MySql] {
+            for (index, cache) in LOOKUP_SQL.iter().enumerate() {
+                let shape = LookupShape {
+                    by_id: index & 1 != 0,
+                    by_email: index & 2 != 0,
+                    general: index & 4 != 0,
+                };
+                assert_eq!(shape.index(), index);
+                for (project, server, user) in [(1_i64, 0_i64, 5_i64), (2, 7, 9)] {
+                    let mut params = vec![Value::from(project), Value::from(server)];
+                    if shape.by_id {
+                        params.push(Value::from(user));
+                    }
+                    if shape.by_email {
+                        params.push(Value::from(format!("u{user}@example.com")));
+                    }
+                    let cached =
+                        cache.statement(backend, params.clone(), |p| lookup_query(shape, p));
+                    let fresh = backend.build(&lookup_query(shape, params));
+                    assert_eq!(cached.sql, fresh.sql);
+                    assert_eq!(cached.values, fresh.values);
+                }
+            }
+        }
+    }
+}

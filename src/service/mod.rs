@@ -1,0 +1,67 @@
+//! Business rules over sea-orm, shared by the HTTP API and the command line.
+//!
+//! Nothing here knows about HTTP: each operation takes plain values and
+//! returns a domain result or an error enum of its own, which `api/` maps to
+//! status codes and `cli/` to one-line messages. Every write that touches
+//! more than one row runs in one transaction.
+
+pub mod audit;
+pub mod balances;
+pub mod orders;
+pub mod projects;
+pub mod servers;
+pub mod tokens;
+pub mod users;
+pub mod validate;
+
+use sea_orm::{
+    DatabaseConnection, DatabaseTransaction, DbErr, SqlErr, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait,
+};
+
+/// Errors of the administrative operations (the command line).
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("{0} {1} does not exist")]
+    NotFound(&'static str, i64),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("database error: {0}")]
+    Db(#[from] DbErr),
+}
+
+impl AdminError {
+    /// Maps a unique-constraint violation to a conflict with `message`.
+    pub(crate) fn conflict_on_unique(err: DbErr, message: impl FnOnce() -> String) -> Self {
+        match err.sql_err() {
+            Some(SqlErr::UniqueConstraintViolation(_)) => AdminError::Conflict(message()),
+            _ => AdminError::Db(err),
+        }
+    }
+}
+
+/// Starts a transaction that writes. On SQLite it takes the write lock at
+/// once (`BEGIN IMMEDIATE`): a deferred transaction that reads first and
+/// writes later fails with SQLITE_BUSY instead of waiting when another
+/// connection wrote in between.
+pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
+    match db.get_database_backend() {
+        sea_orm::DbBackend::Sqlite => {
+            db.begin_with_options(TransactionOptions {
+                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                ..Default::default()
+            })
+            .await
+        }
+        _ => db.begin().await,
+    }
+}
+
+/// The current time, truncated to microseconds so that every backend stores
+/// and returns exactly the same value.
+pub fn now() -> chrono::DateTime<chrono::Utc> {
+    use chrono::{SubsecRound, Utc};
+    Utc::now().trunc_subsecs(6)
+}

@@ -1,0 +1,38 @@
+//! Game servers of a project. Ids start at 1; server_id 0 is the general account.
+
+use entity::server;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter,
+};
+
+use super::{AdminError, now, projects, validate};
+
+pub async fn create(
+    db: &DatabaseConnection,
+    project_id: i64,
+    name: &str,
+) -> Result<server::Model, AdminError> {
+    let name = validate::check_name("server", name).map_err(AdminError::Invalid)?;
+    projects::get(db, project_id).await?;
+    Ok(server::ActiveModel {
+        project_id: Set(project_id),
+        name: Set(name),
+        created_at: Set(now()),
+        ..Default::default()
+    }
+    .insert(db)
+    .await?)
+}
+
+/// A server of `project_id`, or `NotFound`.
+pub async fn get_in_project(
+    db: &DatabaseConnection,
+    project_id: i64,
+    server_id: i64,
+) -> Result<server::Model, AdminError> {
+    server::Entity::find_by_id(server_id)
+        .filter(server::Column::ProjectId.eq(project_id))
+        .one(db)
+        .await?
+        .ok_or(AdminError::NotFound("server", server_id))
+}

@@ -1,0 +1,60 @@
+//! Users of a project, identified by id or by e-mail (unique per project).
+
+use entity::user;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter,
+};
+
+use super::{AdminError, now, projects, validate};
+
+pub async fn create(
+    db: &DatabaseConnection,
+    project_id: i64,
+    email: &str,
+) -> Result<user::Model, AdminError> {
+    if !validate::is_email(email) {
+        return Err(AdminError::Invalid(format!(
+            "{email:?} is not a valid e-mail address"
+        )));
+    }
+    projects::get(db, project_id).await?;
+    let email = validate::normalize_email(email);
+    let exists = user::Entity::find()
+        .filter(user::Column::ProjectId.eq(project_id))
+        .filter(user::Column::Email.eq(&email))
+        .one(db)
+        .await?;
+    let duplicate = || format!("a user with e-mail {email} already exists in project {project_id}");
+    if exists.is_some() {
+        return Err(AdminError::Conflict(duplicate()));
+    }
+    user::ActiveModel {
+        project_id: Set(project_id),
+        email: Set(email.clone()),
+        created_at: Set(now()),
+        ..Default::default()
+    }
+    .insert(db)
+    .await
+    .map_err(|err| AdminError::conflict_on_unique(err, duplicate))
+}
+
+/// A user of `project_id`, or `NotFound`.
+pub async fn get_in_project(
+    db: &DatabaseConnection,
+    project_id: i64,
+    user_id: i64,
+) -> Result<user::Model, AdminError> {
+    user::Entity::find_by_id(user_id)
+        .filter(user::Column::ProjectId.eq(project_id))
+        .one(db)
+        .await?
+        .ok_or(AdminError::NotFound("user", user_id))
+}
+
+pub async fn get(db: &DatabaseConnection, user_id: i64) -> Result<user::Model, AdminError> {
+    user::Entity::find_by_id(user_id)
+        .one(db)
+        .await?
+        .ok_or(AdminError::NotFound("user", user_id))
+}

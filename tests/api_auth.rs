@@ -1,0 +1,401 @@
+//! Authentication and permissions: seed sections 2.3, 3.2 and 5 and the
+//! check order of DESIGN.md section 2, on every backend. Token changes made
+//! through the service layer (what the CLI runs) take effect on the very next
+//! request of the running server.
+
+mod common;
+
+use common::TestApp;
+use masterpay::service::{
+    projects,
+    tokens::{self, Permission},
+};
+use serde_json::json;
+
+on_every_backend!(
+    missing_authorization_header_is_empty_token_on_every_endpoint,
+    bearer_without_a_token_is_empty_token,
+    token_whose_length_is_not_64_is_invalid_token,
+    scheme_other_than_bearer_is_invalid_token,
+    bearer_scheme_word_is_case_insensitive,
+    unknown_token_is_token_not_found,
+    disabled_token_is_token_disabled_until_enabled_again,
+    deleted_token_is_token_not_found,
+    reissued_token_replaces_the_old_value_at_once,
+    token_without_permissions_is_empty_access,
+    inactive_project_is_project_not_found_until_enabled,
+    missing_endpoint_permission_is_access_denied,
+    edited_permissions_take_effect_on_the_next_request,
+    checks_run_in_the_documented_order,
+    unknown_v2_path_needs_a_valid_token_before_not_found,
+    wrong_method_on_a_v2_endpoint_is_not_found_after_authentication,
+    authentication_runs_before_parameter_validation,
+    token_of_one_project_reads_and_completes_nothing_of_another,
+    only_the_sha256_of_a_token_is_stored,
+    use_of_a_token_is_recorded_as_last_used,
+);
+
+async fn missing_authorization_header_is_empty_token_on_every_endpoint(app: TestApp) {
+    app.get_balance(None, "server_id=0&user_id=1")
+        .await
+        .assert_error(403, "EMPTY_TOKEN");
+    app.complete(
+        None,
+        &json!({"payment_system": "cstm:paygate", "order_id": "Order:abcdefgh"}),
+    )
+    .await
+    .assert_error(403, "EMPTY_TOKEN");
+}
+
+async fn bearer_without_a_token_is_empty_token(app: TestApp) {
+    for header in ["", "Bearer", "Bearer ", "   "] {
+        app.send(
+            app.client
+                .get(app.url("/v2/master-account/balance?server_id=0&user_id=1"))
+                .header("Authorization", header),
+        )
+        .await
+        .assert_error(403, "EMPTY_TOKEN");
+    }
+}
+
+async fn token_whose_length_is_not_64_is_invalid_token(app: TestApp) {
+    let token = app.full_token().await;
+    for bad in [
+        token[..63].to_owned(),
+        format!("{token}a"),
+        "x".to_owned(),
+        "é".repeat(63),
+    ] {
+        app.get_balance(Some(&bad), "server_id=0&user_id=1")
+            .await
+            .assert_error(403, "INVALID_TOKEN");
+    }
+}
+
+async fn scheme_other_than_bearer_is_invalid_token(app: TestApp) {
+    let token = app.full_token().await;
+    for header in [
+        format!("Basic {token}"),
+        format!("Token {token}"),
+        token.clone(),
+    ] {
+        app.send(
+            app.client
+                .get(app.url("/v2/master-account/balance?server_id=0&user_id=1"))
+                .header("Authorization", header),
+        )
+        .await
+        .assert_error(403, "INVALID_TOKEN");
+    }
+}
+
+async fn bearer_scheme_word_is_case_insensitive(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let r = app
+            .send(
+                app.client
+                    .get(app.url(&format!(
+                        "/v2/master-account/balance?server_id=0&user_id={user}"
+                    )))
+                    .header("Authorization", format!("{scheme} {token}")),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{scheme}: {}", r.text);
+    }
+}
+
+async fn unknown_token_is_token_not_found(app: TestApp) {
+    app.full_token().await;
+    let unknown = "A".repeat(64);
+    app.get_balance(Some(&unknown), "server_id=0&user_id=1")
+        .await
+        .assert_error(403, "TOKEN_NOT_FOUND");
+    // 64 characters, but not letters and digits: cannot exist.
+    app.get_balance(Some(&"-".repeat(64)), "server_id=0&user_id=1")
+        .await
+        .assert_error(403, "TOKEN_NOT_FOUND");
+}
+
+async fn disabled_token_is_token_disabled_until_enabled_again(app: TestApp) {
+    let (id, token) = app.token(&Permission::ALL).await;
+    let user = app.user("alice@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    assert_eq!(app.get_balance(Some(&token), &query).await.status, 200);
+    tokens::set_active(&app.db, id, false).await.unwrap();
+    app.get_balance(Some(&token), &query)
+        .await
+        .assert_error(403, "TOKEN_DISABLED");
+    tokens::set_active(&app.db, id, true).await.unwrap();
+    assert_eq!(app.get_balance(Some(&token), &query).await.status, 200);
+}
+
+async fn deleted_token_is_token_not_found(app: TestApp) {
+    let (id, token) = app.token(&Permission::ALL).await;
+    let user = app.user("alice@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    assert_eq!(app.get_balance(Some(&token), &query).await.status, 200);
+    tokens::delete(&app.db, id).await.unwrap();
+    app.get_balance(Some(&token), &query)
+        .await
+        .assert_error(403, "TOKEN_NOT_FOUND");
+}
+
+async fn reissued_token_replaces_the_old_value_at_once(app: TestApp) {
+    let (id, old) = app.token(&[Permission::Balance]).await;
+    let user = app.user("alice@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    assert_eq!(app.get_balance(Some(&old), &query).await.status, 200);
+    let (_, new) = tokens::reissue(&app.db, id).await.unwrap();
+    app.get_balance(Some(&old), &query)
+        .await
+        .assert_error(403, "TOKEN_NOT_FOUND");
+    assert_eq!(
+        app.get_balance(Some(new.expose()), &query).await.status,
+        200
+    );
+}
+
+async fn token_without_permissions_is_empty_access(app: TestApp) {
+    let (_, token) = app.token(&[]).await;
+    app.get_balance(Some(&token), "server_id=0&user_id=1")
+        .await
+        .assert_error(403, "EMPTY_ACCESS");
+    app.complete(Some(&token), &json!({}))
+        .await
+        .assert_error(403, "EMPTY_ACCESS");
+}
+
+async fn inactive_project_is_project_not_found_until_enabled(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    projects::set_active(&app.db, app.project_id, false)
+        .await
+        .unwrap();
+    app.get_balance(Some(&token), &query)
+        .await
+        .assert_error(404, "PROJECT_NOT_FOUND");
+    app.complete(Some(&token), &json!({}))
+        .await
+        .assert_error(404, "PROJECT_NOT_FOUND");
+    projects::set_active(&app.db, app.project_id, true)
+        .await
+        .unwrap();
+    assert_eq!(app.get_balance(Some(&token), &query).await.status, 200);
+}
+
+async fn missing_endpoint_permission_is_access_denied(app: TestApp) {
+    let (_, balance_only) = app.token(&[Permission::Balance]).await;
+    let (_, complete_only) = app.token(&[Permission::Complete]).await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "1", "cstm:paygate").await;
+    app.complete_order(&balance_only, &order, "cstm:paygate")
+        .await
+        .assert_error(403, "ACCESS_DENIED");
+    app.get_balance(Some(&complete_only), &format!("server_id=0&user_id={user}"))
+        .await
+        .assert_error(403, "ACCESS_DENIED");
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "0.00");
+    assert_eq!(
+        app.complete_order(&complete_only, &order, "cstm:paygate")
+            .await
+            .status,
+        200
+    );
+}
+
+async fn edited_permissions_take_effect_on_the_next_request(app: TestApp) {
+    let (id, token) = app.token(&[Permission::Complete]).await;
+    let user = app.user("alice@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    app.get_balance(Some(&token), &query)
+        .await
+        .assert_error(403, "ACCESS_DENIED");
+    tokens::edit(&app.db, id, None, Some(&[Permission::Balance]))
+        .await
+        .unwrap();
+    assert_eq!(app.get_balance(Some(&token), &query).await.status, 200);
+    tokens::edit(&app.db, id, Some("renamed"), Some(&[]))
+        .await
+        .unwrap();
+    app.get_balance(Some(&token), &query)
+        .await
+        .assert_error(403, "EMPTY_ACCESS");
+}
+
+/// When several checks fail at once, the earliest in the documented order wins.
+async fn checks_run_in_the_documented_order(app: TestApp) {
+    // Disabled + no permissions + inactive project: TOKEN_DISABLED.
+    let (id, token) = app.token(&[]).await;
+    tokens::set_active(&app.db, id, false).await.unwrap();
+    projects::set_active(&app.db, app.project_id, false)
+        .await
+        .unwrap();
+    app.get_balance(Some(&token), "server_id=-1")
+        .await
+        .assert_error(403, "TOKEN_DISABLED");
+    // Active, no permissions, inactive project: EMPTY_ACCESS before PROJECT_NOT_FOUND.
+    tokens::set_active(&app.db, id, true).await.unwrap();
+    app.get_balance(Some(&token), "server_id=-1")
+        .await
+        .assert_error(403, "EMPTY_ACCESS");
+    // Inactive project, wrong permission, unknown path: PROJECT_NOT_FOUND first.
+    tokens::edit(&app.db, id, None, Some(&[Permission::Complete]))
+        .await
+        .unwrap();
+    app.get_balance(Some(&token), "server_id=-1")
+        .await
+        .assert_error(404, "PROJECT_NOT_FOUND");
+    app.send(app.client.get(app.url("/v2/nothing")).bearer_auth(&token))
+        .await
+        .assert_error(404, "PROJECT_NOT_FOUND");
+    // Active project: NOT_FOUND (path) before ACCESS_DENIED, ACCESS_DENIED before validation.
+    projects::set_active(&app.db, app.project_id, true)
+        .await
+        .unwrap();
+    app.send(app.client.get(app.url("/v2/nothing")).bearer_auth(&token))
+        .await
+        .assert_error(404, "NOT_FOUND");
+    app.get_balance(Some(&token), "server_id=-1")
+        .await
+        .assert_error(403, "ACCESS_DENIED");
+}
+
+async fn unknown_v2_path_needs_a_valid_token_before_not_found(app: TestApp) {
+    let token = app.full_token().await;
+    for path in [
+        "/v2/nothing",
+        "/v2/",
+        "/v2",
+        "/v2/master-account/balance/extra",
+        "/v2/payment/order",
+    ] {
+        app.send(app.client.get(app.url(path)))
+            .await
+            .assert_error(403, "EMPTY_TOKEN");
+        app.send(app.client.get(app.url(path)).bearer_auth("short"))
+            .await
+            .assert_error(403, "INVALID_TOKEN");
+        app.send(app.client.get(app.url(path)).bearer_auth(&token))
+            .await
+            .assert_error(404, "NOT_FOUND");
+    }
+}
+
+async fn wrong_method_on_a_v2_endpoint_is_not_found_after_authentication(app: TestApp) {
+    let token = app.full_token().await;
+    let cases = [
+        app.client
+            .post(app.url("/v2/master-account/balance?server_id=0&user_id=1")),
+        app.client.delete(app.url("/v2/master-account/balance")),
+        app.client.get(app.url("/v2/payment/order/complete")),
+        app.client.put(app.url("/v2/payment/order/complete")),
+    ];
+    for req in cases {
+        let without = req.try_clone().unwrap();
+        app.send(without).await.assert_error(403, "EMPTY_TOKEN");
+        app.send(req.bearer_auth(&token))
+            .await
+            .assert_error(404, "NOT_FOUND");
+    }
+}
+
+async fn authentication_runs_before_parameter_validation(app: TestApp) {
+    app.get_balance(None, "server_id=-1&email=bad")
+        .await
+        .assert_error(403, "EMPTY_TOKEN");
+    app.send(
+        app.client
+            .post(app.url("/v2/payment/order/complete"))
+            .header("Content-Type", "text/plain")
+            .body("not json"),
+    )
+    .await
+    .assert_error(403, "EMPTY_TOKEN");
+    let (_, balance_only) = app.token(&[Permission::Balance]).await;
+    app.send(
+        app.client
+            .post(app.url("/v2/payment/order/complete"))
+            .bearer_auth(&balance_only)
+            .header("Content-Type", "text/plain")
+            .body("not json"),
+    )
+    .await
+    .assert_error(403, "ACCESS_DENIED");
+}
+
+async fn token_of_one_project_reads_and_completes_nothing_of_another(app: TestApp) {
+    let other = app.project("Other").await;
+    let (_, foreign_token) = app.token_in(other, &Permission::ALL).await;
+    let user = app.user("alice@example.com").await;
+    let server = app.server("Ours").await;
+    app.set_balance(user, None, "50", "0").await;
+    let order = app.order(user, None, "5", "cstm:paygate").await;
+    app.get_balance(Some(&foreign_token), &format!("server_id=0&user_id={user}"))
+        .await
+        .assert_error(404, "USER_NOT_FOUND");
+    app.get_balance(Some(&foreign_token), "server_id=0&email=alice@example.com")
+        .await
+        .assert_error(404, "USER_NOT_FOUND");
+    let theirs = app.user_in(other, "bob@example.com").await;
+    app.get_balance(
+        Some(&foreign_token),
+        &format!("server_id={server}&user_id={theirs}"),
+    )
+    .await
+    .assert_error(404, "SERVER_NOT_FOUND");
+    app.complete_order(&foreign_token, &order, "cstm:paygate")
+        .await
+        .assert_error(404, "ORDER_NOT_FOUND");
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "50.00");
+}
+
+async fn only_the_sha256_of_a_token_is_stored(app: TestApp) {
+    let (id, token) = app.token(&Permission::ALL).await;
+    let stored = entity::app_token::Entity::find_by_id(id)
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.token_hash, tokens::hash(&token));
+    assert_eq!(stored.token_hash.len(), 64);
+    assert_ne!(stored.token_hash, token);
+    assert!(
+        !format!("{stored:?}").contains(&stored.token_hash),
+        "Debug redacts the hash"
+    );
+    assert_eq!(token.len(), 64);
+    assert!(token.bytes().all(|b| b.is_ascii_alphanumeric()));
+}
+
+async fn use_of_a_token_is_recorded_as_last_used(app: TestApp) {
+    let (id, token) = app.token(&Permission::ALL).await;
+    let user = app.user("alice@example.com").await;
+    assert_eq!(
+        app.get_balance(Some(&token), &format!("server_id=0&user_id={user}"))
+            .await
+            .status,
+        200
+    );
+    // Recorded off the request path: poll until it lands (bounded, not timed).
+    let mut recorded = false;
+    for _ in 0..3000 {
+        let row = entity::app_token::Entity::find_by_id(id)
+            .one(&app.db)
+            .await
+            .unwrap()
+            .unwrap();
+        if row.last_used_at.is_some() {
+            recorded = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(recorded, "last_used_at was never recorded");
+}
+
+use sea_orm::EntityTrait;

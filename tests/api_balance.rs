@@ -1,0 +1,299 @@
+//! GET /v2/master-account/balance: seed section 4.1 and DESIGN.md section 2,
+//! on every backend, through real HTTP.
+
+mod common;
+
+use common::TestApp;
+use serde_json::json;
+
+on_every_backend!(
+    omitted_balance_type_returns_success_main_and_bonus,
+    balance_type_main_returns_only_main_balance,
+    balance_type_bonus_returns_only_bonus_balance,
+    server_balance_is_separate_from_general_balance,
+    email_finds_the_user_case_insensitively,
+    neither_user_id_nor_email_is_validation_error_under_user_id,
+    empty_user_id_and_email_count_as_absent,
+    invalid_email_is_validation_error_under_email,
+    server_id_missing_negative_or_not_an_integer_is_validation_error,
+    every_invalid_parameter_is_reported_at_once,
+    balance_type_other_than_main_or_bonus_is_validation_error,
+    repeated_parameter_is_validation_error,
+    user_id_that_is_not_a_positive_integer_is_validation_error,
+    unknown_user_is_user_not_found,
+    user_of_another_project_is_user_not_found,
+    user_id_and_email_must_name_the_same_user,
+    unknown_server_is_server_not_found,
+    server_of_another_project_is_server_not_found,
+    user_is_resolved_before_server,
+    account_without_balance_row_reads_zero,
+    large_balances_are_exact_decimal_strings,
+);
+
+async fn omitted_balance_type_returns_success_main_and_bonus(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    app.set_balance(user, None, "1250.5", "25").await;
+    let r = app
+        .get_balance(Some(&token), &format!("server_id=0&user_id={user}"))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.body,
+        json!({"success": true, "main_balance": "1250.50", "bonus_balance": "25.00"})
+    );
+    assert!(r.content_type.starts_with("application/json"));
+}
+
+async fn balance_type_main_returns_only_main_balance(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    app.set_balance(user, None, "7.01", "3").await;
+    let r = app
+        .get_balance(
+            Some(&token),
+            &format!("server_id=0&user_id={user}&balance_type=main"),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, json!({"success": true, "main_balance": "7.01"}));
+}
+
+async fn balance_type_bonus_returns_only_bonus_balance(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    app.set_balance(user, None, "7.01", "3").await;
+    let r = app
+        .get_balance(
+            Some(&token),
+            &format!("server_id=0&user_id={user}&balance_type=bonus"),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, json!({"success": true, "bonus_balance": "3.00"}));
+}
+
+async fn server_balance_is_separate_from_general_balance(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let server = app.server("Survival").await;
+    app.set_balance(user, None, "1", "2").await;
+    app.set_balance(user, Some(server), "30", "40").await;
+    let general = app
+        .get_balance(Some(&token), &format!("server_id=0&user_id={user}"))
+        .await;
+    let on_server = app
+        .get_balance(Some(&token), &format!("server_id={server}&user_id={user}"))
+        .await;
+    assert_eq!(general.body["main_balance"], "1.00");
+    assert_eq!(general.body["bonus_balance"], "2.00");
+    assert_eq!(on_server.body["main_balance"], "30.00");
+    assert_eq!(on_server.body["bonus_balance"], "40.00");
+}
+
+async fn email_finds_the_user_case_insensitively(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("Alice@Example.com").await;
+    app.set_balance(user, None, "5", "0").await;
+    for email in ["alice@example.com", "ALICE%40EXAMPLE.COM"] {
+        let r = app
+            .get_balance(Some(&token), &format!("server_id=0&email={email}"))
+            .await;
+        assert_eq!(r.status, 200, "{email}: {}", r.text);
+        assert_eq!(r.body["main_balance"], "5.00");
+    }
+}
+
+async fn neither_user_id_nor_email_is_validation_error_under_user_id(app: TestApp) {
+    let token = app.full_token().await;
+    let r = app.get_balance(Some(&token), "server_id=0").await;
+    r.assert_validation(&["user_id"]);
+}
+
+async fn empty_user_id_and_email_count_as_absent(app: TestApp) {
+    let token = app.full_token().await;
+    let r = app
+        .get_balance(Some(&token), "server_id=0&user_id=&email=")
+        .await;
+    r.assert_validation(&["user_id"]);
+}
+
+async fn invalid_email_is_validation_error_under_email(app: TestApp) {
+    let token = app.full_token().await;
+    for email in ["not-an-email", "a@", "@example.com", "a%20b@example.com"] {
+        let r = app
+            .get_balance(Some(&token), &format!("server_id=0&email={email}"))
+            .await;
+        r.assert_validation(&["email"]);
+    }
+}
+
+async fn server_id_missing_negative_or_not_an_integer_is_validation_error(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    for server in [
+        "",
+        "server_id=&",
+        "server_id=-1&",
+        "server_id=abc&",
+        "server_id=1.5&",
+        "server_id=%2B1&",
+        "server_id=1e3&",
+        "server_id=99999999999999999999999&",
+        "server_id=%201&",
+    ] {
+        let r = app
+            .get_balance(Some(&token), &format!("{server}user_id={user}"))
+            .await;
+        r.assert_validation(&["server_id"]);
+    }
+}
+
+async fn every_invalid_parameter_is_reported_at_once(app: TestApp) {
+    let token = app.full_token().await;
+    let r = app
+        .get_balance(Some(&token), "server_id=-5&email=nope&balance_type=gold")
+        .await;
+    r.assert_validation(&["balance_type", "email", "server_id"]);
+}
+
+async fn balance_type_other_than_main_or_bonus_is_validation_error(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    for kind in ["", "MAIN", "both", "main,bonus"] {
+        let r = app
+            .get_balance(
+                Some(&token),
+                &format!("server_id=0&user_id={user}&balance_type={kind}"),
+            )
+            .await;
+        r.assert_validation(&["balance_type"]);
+    }
+}
+
+async fn repeated_parameter_is_validation_error(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let r = app
+        .get_balance(
+            Some(&token),
+            &format!("server_id=0&server_id=0&user_id={user}"),
+        )
+        .await;
+    r.assert_validation(&["server_id"]);
+}
+
+async fn user_id_that_is_not_a_positive_integer_is_validation_error(app: TestApp) {
+    let token = app.full_token().await;
+    for id in ["0", "-3", "x", "1.0"] {
+        let r = app
+            .get_balance(Some(&token), &format!("server_id=0&user_id={id}"))
+            .await;
+        r.assert_validation(&["user_id"]);
+    }
+}
+
+async fn unknown_user_is_user_not_found(app: TestApp) {
+    let token = app.full_token().await;
+    app.get_balance(Some(&token), "server_id=0&user_id=424242")
+        .await
+        .assert_error(404, "USER_NOT_FOUND");
+    app.get_balance(Some(&token), "server_id=0&email=ghost@example.com")
+        .await
+        .assert_error(404, "USER_NOT_FOUND");
+}
+
+async fn user_of_another_project_is_user_not_found(app: TestApp) {
+    let token = app.full_token().await;
+    let other = app.project("Other").await;
+    let stranger = app.user_in(other, "stranger@example.com").await;
+    app.get_balance(Some(&token), &format!("server_id=0&user_id={stranger}"))
+        .await
+        .assert_error(404, "USER_NOT_FOUND");
+    app.get_balance(Some(&token), "server_id=0&email=stranger@example.com")
+        .await
+        .assert_error(404, "USER_NOT_FOUND");
+}
+
+async fn user_id_and_email_must_name_the_same_user(app: TestApp) {
+    let token = app.full_token().await;
+    let alice = app.user("alice@example.com").await;
+    let bob = app.user("bob@example.com").await;
+    app.set_balance(alice, None, "9", "0").await;
+    let same = app
+        .get_balance(
+            Some(&token),
+            &format!("server_id=0&user_id={alice}&email=alice@example.com"),
+        )
+        .await;
+    assert_eq!(same.status, 200);
+    assert_eq!(same.body["main_balance"], "9.00");
+    app.get_balance(
+        Some(&token),
+        &format!("server_id=0&user_id={bob}&email=alice@example.com"),
+    )
+    .await
+    .assert_error(404, "USER_NOT_FOUND");
+}
+
+async fn unknown_server_is_server_not_found(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    app.get_balance(Some(&token), &format!("server_id=987654&user_id={user}"))
+        .await
+        .assert_error(404, "SERVER_NOT_FOUND");
+}
+
+async fn server_of_another_project_is_server_not_found(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let other = app.project("Other").await;
+    let foreign = masterpay::service::servers::create(&app.db, other, "Foreign")
+        .await
+        .unwrap()
+        .id;
+    app.get_balance(Some(&token), &format!("server_id={foreign}&user_id={user}"))
+        .await
+        .assert_error(404, "SERVER_NOT_FOUND");
+}
+
+async fn user_is_resolved_before_server(app: TestApp) {
+    let token = app.full_token().await;
+    app.get_balance(Some(&token), "server_id=987654&user_id=424242")
+        .await
+        .assert_error(404, "USER_NOT_FOUND");
+}
+
+async fn account_without_balance_row_reads_zero(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let server = app.server("Empty").await;
+    for server_id in [0, server] {
+        let r = app
+            .get_balance(
+                Some(&token),
+                &format!("server_id={server_id}&user_id={user}"),
+            )
+            .await;
+        assert_eq!(
+            r.body,
+            json!({"success": true, "main_balance": "0.00", "bonus_balance": "0.00"})
+        );
+    }
+}
+
+async fn large_balances_are_exact_decimal_strings(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("whale@example.com").await;
+    app.set_balance(user, None, "123456789012345.67", "999999999999999.99")
+        .await;
+    let r = app
+        .get_balance(Some(&token), &format!("server_id=0&user_id={user}"))
+        .await;
+    assert_eq!(r.body["main_balance"], "123456789012345.67");
+    assert_eq!(r.body["bonus_balance"], "999999999999999.99");
+    assert!(
+        r.text.contains("\"123456789012345.67\""),
+        "a string, not a number"
+    );
+}

@@ -1,0 +1,451 @@
+//! POST /v2/payment/order/complete: seed sections 3.1 and 4.2 and DESIGN.md
+//! section 2 (atomic, exactly-once completion), on every backend.
+
+mod common;
+
+use common::{Backend, TestApp};
+use entity::payment_order;
+use masterpay::service::orders;
+use serde_json::{Value, json};
+
+on_every_backend!(
+    completion_sets_status_credits_main_balance_and_logs_once,
+    completion_response_body_has_the_documented_fields,
+    order_with_server_credits_that_servers_main_balance,
+    second_completion_is_409_and_credits_nothing,
+    unknown_order_is_order_not_found,
+    order_of_another_project_is_order_not_found,
+    other_payment_system_is_order_not_found_and_changes_nothing,
+    malformed_payment_system_and_order_id_are_validation_errors,
+    missing_fields_are_each_reported,
+    payment_id_empty_null_and_absent_all_mean_none,
+    payment_id_is_stored_for_reconciliation,
+    payment_id_longer_than_255_or_not_a_string_is_validation_error,
+    body_that_is_not_a_json_object_is_validation_error_under_body,
+    ten_cents_thirty_times_adds_up_to_exactly_three,
+    sixty_four_concurrent_identical_completes_credit_once,
+    thirty_concurrent_orders_of_one_user_lose_no_credit,
+    failing_status_update_is_order_update_failed_and_changes_nothing,
+    failing_operation_log_is_payment_processing_error_and_rolls_back,
+    credit_past_the_balance_ceiling_is_payment_processing_error_and_rolls_back,
+);
+
+fn body(order_id: &str, payment_system: &str) -> Value {
+    json!({"payment_system": payment_system, "order_id": order_id})
+}
+
+async fn order_row(app: &TestApp, order_id: &str) -> payment_order::Model {
+    orders::find(&app.db, order_id)
+        .await
+        .unwrap()
+        .expect("order exists")
+}
+
+async fn log_rows(app: &TestApp) -> i64 {
+    app.count("SELECT COUNT(*) FROM operation_log WHERE kind = 'order_credit'")
+        .await
+}
+
+async fn completion_sets_status_credits_main_balance_and_logs_once(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    app.set_balance(user, None, "100", "5").await;
+    let order = app.order(user, None, "10.25", "cstm:paygate").await;
+    let r = app.complete_order(&token, &order, "cstm:paygate").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let row = order_row(&app, &order).await;
+    assert_eq!(row.status, "completed");
+    assert!(row.completed_at.is_some());
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "110.25");
+    let bonus = app
+        .get_balance(
+            Some(&token),
+            &format!("server_id=0&user_id={user}&balance_type=bonus"),
+        )
+        .await;
+    assert_eq!(bonus.body["bonus_balance"], "5.00", "bonus untouched");
+    assert_eq!(log_rows(&app).await, 1);
+    let logged = app
+        .count(&format!(
+            "SELECT balance_after_cents - balance_before_cents FROM operation_log WHERE order_ref = {}",
+            row.id
+        ))
+        .await;
+    assert_eq!(logged, 1025);
+}
+
+async fn completion_response_body_has_the_documented_fields(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "10.25", "cstm:paygate").await;
+    let r = app
+        .complete(
+            Some(&token),
+            &json!({"payment_system": "cstm:paygate", "order_id": order, "payment_id": "pay_1"}),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["success"], true);
+    assert_eq!(r.body["order_id"], order.as_str());
+    assert_eq!(r.body["payment_system"], "cstm:paygate");
+    assert_eq!(r.body["payment_id"], "pay_1");
+    assert_eq!(r.body["status"], "completed");
+    assert_eq!(r.body["amount"], "10.25");
+    let at = r.body["completed_at"]
+        .as_str()
+        .expect("completed_at string");
+    let parsed = chrono::DateTime::parse_from_rfc3339(at).expect("RFC 3339");
+    assert_eq!(parsed.offset().local_minus_utc(), 0, "UTC");
+}
+
+async fn order_with_server_credits_that_servers_main_balance(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let server = app.server("Survival").await;
+    let order = app.order(user, Some(server), "3.50", "cstm:paygate").await;
+    assert_eq!(
+        app.complete_order(&token, &order, "cstm:paygate")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(app.main_balance(user, server).await.to_string(), "3.50");
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "0.00");
+}
+
+async fn second_completion_is_409_and_credits_nothing(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "1", "cstm:paygate").await;
+    assert_eq!(
+        app.complete_order(&token, &order, "cstm:paygate")
+            .await
+            .status,
+        200
+    );
+    let completed_at = order_row(&app, &order).await.completed_at;
+    for _ in 0..3 {
+        app.complete_order(&token, &order, "cstm:paygate")
+            .await
+            .assert_error(409, "ORDER_ALREADY_COMPLETED");
+    }
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "1.00");
+    assert_eq!(log_rows(&app).await, 1);
+    assert_eq!(order_row(&app, &order).await.completed_at, completed_at);
+}
+
+async fn unknown_order_is_order_not_found(app: TestApp) {
+    let token = app.full_token().await;
+    app.complete_order(&token, "Order:nosuch123", "cstm:paygate")
+        .await
+        .assert_error(404, "ORDER_NOT_FOUND");
+}
+
+async fn order_of_another_project_is_order_not_found(app: TestApp) {
+    let token = app.full_token().await;
+    let other = app.project("Other").await;
+    let stranger = app.user_in(other, "stranger@example.com").await;
+    let order = app
+        .order_in(other, stranger, None, "50", "cstm:paygate")
+        .await;
+    app.complete_order(&token, &order, "cstm:paygate")
+        .await
+        .assert_error(404, "ORDER_NOT_FOUND");
+    assert_eq!(order_row(&app, &order).await.status, "pending");
+    assert_eq!(app.main_balance(stranger, 0).await.to_string(), "0.00");
+}
+
+async fn other_payment_system_is_order_not_found_and_changes_nothing(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "5", "cstm:paygate").await;
+    app.complete_order(&token, &order, "cstm:othergate")
+        .await
+        .assert_error(404, "ORDER_NOT_FOUND");
+    assert_eq!(order_row(&app, &order).await.status, "pending");
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "0.00");
+    assert_eq!(log_rows(&app).await, 0);
+}
+
+async fn malformed_payment_system_and_order_id_are_validation_errors(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "5", "cstm:paygate").await;
+    for bad in [
+        "cstm:abc",
+        "cstm:Paygate",
+        "cstm:pay1",
+        "paygate",
+        "cstm:abcdefghijklmnopqrstu",
+        "",
+    ] {
+        app.complete(Some(&token), &body(&order, bad))
+            .await
+            .assert_validation(&["payment_system"]);
+    }
+    for bad in [
+        "Order:abc",
+        "Order:abcdefgh1234",
+        "order:abcdefgh",
+        "Order:abcd_efgh",
+        "Order:abcdefgh ",
+    ] {
+        app.complete(Some(&token), &body(bad, "cstm:paygate"))
+            .await
+            .assert_validation(&["order_id"]);
+    }
+    app.complete(
+        Some(&token),
+        &json!({"payment_system": 5, "order_id": ["x"]}),
+    )
+    .await
+    .assert_validation(&["order_id", "payment_system"]);
+    assert_eq!(order_row(&app, &order).await.status, "pending");
+}
+
+async fn missing_fields_are_each_reported(app: TestApp) {
+    let token = app.full_token().await;
+    app.complete(Some(&token), &json!({}))
+        .await
+        .assert_validation(&["order_id", "payment_system"]);
+    app.complete(
+        Some(&token),
+        &json!({"payment_system": null, "order_id": "Order:abcdefgh"}),
+    )
+    .await
+    .assert_validation(&["payment_system"]);
+}
+
+async fn payment_id_empty_null_and_absent_all_mean_none(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    for payment_id in [None, Some(Value::Null), Some(json!(""))] {
+        let order = app.order(user, None, "1", "cstm:paygate").await;
+        let mut request = body(&order, "cstm:paygate");
+        if let Some(p) = payment_id.clone() {
+            request["payment_id"] = p;
+        }
+        let r = app.complete(Some(&token), &request).await;
+        assert_eq!(r.status, 200, "{payment_id:?}: {}", r.text);
+        assert_eq!(r.body["payment_id"], Value::Null);
+        assert_eq!(order_row(&app, &order).await.payment_id, None);
+    }
+}
+
+async fn payment_id_is_stored_for_reconciliation(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "1", "cstm:paygate").await;
+    let id = "Zahlung-ß-支付-💳-".repeat(10);
+    let r = app
+        .complete(
+            Some(&token),
+            &json!({"payment_system": "cstm:paygate", "order_id": order, "payment_id": id}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        order_row(&app, &order).await.payment_id.as_deref(),
+        Some(id.as_str())
+    );
+}
+
+async fn payment_id_longer_than_255_or_not_a_string_is_validation_error(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "1", "cstm:paygate").await;
+    for bad in [
+        json!("x".repeat(256)),
+        json!(12345),
+        json!({"id": 1}),
+        json!(true),
+    ] {
+        let mut request = body(&order, "cstm:paygate");
+        request["payment_id"] = bad;
+        app.complete(Some(&token), &request)
+            .await
+            .assert_validation(&["payment_id"]);
+    }
+    assert_eq!(order_row(&app, &order).await.status, "pending");
+}
+
+async fn body_that_is_not_a_json_object_is_validation_error_under_body(app: TestApp) {
+    let token = app.full_token().await;
+    for bad in [json!([1, 2]), json!("text"), json!(null), json!(42)] {
+        app.complete(Some(&token), &bad)
+            .await
+            .assert_validation(&["body"]);
+    }
+}
+
+async fn ten_cents_thirty_times_adds_up_to_exactly_three(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    for _ in 0..30 {
+        let order = app.order(user, None, "0.10", "cstm:paygate").await;
+        assert_eq!(
+            app.complete_order(&token, &order, "cstm:paygate")
+                .await
+                .status,
+            200
+        );
+    }
+    let r = app
+        .get_balance(Some(&token), &format!("server_id=0&user_id={user}"))
+        .await;
+    assert_eq!(r.body["main_balance"], "3.00");
+}
+
+async fn sixty_four_concurrent_identical_completes_credit_once(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "10.25", "cstm:paygate").await;
+    let replies = futures::future::join_all(
+        (0..64).map(|_| app.complete_order(&token, &order, "cstm:paygate")),
+    )
+    .await;
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    let conflicts = replies
+        .iter()
+        .filter(|r| r.status == 409 && r.code() == "ORDER_ALREADY_COMPLETED")
+        .count();
+    let others: Vec<_> = replies
+        .iter()
+        .filter(|r| r.status != 200 && r.status != 409)
+        .map(|r| r.text.clone())
+        .collect();
+    assert_eq!((ok, conflicts), (1, 63), "unexpected: {others:?}");
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "10.25");
+    assert_eq!(log_rows(&app).await, 1);
+}
+
+async fn thirty_concurrent_orders_of_one_user_lose_no_credit(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let server = app.server("Busy").await;
+    let mut order_ids = Vec::new();
+    for i in 0..30 {
+        // Half on the general account, half on one server; no balance rows exist yet.
+        let target = if i % 2 == 0 { None } else { Some(server) };
+        order_ids.push(app.order(user, target, "1.01", "cstm:paygate").await);
+    }
+    let replies = futures::future::join_all(
+        order_ids
+            .iter()
+            .map(|o| app.complete_order(&token, o, "cstm:paygate")),
+    )
+    .await;
+    let failed: Vec<_> = replies
+        .iter()
+        .filter(|r| r.status != 200)
+        .map(|r| &r.text)
+        .collect();
+    assert!(failed.is_empty(), "failed: {failed:?}");
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "15.15");
+    assert_eq!(app.main_balance(user, server).await.to_string(), "15.15");
+    assert_eq!(log_rows(&app).await, 30);
+}
+
+/// Installs a trigger that makes every `event` on `table` fail.
+async fn inject_failure(app: &TestApp, name: &str, event: &str, table: &str) {
+    match app.backend {
+        Backend::Sqlite => {
+            app.exec(&format!(
+                "CREATE TRIGGER {name} BEFORE {event} ON {table} BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+            ))
+            .await
+        }
+        Backend::Postgres => {
+            app.exec(&format!(
+                "CREATE FUNCTION {name}() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$ LANGUAGE plpgsql"
+            ))
+            .await;
+            app.exec(&format!(
+                "CREATE TRIGGER {name} BEFORE {event} ON {table} FOR EACH ROW EXECUTE FUNCTION {name}()"
+            ))
+            .await
+        }
+        Backend::MySql => {
+            app.exec(&format!(
+                "CREATE TRIGGER {name} BEFORE {event} ON {table} FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected failure'"
+            ))
+            .await
+        }
+    }
+}
+
+async fn remove_failure(app: &TestApp, name: &str, table: &str) {
+    match app.backend {
+        Backend::Postgres => app.exec(&format!("DROP TRIGGER {name} ON {table}")).await,
+        _ => app.exec(&format!("DROP TRIGGER {name}")).await,
+    }
+}
+
+async fn failing_status_update_is_order_update_failed_and_changes_nothing(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "7", "cstm:paygate").await;
+    inject_failure(&app, "fail_order_update", "UPDATE", "payment_orders").await;
+    app.complete_order(&token, &order, "cstm:paygate")
+        .await
+        .assert_error(500, "ORDER_UPDATE_FAILED");
+    assert_eq!(order_row(&app, &order).await.status, "pending");
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "0.00");
+    assert_eq!(log_rows(&app).await, 0);
+    // The failure leaves nothing half-done: a retry succeeds once the cause is gone.
+    remove_failure(&app, "fail_order_update", "payment_orders").await;
+    assert_eq!(
+        app.complete_order(&token, &order, "cstm:paygate")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "7.00");
+}
+
+async fn failing_operation_log_is_payment_processing_error_and_rolls_back(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    app.set_balance(user, None, "1", "0").await;
+    let order = app.order(user, None, "7", "cstm:paygate").await;
+    inject_failure(&app, "fail_log_insert", "INSERT", "operation_log").await;
+    app.complete_order(&token, &order, "cstm:paygate")
+        .await
+        .assert_error(500, "PAYMENT_PROCESSING_ERROR");
+    assert_eq!(
+        order_row(&app, &order).await.status,
+        "pending",
+        "status rolled back"
+    );
+    assert_eq!(
+        app.main_balance(user, 0).await.to_string(),
+        "1.00",
+        "credit rolled back"
+    );
+    assert_eq!(log_rows(&app).await, 0);
+    remove_failure(&app, "fail_log_insert", "operation_log").await;
+    assert_eq!(
+        app.complete_order(&token, &order, "cstm:paygate")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "8.00");
+    assert_eq!(log_rows(&app).await, 1);
+}
+
+async fn credit_past_the_balance_ceiling_is_payment_processing_error_and_rolls_back(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("whale@example.com").await;
+    app.set_balance(user, None, "999999999999999.99", "0").await;
+    let order = app.order(user, None, "0.01", "cstm:paygate").await;
+    app.complete_order(&token, &order, "cstm:paygate")
+        .await
+        .assert_error(500, "PAYMENT_PROCESSING_ERROR");
+    assert_eq!(order_row(&app, &order).await.status, "pending");
+    assert_eq!(
+        app.main_balance(user, 0).await.to_string(),
+        "999999999999999.99"
+    );
+    assert_eq!(log_rows(&app).await, 0);
+}

@@ -1,0 +1,191 @@
+//! The HTTP surface around the endpoints: every framework rejection is the
+//! seed's JSON (never plain text, never 405), body limits, health, readiness,
+//! the served OpenAPI document and Swagger UI.
+
+mod common;
+
+use common::TestApp;
+
+on_every_backend!(
+    unknown_path_outside_v2_is_json_not_found,
+    wrong_method_outside_v2_is_not_found_never_405,
+    body_over_64_kib_is_payload_too_large,
+    chunked_body_over_64_kib_is_payload_too_large,
+    content_type_other_than_json_is_validation_error_under_body,
+    json_content_type_with_charset_is_accepted,
+    malformed_json_is_validation_error_under_body,
+    healthz_and_readyz_answer_ok,
+    openapi_json_and_yaml_are_served_without_a_token,
+    swagger_ui_is_served_from_vendored_assets,
+);
+
+async fn unknown_path_outside_v2_is_json_not_found(app: TestApp) {
+    for path in [
+        "/",
+        "/nothing",
+        "/v1/master-account/balance",
+        "/v20/x",
+        "/docs/nothing.js",
+    ] {
+        app.send(app.client.get(app.url(path)))
+            .await
+            .assert_error(404, "NOT_FOUND");
+    }
+}
+
+async fn wrong_method_outside_v2_is_not_found_never_405(app: TestApp) {
+    app.send(app.client.post(app.url("/healthz")))
+        .await
+        .assert_error(404, "NOT_FOUND");
+    app.send(app.client.delete(app.url("/openapi.json")))
+        .await
+        .assert_error(404, "NOT_FOUND");
+}
+
+async fn body_over_64_kib_is_payload_too_large(app: TestApp) {
+    let token = app.full_token().await;
+    let padding = "x".repeat(64 * 1024);
+    let body = format!(
+        r#"{{"payment_system":"cstm:paygate","order_id":"Order:abcdefgh","pad":"{padding}"}}"#
+    );
+    app.send(
+        app.client
+            .post(app.url("/v2/payment/order/complete"))
+            .bearer_auth(&token)
+            .header("Content-Type", "application/json")
+            .body(body),
+    )
+    .await
+    .assert_error(413, "PAYLOAD_TOO_LARGE");
+}
+
+async fn chunked_body_over_64_kib_is_payload_too_large(app: TestApp) {
+    let token = app.full_token().await;
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..20).map(|_| Ok(vec![b' '; 8 * 1024])).collect();
+    let body = reqwest::Body::wrap_stream(futures::stream::iter(chunks));
+    app.send(
+        app.client
+            .post(app.url("/v2/payment/order/complete"))
+            .bearer_auth(&token)
+            .header("Content-Type", "application/json")
+            .body(body),
+    )
+    .await
+    .assert_error(413, "PAYLOAD_TOO_LARGE");
+}
+
+async fn content_type_other_than_json_is_validation_error_under_body(app: TestApp) {
+    let token = app.full_token().await;
+    let json = r#"{"payment_system":"cstm:paygate","order_id":"Order:abcdefgh"}"#;
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("application/xml"),
+        None,
+    ] {
+        let mut req = app
+            .client
+            .post(app.url("/v2/payment/order/complete"))
+            .bearer_auth(&token)
+            .body(json);
+        if let Some(ct) = content_type {
+            req = req.header("Content-Type", ct);
+        }
+        app.send(req).await.assert_validation(&["body"]);
+    }
+}
+
+async fn json_content_type_with_charset_is_accepted(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "1", "cstm:paygate").await;
+    let r = app
+        .send(
+            app.client
+                .post(app.url("/v2/payment/order/complete"))
+                .bearer_auth(&token)
+                .header("Content-Type", "application/json; charset=UTF-8")
+                .body(format!(
+                    r#"{{"payment_system":"cstm:paygate","order_id":"{order}"}}"#
+                )),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+async fn malformed_json_is_validation_error_under_body(app: TestApp) {
+    let token = app.full_token().await;
+    for body in ["{", "", "{\"order_id\": }", "\u{0}", "{\"a\":1}{\"b\":2}"] {
+        app.send(
+            app.client
+                .post(app.url("/v2/payment/order/complete"))
+                .bearer_auth(&token)
+                .header("Content-Type", "application/json")
+                .body(body),
+        )
+        .await
+        .assert_validation(&["body"]);
+    }
+}
+
+async fn healthz_and_readyz_answer_ok(app: TestApp) {
+    let health = app.send(app.client.get(app.url("/healthz"))).await;
+    assert_eq!(
+        (health.status, health.body["status"].as_str()),
+        (200, Some("ok"))
+    );
+    let ready = app.send(app.client.get(app.url("/readyz"))).await;
+    assert_eq!(
+        (ready.status, ready.body["status"].as_str()),
+        (200, Some("ready"))
+    );
+}
+
+async fn openapi_json_and_yaml_are_served_without_a_token(app: TestApp) {
+    let yaml = app.send(app.client.get(app.url("/openapi.yaml"))).await;
+    assert_eq!(yaml.status, 200);
+    let committed =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/v2.yaml"))
+            .expect("openapi/v2.yaml is committed");
+    assert_eq!(
+        yaml.text, committed,
+        "served YAML equals the committed file"
+    );
+    let json = app.send(app.client.get(app.url("/openapi.json"))).await;
+    assert_eq!(json.status, 200);
+    assert!(json.content_type.starts_with("application/json"));
+    assert_eq!(json.body["info"]["version"], "2.0.0");
+    assert!(json.body["paths"]["/v2/master-account/balance"]["get"].is_object());
+    assert!(json.body["paths"]["/v2/payment/order/complete"]["post"].is_object());
+}
+
+async fn swagger_ui_is_served_from_vendored_assets(app: TestApp) {
+    let index = app.send(app.client.get(app.url("/docs/"))).await;
+    assert_eq!(index.status, 200);
+    assert!(index.content_type.starts_with("text/html"));
+    assert!(
+        index.text.contains("swagger-ui"),
+        "{}",
+        &index.text[..200.min(index.text.len())]
+    );
+    let init = app
+        .send(app.client.get(app.url("/docs/swagger-initializer.js")))
+        .await;
+    assert_eq!(init.status, 200);
+    assert!(init.text.contains("/openapi.json"));
+    let css = app
+        .send(app.client.get(app.url("/docs/swagger-ui.css")))
+        .await;
+    assert_eq!(css.status, 200);
+    let redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(app.url("/docs"))
+        .send()
+        .await
+        .unwrap();
+    assert!(redirect.status().is_redirection());
+    assert_eq!(redirect.headers()["location"], "/docs/");
+}

@@ -1,0 +1,659 @@
+//! Test harness: every test gets a fresh database of its own and a real
+//! server on a free port, on each configured backend.
+//!
+//! SQLite always runs. PostgreSQL and MariaDB/MySQL run when
+//! `MASTERPAY_TEST_POSTGRES_URL` / `MASTERPAY_TEST_MYSQL_URL` name a server
+//! (`.ci/run` sets both); each test then creates its own database there and
+//! drops it afterwards. [`on_every_backend!`] turns one `async fn(TestApp)`
+//! into one `#[tokio::test]` per backend, so a failure names its backend.
+
+#![allow(dead_code)]
+
+use std::{future::Future, time::Duration};
+
+use masterpay::{
+    app::Application,
+    config::Settings,
+    db::{self, PoolSettings},
+    money::Money,
+    service::{
+        balances, orders, projects, servers,
+        tokens::{self, Permission},
+        users,
+    },
+};
+use reqwest::Url;
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+impl Backend {
+    pub fn env_var(self) -> Option<&'static str> {
+        match self {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some("MASTERPAY_TEST_POSTGRES_URL"),
+            Backend::MySql => Some("MASTERPAY_TEST_MYSQL_URL"),
+        }
+    }
+}
+
+/// A database created for one test, dropped when this value is dropped.
+pub struct TestDatabase {
+    pub backend: Backend,
+    pub url: String,
+    admin_url: Option<String>,
+    name: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn random_suffix() -> String {
+    use rand::{Rng, distr::Alphanumeric};
+    rand::rng()
+        .sample_iter(Alphanumeric)
+        .take(12)
+        .map(char::from)
+        .collect::<String>()
+        .to_lowercase()
+}
+
+impl TestDatabase {
+    /// A fresh, empty database, or `None` when the backend is not configured.
+    pub async fn create(backend: Backend) -> Option<TestDatabase> {
+        let Some(var) = backend.env_var() else {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let url = format!("sqlite://{}", dir.path().join("test.db").display());
+            return Some(TestDatabase {
+                backend,
+                url,
+                admin_url: None,
+                name: String::new(),
+                _dir: Some(dir),
+            });
+        };
+        let admin_url = match std::env::var(var) {
+            Ok(url) if !url.is_empty() => url,
+            _ => {
+                eprintln!("skipped on {backend:?}: {var} is not set");
+                return None;
+            }
+        };
+        let name = format!("mp_test_{}", random_suffix());
+        let admin = Database::connect(admin_url.as_str())
+            .await
+            .unwrap_or_else(|e| panic!("{var}={admin_url} is unreachable: {e}"));
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create test database");
+        admin.close().await.ok();
+        let mut url = Url::parse(&admin_url).expect("valid database URL");
+        url.set_path(&format!("/{name}"));
+        Some(TestDatabase {
+            backend,
+            url: url.to_string(),
+            admin_url: Some(admin_url),
+            name,
+            _dir: None,
+        })
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let Some(admin_url) = self.admin_url.clone() else {
+            return;
+        };
+        let sql = match self.backend {
+            Backend::Postgres => format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            _ => format!("DROP DATABASE IF EXISTS {}", self.name),
+        };
+        // Drop runs inside the test's runtime; use a runtime of our own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                if let Ok(admin) = Database::connect(admin_url.as_str()).await {
+                    let _ = admin.execute_unprepared(&sql).await;
+                    let _ = admin.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Pool settings for tests: small pools so that parallel tests stay well
+/// inside the servers' connection limits.
+pub fn test_pool() -> PoolSettings {
+    PoolSettings {
+        max_connections: 10,
+        acquire_timeout: Duration::from_secs(10),
+        statement_timeout: Duration::from_secs(30),
+    }
+}
+
+/// A running server on a fresh database, with one active project.
+pub struct TestApp {
+    pub backend: Backend,
+    pub base: String,
+    pub db: DatabaseConnection,
+    pub client: reqwest::Client,
+    pub project_id: i64,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+    // Last, so that the database is dropped after the server stopped.
+    pub database: TestDatabase,
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> Option<TestApp> {
+        Self::spawn_with(backend, |_| {}).await
+    }
+
+    /// Like [`TestApp::spawn`], with settings adjusted by `adjust`.
+    pub async fn spawn_with(
+        backend: Backend,
+        adjust: impl FnOnce(&mut Settings),
+    ) -> Option<TestApp> {
+        let database = TestDatabase::create(backend).await?;
+        let db = db::connect(&database.url, &test_pool())
+            .await
+            .expect("connect test database");
+        db::migrate(&db).await.expect("migrate test database");
+        let settings = Settings {
+            database_url: database.url.clone(),
+            listen: "127.0.0.1:0".into(),
+            pool: test_pool(),
+            request_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(5),
+            ..Settings::default()
+        };
+        let mut settings = settings;
+        adjust(&mut settings);
+        let app = Application::build(&settings, db.clone())
+            .await
+            .expect("bind test server");
+        let base = format!("http://127.0.0.1:{}", app.port());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            app.run_until_stopped(async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server runs");
+        });
+        let project = projects::create(&db, "Test project")
+            .await
+            .expect("project");
+        Some(TestApp {
+            backend,
+            base,
+            db,
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .build()
+                .expect("client"),
+            project_id: project.id,
+            shutdown: Some(tx),
+            server: Some(server),
+            database,
+        })
+    }
+
+    pub fn backend_kind(&self) -> DbBackend {
+        self.db.get_database_backend()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Stops the server and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+
+    // ---- seeding through the service layer (the same code the CLI runs) ----
+
+    pub async fn user(&self, email: &str) -> i64 {
+        users::create(&self.db, self.project_id, email)
+            .await
+            .expect("user")
+            .id
+    }
+
+    pub async fn user_in(&self, project_id: i64, email: &str) -> i64 {
+        users::create(&self.db, project_id, email)
+            .await
+            .expect("user")
+            .id
+    }
+
+    pub async fn server(&self, name: &str) -> i64 {
+        servers::create(&self.db, self.project_id, name)
+            .await
+            .expect("server")
+            .id
+    }
+
+    pub async fn project(&self, name: &str) -> i64 {
+        projects::create(&self.db, name).await.expect("project").id
+    }
+
+    pub async fn set_balance(&self, user: i64, server: Option<i64>, main: &str, bonus: &str) {
+        balances::set(
+            &self.db,
+            user,
+            server,
+            Some(main.parse().unwrap()),
+            Some(bonus.parse().unwrap()),
+        )
+        .await
+        .expect("balance set");
+    }
+
+    pub async fn main_balance(&self, user: i64, server: i64) -> Money {
+        balances::get(&self.db, user, server)
+            .await
+            .expect("balance")
+            .main
+    }
+
+    /// A token of the test project with `permissions`; returns (id, value).
+    pub async fn token(&self, permissions: &[Permission]) -> (i64, String) {
+        self.token_in(self.project_id, permissions).await
+    }
+
+    pub async fn token_in(&self, project_id: i64, permissions: &[Permission]) -> (i64, String) {
+        let (info, value) = tokens::create(&self.db, project_id, "test", permissions)
+            .await
+            .expect("token");
+        (info.token.id, value.expose().to_owned())
+    }
+
+    /// A token with every permission.
+    pub async fn full_token(&self) -> String {
+        self.token(&Permission::ALL).await.1
+    }
+
+    /// A pending order; returns its order id.
+    pub async fn order(
+        &self,
+        user: i64,
+        server: Option<i64>,
+        amount: &str,
+        payment_system: &str,
+    ) -> String {
+        self.order_in(self.project_id, user, server, amount, payment_system)
+            .await
+    }
+
+    pub async fn order_in(
+        &self,
+        project_id: i64,
+        user: i64,
+        server: Option<i64>,
+        amount: &str,
+        payment_system: &str,
+    ) -> String {
+        orders::create(
+            &self.db,
+            orders::NewOrder {
+                project_id,
+                user_id: user,
+                server_id: server,
+                amount: amount.parse().unwrap(),
+                payment_system: payment_system.into(),
+                order_id: None,
+            },
+        )
+        .await
+        .expect("order")
+        .order_id
+    }
+
+    // ---- one typed helper per endpoint ----
+
+    /// GET /v2/master-account/balance with a raw query string.
+    pub async fn get_balance(&self, token: Option<&str>, query: &str) -> Reply {
+        let mut req = self
+            .client
+            .get(self.url(&format!("/v2/master-account/balance?{query}")));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        Reply::from(req.send().await.expect("request")).await
+    }
+
+    /// POST /v2/payment/order/complete with a JSON body.
+    pub async fn complete(&self, token: Option<&str>, body: &Value) -> Reply {
+        let mut req = self
+            .client
+            .post(self.url("/v2/payment/order/complete"))
+            .json(body);
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        Reply::from(req.send().await.expect("request")).await
+    }
+
+    /// Completes `order_id` with `payment_system`.
+    pub async fn complete_order(&self, token: &str, order_id: &str, payment_system: &str) -> Reply {
+        self.complete(
+            Some(token),
+            &serde_json::json!({"payment_system": payment_system, "order_id": order_id}),
+        )
+        .await
+    }
+
+    /// Any request, for the framework-level cases.
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> Reply {
+        Reply::from(req.send().await.expect("request")).await
+    }
+
+    /// Runs SQL on the test database (used to inject failures).
+    pub async fn exec(&self, sql: &str) {
+        self.db
+            .execute_unprepared(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// One number from a query, such as `SELECT COUNT(*) ...`.
+    pub async fn count(&self, sql: &str) -> i64 {
+        let row = self
+            .db
+            .query_one_raw(sea_orm::Statement::from_string(self.backend_kind(), sql))
+            .await
+            .expect("query")
+            .expect("one row");
+        row.try_get_by_index::<i64>(0).expect("integer")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A response: status, content type and parsed JSON body.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Reply {
+    pub async fn from(res: reqwest::Response) -> Reply {
+        let status = res.status().as_u16();
+        let content_type = res
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let text = res.text().await.expect("body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply {
+            status,
+            content_type,
+            body,
+            text,
+        }
+    }
+
+    pub fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or("")
+    }
+
+    /// Asserts the seed's error shape with `status` and `code`.
+    #[track_caller]
+    pub fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(
+            (self.status, self.code()),
+            (status, code),
+            "unexpected reply: {} {}",
+            self.status,
+            self.text
+        );
+        assert_eq!(self.body["success"], Value::Bool(false), "{}", self.text);
+        assert!(
+            self.content_type.starts_with("application/json"),
+            "content type {:?}",
+            self.content_type
+        );
+    }
+
+    /// Asserts VALIDATION_ERROR naming exactly `fields`.
+    #[track_caller]
+    pub fn assert_validation(&self, fields: &[&str]) {
+        self.assert_error(400, "VALIDATION_ERROR");
+        let message = self.body["message"].as_object().expect("message object");
+        let mut keys: Vec<&str> = message.keys().map(String::as_str).collect();
+        keys.sort();
+        let mut want = fields.to_vec();
+        want.sort();
+        assert_eq!(keys, want, "{}", self.text);
+        assert!(
+            message
+                .values()
+                .all(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+        );
+    }
+}
+
+/// Runs `test` on a fresh app of `backend`; skips when it is not configured.
+pub async fn run<F, Fut>(backend: Backend, test: F)
+where
+    F: FnOnce(TestApp) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    if let Some(app) = TestApp::spawn(backend).await {
+        test(app).await;
+    }
+}
+
+/// One `#[tokio::test]` per backend for each listed `async fn(TestApp)`.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    $crate::common::run($crate::common::Backend::Sqlite, super::$name).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    $crate::common::run($crate::common::Backend::Postgres, super::$name).await
+                }
+            )*
+        }
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    $crate::common::run($crate::common::Backend::MySql, super::$name).await
+                }
+            )*
+        }
+    };
+}
+
+/// A `masterpay serve` process of the real binary.
+pub struct ServerProcess {
+    pub child: std::process::Child,
+    pub base: String,
+    pub log_path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released for the child).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl ServerProcess {
+    /// Starts `masterpay serve` on `database_url` with extra environment, and
+    /// waits until /readyz answers 200.
+    pub async fn start(database_url: &str, env: &[(&str, &str)]) -> ServerProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let log_path = dir.path().join("server.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let port = free_port();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_masterpay"));
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .env("MASTERPAY_DATABASE_URL", database_url)
+            .env_remove("MASTERPAY_CONFIG")
+            .env_remove("MASTERPAY_LISTEN")
+            .stdout(std::process::Stdio::null())
+            .stderr(log);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn masterpay serve");
+        let server = ServerProcess {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            log_path,
+            _dir: dir,
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    /// Polls /readyz until it answers 200 (bounded by attempts, not time).
+    pub async fn wait_ready(&self) {
+        let client = reqwest::Client::new();
+        for _ in 0..600 {
+            if let Ok(r) = client.get(format!("{}/readyz", self.base)).send().await
+                && r.status() == 200
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("server never became ready: {}", self.log());
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// SIGKILL: no chance to finish anything.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A TCP proxy in front of a database server that a test can cut and
+/// restore, to make the database unreachable on demand.
+pub struct TcpProxy {
+    pub port: u16,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl TcpProxy {
+    pub async fn start(target: String) -> TcpProxy {
+        use std::sync::{
+            Arc, Mutex,
+            atomic::{AtomicBool, Ordering},
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let accept = tokio::spawn({
+            let up = up.clone();
+            let connections = connections.clone();
+            async move {
+                loop {
+                    let Ok((mut inbound, _)) = listener.accept().await else {
+                        break;
+                    };
+                    if !up.load(Ordering::SeqCst) {
+                        drop(inbound);
+                        continue;
+                    }
+                    let target = target.clone();
+                    let task = tokio::spawn(async move {
+                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        }
+                    });
+                    connections.lock().unwrap().push(task.abort_handle());
+                }
+            }
+        });
+        TcpProxy {
+            port,
+            up,
+            connections,
+            accept,
+        }
+    }
+
+    /// Closes every proxied connection and refuses new ones.
+    pub fn cut(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        for c in self.connections.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    pub fn restore(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.accept.abort();
+    }
+}

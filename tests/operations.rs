@@ -1,0 +1,552 @@
+//! What an operator relies on: the ledger audit, database outages, logs that
+//! never hold a token, request ids, metrics, configuration precedence and
+//! graceful shutdown.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Backend, ServerProcess, TcpProxy, TestApp};
+use masterpay::{
+    app::Application,
+    config::Settings,
+    db::{self, PoolSettings},
+};
+use reqwest::Url;
+use serde_json::{Value, json};
+
+on_every_backend!(
+    audit_passes_on_a_consistent_ledger_and_names_every_mismatch,
+    database_outage_fails_fast_with_json_and_recovers_by_itself,
+    token_values_never_appear_in_logs_even_at_trace_level,
+    every_log_line_of_a_request_carries_its_request_id,
+    request_id_is_echoed_or_generated,
+    metrics_count_requests_and_completions_by_outcome,
+    flags_beat_environment_and_environment_beats_the_config_file,
+    sigterm_lets_the_server_finish_and_exit_cleanly,
+    sigterm_drains_a_completion_in_flight,
+);
+
+fn masterpay(url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_masterpay"));
+    cmd.args(args).env("MASTERPAY_DATABASE_URL", url);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run masterpay")
+}
+
+async fn audit_passes_on_a_consistent_ledger_and_names_every_mismatch(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    app.set_balance(user, None, "10", "3").await;
+    let order = app.order(user, None, "2.50", "cstm:paygate").await;
+    app.order(user, None, "1", "cstm:paygate").await; // stays pending
+    assert_eq!(
+        app.complete_order(&token, &order, "cstm:paygate")
+            .await
+            .status,
+        200
+    );
+    app.set_balance(user, None, "4", "3").await; // a decrease, logged too
+    let url = app.database.url.clone();
+    let out = masterpay(&url, &["audit"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ledger consistent"));
+
+    // Tamper with a balance behind the service's back, and fake a completion.
+    app.exec(&format!(
+        "UPDATE balances SET main_cents = main_cents + 1 WHERE user_id = {user}"
+    ))
+    .await;
+    let pending = app.order(user, None, "9", "cstm:paygate").await;
+    app.exec(&format!(
+        "UPDATE payment_orders SET status = 'completed' WHERE order_id = '{pending}'"
+    ))
+    .await;
+    let out = masterpay(&url, &["audit", "--json"], &[]);
+    assert!(!out.status.success(), "audit must fail");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    let findings: Vec<String> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(findings.len(), 2, "{findings:?}");
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.contains("balance 4.01 but the log sums to 4.00")),
+        "{findings:?}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.contains(&pending) && f.contains("0 log rows")),
+        "{findings:?}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2 mismatches"));
+}
+
+async fn database_outage_fails_fast_with_json_and_recovers_by_itself(app: TestApp) {
+    if app.backend == Backend::Sqlite {
+        // An embedded file cannot become unreachable; nothing to test.
+        return;
+    }
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "5", "cstm:paygate").await;
+    let direct = Url::parse(&app.database.url).unwrap();
+    let target = format!("{}:{}", direct.host_str().unwrap(), direct.port().unwrap());
+    let proxy = TcpProxy::start(target).await;
+    let mut via_proxy = direct.clone();
+    via_proxy.set_port(Some(proxy.port)).unwrap();
+    // The service's own defaults: what an operator gets.
+    let settings = Settings {
+        database_url: via_proxy.to_string(),
+        listen: "127.0.0.1:0".into(),
+        ..Settings::default()
+    };
+    let db = db::connect(&settings.database_url, &settings.pool)
+        .await
+        .unwrap();
+    let server = Application::build(&settings, db).await.unwrap();
+    let base = format!("http://127.0.0.1:{}", server.port());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(server.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let balance = || {
+        client
+            .get(format!(
+                "{base}/v2/master-account/balance?server_id=0&user_id={user}"
+            ))
+            .bearer_auth(&token)
+            .send()
+    };
+    let complete = || {
+        client
+            .post(format!("{base}/v2/payment/order/complete"))
+            .bearer_auth(&token)
+            .json(&json!({"payment_system": "cstm:paygate", "order_id": order}))
+            .send()
+    };
+    assert_eq!(balance().await.unwrap().status(), 200);
+
+    proxy.cut();
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let r = balance().await.unwrap();
+        let elapsed = started.elapsed();
+        assert_eq!(r.status(), 503);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(
+            body,
+            json!({"success": false, "code": "SERVICE_UNAVAILABLE"})
+        );
+        // The panel's webhook caller gives up after 3 s; the answer must come first.
+        assert!(
+            elapsed < std::time::Duration::from_secs(3),
+            "took {elapsed:?}"
+        );
+        let r = complete().await.unwrap();
+        assert_eq!(r.status(), 503);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["success"], false);
+    }
+    let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+
+    proxy.restore();
+    let mut recovered = false;
+    for _ in 0..20 {
+        if balance().await.unwrap().status() == 200 {
+            recovered = true;
+            break;
+        }
+    }
+    assert!(recovered, "the service did not recover by itself");
+    assert_eq!(
+        client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(complete().await.unwrap().status(), 200);
+    assert_eq!(complete().await.unwrap().status(), 409);
+    assert_eq!(
+        app.main_balance(user, 0).await.to_string(),
+        "5.00",
+        "credited exactly once"
+    );
+    let _ = stop.send(());
+    let _ = handle.await;
+}
+
+async fn token_values_never_appear_in_logs_even_at_trace_level(app: TestApp) {
+    let url = app.database.url.clone();
+    let trace = [("MASTERPAY_LOG", "trace")];
+    let project = app.project_id.to_string();
+    let created = masterpay(
+        &url,
+        &[
+            "token",
+            "create",
+            "--project",
+            &project,
+            "--name",
+            "t",
+            "--allow",
+            "master-account/balance,payment/order/complete",
+            "--json",
+        ],
+        &trace,
+    );
+    let created_json: Value = serde_json::from_slice(&created.stdout).unwrap();
+    let token = created_json["token"].as_str().unwrap().to_owned();
+    let reissued = masterpay(
+        &url,
+        &[
+            "token",
+            "reissue",
+            &created_json["id"].to_string(),
+            "--json",
+        ],
+        &trace,
+    );
+    let new_token = serde_json::from_slice::<Value>(&reissued.stdout).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "1", "cstm:paygate").await;
+    let server = ServerProcess::start(&url, &trace).await;
+    let client = reqwest::Client::new();
+    let unknown = "Q".repeat(64);
+    for t in [&token, &new_token, &unknown, &"short".to_owned()] {
+        client
+            .get(format!(
+                "{}/v2/master-account/balance?server_id=0&user_id={user}",
+                server.base
+            ))
+            .bearer_auth(t)
+            .send()
+            .await
+            .unwrap();
+        client
+            .post(format!("{}/v2/payment/order/complete", server.base))
+            .bearer_auth(t)
+            .json(&json!({"payment_system": "cstm:paygate", "order_id": order}))
+            .send()
+            .await
+            .unwrap();
+    }
+    let logs = format!(
+        "{}{}{}",
+        server.log(),
+        String::from_utf8_lossy(&created.stderr),
+        String::from_utf8_lossy(&reissued.stderr)
+    );
+    assert!(logs.contains("request finished"), "trace logs were written");
+    for secret in [&token, &new_token, &unknown] {
+        assert!(
+            !logs.contains(secret.as_str()),
+            "a token value is in the logs"
+        );
+    }
+    // Nor in the database, in any column of any token.
+    let stored = app.count(&format!(
+        "SELECT COUNT(*) FROM app_tokens WHERE token_hash = '{token}' OR token_hash = '{new_token}' OR name = '{token}'"
+    )).await;
+    assert_eq!(stored, 0);
+}
+
+async fn every_log_line_of_a_request_carries_its_request_id(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "1", "cstm:paygate").await;
+    let server = ServerProcess::start(
+        &app.database.url,
+        &[("MASTERPAY_LOG", "debug"), ("MASTERPAY_LOG_FORMAT", "json")],
+    )
+    .await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v2/payment/order/complete", server.base))
+        .bearer_auth(&token)
+        .header("X-Request-Id", "webhook-42")
+        .json(&json!({"payment_system": "cstm:paygate", "order_id": order}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let log = server.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|l: &Value| l["span"]["request_id"] == "webhook-42")
+        .collect();
+    let messages: Vec<&str> = lines.iter().filter_map(|l| l["message"].as_str()).collect();
+    assert!(messages.contains(&"order completed"), "{messages:?}\n{log}");
+    assert!(messages.contains(&"request finished"), "{messages:?}");
+    // Every line that mentions the order belongs to the request's span.
+    for line in log.lines().filter(|l| l.contains(&order)) {
+        let v: Value = serde_json::from_str(line).expect("JSON line");
+        assert_eq!(v["span"]["request_id"], "webhook-42", "{line}");
+    }
+}
+
+async fn request_id_is_echoed_or_generated(app: TestApp) {
+    let given = app
+        .client
+        .get(app.url("/healthz"))
+        .header("X-Request-Id", "abc-123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(given.headers()["x-request-id"], "abc-123");
+    let generated = app.client.get(app.url("/nothing")).send().await.unwrap();
+    let id = generated.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(id.len(), 20);
+    let unsafe_id = app
+        .client
+        .get(app.url("/healthz"))
+        .header("X-Request-Id", "x".repeat(500))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        unsafe_id.headers()["x-request-id"].len(),
+        20,
+        "replaced, not echoed"
+    );
+}
+
+async fn metrics_count_requests_and_completions_by_outcome(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "1", "cstm:paygate").await;
+    app.complete_order(&token, &order, "cstm:paygate").await;
+    app.complete_order(&token, &order, "cstm:paygate").await;
+    app.complete_order(&token, "Order:nosuch123", "cstm:paygate")
+        .await;
+    app.get_balance(Some(&token), &format!("server_id=0&user_id={user}"))
+        .await;
+    app.send(
+        app.client
+            .get(app.url("/v2/some/thing/1234"))
+            .bearer_auth(&token),
+    )
+    .await;
+    let text = app.send(app.client.get(app.url("/metrics"))).await.text;
+    for line in [
+        r#"masterpay_order_completions_total{outcome="completed"} 1"#,
+        r#"masterpay_order_completions_total{outcome="already_completed"} 1"#,
+        r#"masterpay_order_completions_total{outcome="order_not_found"} 1"#,
+        r#"masterpay_http_requests_total{endpoint="/v2/payment/order/complete",method="POST",status="409"} 1"#,
+        r#"masterpay_http_requests_total{endpoint="/v2/master-account/balance",method="GET",status="200"} 1"#,
+        r#"masterpay_http_requests_total{endpoint="/v2/other",method="GET",status="404"} 1"#,
+        r#"masterpay_http_request_duration_seconds_count{endpoint="/v2/master-account/balance",method="GET",status="200"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+    }
+    assert!(text.contains("masterpay_db_pool_connections{state=\"idle\"}"));
+    // The test pool asks for 10; SQLite caps its pool at 8 (one writer at a time).
+    let max = if app.backend == Backend::Sqlite {
+        8
+    } else {
+        10
+    };
+    assert!(
+        text.contains(&format!("masterpay_db_pool_max_connections {max}")),
+        "{text}"
+    );
+}
+
+async fn flags_beat_environment_and_environment_beats_the_config_file(app: TestApp) {
+    let dir = tempfile::tempdir().unwrap();
+    let (file_port, env_port, flag_port) = (
+        common::free_port(),
+        common::free_port(),
+        common::free_port(),
+    );
+    let config = dir.path().join("masterpay.toml");
+    std::fs::write(
+        &config,
+        format!("database_url = \"{}\"\nlisten = \"127.0.0.1:{file_port}\"\nrequest_timeout_ms = 2000\n", app.database.url),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let start = |extra_env: Vec<(&'static str, String)>, args: Vec<String>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_masterpay"));
+        cmd.arg("--config")
+            .arg(&config)
+            .arg("serve")
+            .args(args)
+            .env_remove("MASTERPAY_DATABASE_URL")
+            .env_remove("MASTERPAY_LISTEN")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        cmd.spawn().unwrap()
+    };
+    let client = reqwest::Client::new();
+    let ready = |port: u16| {
+        let client = client.clone();
+        async move {
+            for _ in 0..600 {
+                if let Ok(r) = client
+                    .get(format!("http://127.0.0.1:{port}/readyz"))
+                    .send()
+                    .await
+                    && r.status() == 200
+                {
+                    return true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            false
+        }
+    };
+    let mut from_file = start(vec![], vec![]);
+    assert!(ready(file_port).await, "file's listen address used");
+    let _ = from_file.kill();
+    let mut from_env = start(
+        vec![("MASTERPAY_LISTEN", format!("127.0.0.1:{env_port}"))],
+        vec![],
+    );
+    assert!(ready(env_port).await, "environment beats the file");
+    let _ = from_env.kill();
+    let mut from_flag = start(
+        vec![("MASTERPAY_LISTEN", format!("127.0.0.1:{env_port}"))],
+        vec!["--listen".into(), format!("127.0.0.1:{flag_port}")],
+    );
+    assert!(ready(flag_port).await, "flag beats the environment");
+    let _ = from_flag.kill();
+    let _ = (from_file.wait(), from_env.wait(), from_flag.wait());
+    // A bad file is one clear error.
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "request_timeout_ms = \"soon\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_masterpay"))
+        .args([
+            "--config",
+            dir.path().join("bad.toml").to_str().unwrap(),
+            "migrate",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("bad.toml"), "{stderr}");
+}
+
+async fn sigterm_lets_the_server_finish_and_exit_cleanly(app: TestApp) {
+    let mut server = ServerProcess::start(&app.database.url, &[]).await;
+    let r = reqwest::get(format!("{}/healthz", server.base))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let status = server.terminate();
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        server.log().contains("shutdown signal received"),
+        "{}",
+        server.log()
+    );
+}
+
+/// A completion blocked on a row lock is in flight when SIGTERM arrives; the
+/// server waits for it (within the grace period), answers 200 and exits 0.
+async fn sigterm_drains_a_completion_in_flight(app: TestApp) {
+    let waiting_sql = match app.backend {
+        // An embedded database has no lock we can observe from outside.
+        Backend::Sqlite => return,
+        Backend::Postgres => {
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        }
+        Backend::MySql => {
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'UPDATE `payment_orders`%'"
+        }
+    };
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "4.20", "cstm:paygate").await;
+    let mut server = ServerProcess::start(
+        &app.database.url,
+        &[
+            ("MASTERPAY_REQUEST_TIMEOUT_MS", "60000"),
+            ("MASTERPAY_DB_STATEMENT_TIMEOUT_MS", "60000"),
+            ("MASTERPAY_SHUTDOWN_GRACE_MS", "60000"),
+        ],
+    )
+    .await;
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let lock = app.db.begin().await.unwrap();
+    lock.execute_unprepared(&format!(
+        "SELECT id FROM payment_orders WHERE order_id = '{order}' FOR UPDATE"
+    ))
+    .await
+    .unwrap();
+    let request = tokio::spawn({
+        let base = server.base.clone();
+        let token = token.clone();
+        let order = order.clone();
+        async move {
+            reqwest::Client::new()
+                .post(format!("{base}/v2/payment/order/complete"))
+                .bearer_auth(token)
+                .json(&json!({"payment_system": "cstm:paygate", "order_id": order}))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        }
+    });
+    let mut in_flight = false;
+    for _ in 0..1000 {
+        if app.count(waiting_sql).await > 0 {
+            in_flight = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        in_flight,
+        "the completion never reached the lock: {}",
+        server.log()
+    );
+    let pid = server.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Shutdown has begun; the in-flight request must still be answered.
+    lock.rollback().await.unwrap();
+    assert_eq!(request.await.unwrap().expect("answered"), 200);
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "4.20");
+}
+
+#[allow(dead_code)]
+fn unused(_: PoolSettings) {}
