@@ -68,8 +68,43 @@ pub async fn connect(url: &str, settings: &PoolSettings) -> Result<DatabaseConne
         // One writer at a time is all SQLite allows; a small pool avoids
         // queuing many connections on its file lock.
         options.max_connections(settings.max_connections.min(8));
+        // Opening a connection switches the file to WAL mode. While several
+        // processes create the same new file at once, SQLite may answer that
+        // switch with SQLITE_BUSY at once, without waiting on its busy
+        // timeout (it would deadlock otherwise). The file is usable a moment
+        // later, so opening is retried for a bounded time.
+        let mut attempt = 0;
+        loop {
+            match Database::connect(options.clone()).await {
+                Err(err) if is_sqlite_busy(&err) && attempt < SQLITE_OPEN_RETRIES => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+                }
+                result => return result,
+            }
+        }
     }
     Database::connect(options).await
+}
+
+/// How often opening a SQLite file is retried while it is locked (about
+/// 5 s in all with the linear back-off above).
+const SQLITE_OPEN_RETRIES: u32 = 22;
+
+/// True for SQLite's "database is busy / locked" (primary codes 5 and 6,
+/// extended codes included).
+fn is_sqlite_busy(err: &DbErr) -> bool {
+    let sqlx_err = match err {
+        DbErr::Conn(RuntimeErr::SqlxError(e))
+        | DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e)) => e,
+        _ => return false,
+    };
+    sqlx_err
+        .as_database_error()
+        .and_then(|db_err| db_err.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
 }
 
 /// Applies pending migrations. Several processes may start at once on one
