@@ -19,6 +19,7 @@ use sea_orm::DatabaseConnection;
 use crate::{
     api::{self, docs, error::json_response, security::V2Authentication},
     config::Settings,
+    db::Reader,
     metrics::Metrics,
     middleware::{RequestContext, RequestTimeout},
 };
@@ -27,6 +28,8 @@ use crate::{
 #[derive(Clone)]
 pub struct AppState {
     pub db: DatabaseConnection,
+    /// The request path's reads (inline on SQLite, see `db::reader`).
+    pub reader: Reader,
     pub metrics: Arc<Metrics>,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
@@ -37,6 +40,7 @@ pub struct AppState {
 impl AppState {
     pub fn new(db: DatabaseConnection, settings: &Settings) -> AppState {
         AppState {
+            reader: Reader::new(db.clone(), &settings.database_url, &settings.pool),
             db,
             metrics: Arc::new(Metrics::new()),
             max_body_bytes: settings.max_body_bytes,

@@ -297,7 +297,14 @@ impl BalanceApi {
             Ok(query) => query,
             Err(errors) => return BalanceReply::BadRequest(Json(ValidationErrorBody::new(errors))),
         };
-        match balances::lookup(&state.db, auth.0.project_id, &query.who, query.server_id).await {
+        match balances::lookup(
+            &state.reader,
+            auth.0.project_id,
+            &query.who,
+            query.server_id,
+        )
+        .await
+        {
             Ok(balance) => {
                 let main = balance.main.to_string();
                 let bonus = balance.bonus.to_string();

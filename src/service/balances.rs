@@ -11,7 +11,10 @@ use sea_orm::{
 };
 
 use super::{AdminError, begin_write, now, servers, users};
-use crate::{db::CachedSql, money::Money};
+use crate::{
+    db::{CachedSql, Reader},
+    money::Money,
+};
 
 /// How the caller names the user: by id, by e-mail, or both (then both must
 /// name the same user of the project).
@@ -47,7 +50,7 @@ pub enum BalanceLookupError {
 /// server other than the general account) with the project's server, so a
 /// lookup is one round trip instead of three.
 pub async fn lookup(
-    db: &DatabaseConnection,
+    db: &Reader,
     project_id: i64,
     who: &UserRef,
     server_id: i64,
@@ -65,21 +68,17 @@ pub async fn lookup(
     let mut params = vec![Value::from(project_id), Value::from(server_id)];
     params.extend(who.user_id.map(Value::from));
     params.extend(email.map(Value::from));
-    let stmt = LOOKUP_SQL[shape.index()].statement(db.get_database_backend(), params, |params| {
-        lookup_query(shape, params)
-    });
+    let stmt = LOOKUP_SQL[shape.index()]
+        .statement(db.backend(), params, |params| lookup_query(shape, params));
     let row = db
-        .query_one_raw(stmt)
+        .one(stmt)
         .await?
         .ok_or(BalanceLookupError::UserNotFound)?;
-    if !general {
-        let server: Option<i64> = row.try_get_by_index(3)?;
-        if server.is_none() {
-            return Err(BalanceLookupError::ServerNotFound);
-        }
+    if !general && row.opt_i64(3)?.is_none() {
+        return Err(BalanceLookupError::ServerNotFound);
     }
-    let main: Option<i64> = row.try_get_by_index(1)?;
-    let bonus: Option<i64> = row.try_get_by_index(2)?;
+    let main = row.opt_i64(1)?;
+    let bonus = row.opt_i64(2)?;
     Ok(AccountBalance {
         main: cents(main.unwrap_or(0))?,
         bonus: cents(bonus.unwrap_or(0))?,

@@ -13,14 +13,14 @@ use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QueryFilter,
-    QueryOrder, Statement, TransactionTrait, Value,
+    ColumnTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    Statement, TransactionTrait, Value,
     sea_query::{Asterisk, Expr, ExprTrait, Func, Query, SelectStatement},
 };
 use sha2::{Digest, Sha256};
 
 use super::{AdminError, now, projects, validate};
-use crate::db::CachedSql;
+use crate::db::{CachedSql, Reader};
 
 /// Length of a token value.
 pub const TOKEN_LEN: usize = 64;
@@ -322,10 +322,7 @@ pub fn token_from_header(header: Option<&str>) -> Result<Option<&str>, AuthError
 /// known permissions it holds, so a request costs one round trip to the
 /// database instead of three (and sees all three in one snapshot). Nothing is
 /// cached: a change made with the command line holds from the next request.
-pub async fn authenticate(
-    db: &DatabaseConnection,
-    header: Option<&str>,
-) -> Result<Principal, AuthError> {
+pub async fn authenticate(db: &Reader, header: Option<&str>) -> Result<Principal, AuthError> {
     let token = token_from_header(header)?.ok_or(AuthError::EmptyToken)?;
     if token.chars().count() != TOKEN_LEN {
         return Err(AuthError::InvalidToken);
@@ -334,21 +331,20 @@ pub async fn authenticate(
         return Err(AuthError::TokenNotFound);
     }
     let row = db
-        .query_one_raw(auth_statement(db.get_database_backend(), hash(token)))
+        .one(auth_statement(db.backend(), hash(token)))
         .await?
         .ok_or(AuthError::TokenNotFound)?;
-    let token_id: i64 = row.try_get_by_index(0)?;
-    let project_id: i64 = row.try_get_by_index(1)?;
-    let active: bool = row.try_get_by_index(2)?;
-    let last_used_at: Option<chrono::DateTime<chrono::Utc>> = row.try_get_by_index(3)?;
-    let project_active: Option<bool> = row.try_get_by_index(4)?;
+    let token_id = row.i64(0)?;
+    let project_id = row.i64(1)?;
+    let active = row.bool(2)?;
+    let last_used_at = row.opt_datetime(3)?;
+    let project_active = row.opt_bool(4)?;
     if !active {
         return Err(AuthError::TokenDisabled);
     }
     let mut permissions = Vec::with_capacity(Permission::ALL.len());
     for (i, permission) in Permission::ALL.into_iter().enumerate() {
-        let held: i64 = row.try_get_by_index(AUTH_PERMISSION_COLUMNS + i)?;
-        if held > 0 {
+        if row.i64(AUTH_PERMISSION_COLUMNS + i)? > 0 {
             permissions.push(permission);
         }
     }
@@ -358,7 +354,7 @@ pub async fn authenticate(
     if project_active != Some(true) {
         return Err(AuthError::ProjectNotFound);
     }
-    touch_last_used(db, token_id, last_used_at);
+    touch_last_used(db.pool(), token_id, last_used_at);
     Ok(Principal {
         token_id,
         project_id,

@@ -5,6 +5,8 @@
 //! SQLite runs in WAL mode with a busy timeout so that several processes can
 //! share one file, and with foreign keys switched on (they are off by default).
 
+mod reader;
+
 use std::{sync::OnceLock, time::Duration};
 
 use migration::{Migrator, MigratorTrait};
@@ -12,6 +14,8 @@ use sea_orm::{
     ConnectOptions, Database, DatabaseConnection, DbBackend, DbErr, RuntimeErr, Statement,
     StatementBuilder, Value,
 };
+
+pub use reader::{ReadRow, Reader};
 
 /// Pool and timeout settings of a connection.
 #[derive(Debug, Clone)]

@@ -1,0 +1,387 @@
+//! Where the request path's read-only statements run.
+//!
+//! Every request reads the token (authentication) and the balance lookup
+//! reads an account; nothing of it is cached, so that a change made with the
+//! command line holds from the next request. On PostgreSQL and MariaDB these
+//! reads go through the sea-orm pool like everything else.
+//!
+//! On SQLite they run on an [`InlineSqlite`] connection instead, in the
+//! calling thread. sqlx gives every SQLite connection a worker thread: a
+//! statement is a command sent to it and its rows are sent back, and the
+//! connection is pinged when it returns to the pool, which costs about eight
+//! thread wake-ups per lookup (a quarter of the CPU of a balance request on
+//! the 2-core benchmark machine, see docs/benchmarks.md) against about 10 µs
+//! inside SQLite itself. A point lookup by primary or unique key on a WAL
+//! database never waits for writers, so running it directly on the async
+//! worker is shorter than handing it over. Writes keep going through the
+//! pool (and `SQLITE_WRITER`), so SQLite's single writer is unchanged.
+//!
+//! The SQL is the same text the pool would run: the statements are built
+//! with sea-query and rendered once per backend (`CachedSql`); only the
+//! values are bound here. Each read is its own autocommit read transaction,
+//! so it sees everything committed before it started, by any process.
+
+use std::{
+    path::PathBuf,
+    str::FromStr,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use rusqlite::{OpenFlags, types::Value as SqliteValue};
+use sea_orm::{
+    ConnAcquireErr, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, QueryResult, Statement,
+    TryGetable, Value,
+};
+
+use super::PoolSettings;
+
+/// Runs the read-only statements of the request path; see the module docs.
+#[derive(Clone)]
+pub struct Reader {
+    pool: DatabaseConnection,
+    inline: Option<Arc<InlineSqlite>>,
+}
+
+impl Reader {
+    /// Reads through `pool`, or inline when `url` names a SQLite file.
+    pub fn new(pool: DatabaseConnection, url: &str, settings: &PoolSettings) -> Reader {
+        let inline = (pool.get_database_backend() == DbBackend::Sqlite)
+            .then(|| InlineSqlite::for_url(url, settings.acquire_timeout))
+            .flatten()
+            .map(Arc::new);
+        Reader { pool, inline }
+    }
+
+    /// The pool, for writes and everything off the request path.
+    pub fn pool(&self) -> &DatabaseConnection {
+        &self.pool
+    }
+
+    pub fn backend(&self) -> DbBackend {
+        self.pool.get_database_backend()
+    }
+
+    /// True when reads run inline on SQLite rather than through the pool.
+    pub fn is_inline(&self) -> bool {
+        self.inline.is_some()
+    }
+
+    /// The first row of a read-only statement.
+    pub async fn one(&self, stmt: Statement) -> Result<Option<ReadRow>, DbErr> {
+        match &self.inline {
+            Some(inline) => inline.one(&stmt).map(|row| row.map(ReadRow::Inline)),
+            None => Ok(self.pool.query_one_raw(stmt).await?.map(ReadRow::Pooled)),
+        }
+    }
+}
+
+/// One row read by a [`Reader`], with the few typed accessors the request
+/// path needs.
+pub enum ReadRow {
+    Pooled(QueryResult),
+    Inline(Vec<SqliteValue>),
+}
+
+impl ReadRow {
+    pub fn i64(&self, index: usize) -> Result<i64, DbErr> {
+        self.opt_i64(index)?
+            .ok_or_else(|| column_error(index, "integer", "NULL"))
+    }
+
+    pub fn opt_i64(&self, index: usize) -> Result<Option<i64>, DbErr> {
+        match self {
+            ReadRow::Pooled(row) => pooled(row, index),
+            ReadRow::Inline(values) => match inline_value(values, index)? {
+                SqliteValue::Null => Ok(None),
+                SqliteValue::Integer(value) => Ok(Some(*value)),
+                other => Err(column_error(index, "integer", other.data_type())),
+            },
+        }
+    }
+
+    pub fn bool(&self, index: usize) -> Result<bool, DbErr> {
+        self.opt_bool(index)?
+            .ok_or_else(|| column_error(index, "boolean", "NULL"))
+    }
+
+    /// SQLite stores booleans as integers 0 and 1.
+    pub fn opt_bool(&self, index: usize) -> Result<Option<bool>, DbErr> {
+        match self {
+            ReadRow::Pooled(row) => pooled(row, index),
+            ReadRow::Inline(_) => Ok(self.opt_i64(index)?.map(|value| value != 0)),
+        }
+    }
+
+    /// sqlx stores a UTC timestamp on SQLite as RFC 3339 text; older or
+    /// hand-written rows may use `YYYY-MM-DD HH:MM:SS[.f]` (taken as UTC).
+    pub fn opt_datetime(&self, index: usize) -> Result<Option<DateTime<Utc>>, DbErr> {
+        match self {
+            ReadRow::Pooled(row) => pooled(row, index),
+            ReadRow::Inline(values) => match inline_value(values, index)? {
+                SqliteValue::Null => Ok(None),
+                SqliteValue::Text(text) => DateTime::parse_from_rfc3339(text)
+                    .map(|t| t.with_timezone(&Utc))
+                    .or_else(|_| {
+                        NaiveDateTime::from_str(&text.replace(' ', "T")).map(|t| t.and_utc())
+                    })
+                    .map(Some)
+                    .map_err(|_| column_error(index, "timestamp", "unreadable text")),
+                other => Err(column_error(index, "timestamp", other.data_type())),
+            },
+        }
+    }
+}
+
+fn pooled<T: TryGetable>(row: &QueryResult, index: usize) -> Result<T, DbErr> {
+    row.try_get_by_index(index)
+        .map_err(|err| DbErr::Type(format!("column {index}: {err}")))
+}
+
+fn inline_value(values: &[SqliteValue], index: usize) -> Result<&SqliteValue, DbErr> {
+    values
+        .get(index)
+        .ok_or_else(|| DbErr::Type(format!("column {index} missing from the row")))
+}
+
+fn column_error(index: usize, wanted: &str, found: impl std::fmt::Display) -> DbErr {
+    DbErr::Type(format!("column {index}: expected {wanted}, found {found}"))
+}
+
+/// A few SQLite connections used from the calling thread; see the module docs.
+///
+/// Each one is held only while a statement runs, never across an `.await`,
+/// so no more of them are busy at once than threads run requests; a caller
+/// that finds its slot busy tries the next ones before it waits on one.
+pub struct InlineSqlite {
+    path: PathBuf,
+    busy_timeout: Duration,
+    slots: Vec<Mutex<Option<rusqlite::Connection>>>,
+    next_slot: AtomicUsize,
+}
+
+/// Prepared statements kept per connection (the request path has under ten).
+const STATEMENT_CACHE: usize = 32;
+
+impl InlineSqlite {
+    /// `None` for an in-memory database (another connection would see another
+    /// database) or a URL sqlx does not parse (the pool reports that).
+    fn for_url(url: &str, busy_timeout: Duration) -> Option<InlineSqlite> {
+        if url.contains(":memory:") || url.contains("mode=memory") {
+            return None;
+        }
+        let options = sea_orm::sqlx::sqlite::SqliteConnectOptions::from_str(url).ok()?;
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Some(InlineSqlite {
+            path: options.get_filename().to_path_buf(),
+            busy_timeout,
+            slots: (0..threads.clamp(2, 16) * 2)
+                .map(|_| Mutex::new(None))
+                .collect(),
+            next_slot: AtomicUsize::new(0),
+        })
+    }
+
+    fn one(&self, stmt: &Statement) -> Result<Option<Vec<SqliteValue>>, DbErr> {
+        let params = stmt
+            .values
+            .iter()
+            .flat_map(|values| values.0.iter())
+            .map(to_sqlite)
+            .collect::<Result<Vec<_>, _>>()?;
+        let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
+        let count = self.slots.len();
+        let mut guard = (0..count)
+            .find_map(|i| self.slots[(start + i) % count].try_lock().ok())
+            .unwrap_or_else(|| {
+                self.slots[start % count]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+            });
+        if guard.is_none() {
+            *guard = Some(self.open().map_err(sqlite_error)?);
+        }
+        let conn = guard.as_mut().expect("connection opened above");
+        let result = run(conn, &stmt.sql, &params);
+        if let Err(rusqlite::Error::SqliteFailure(err, _)) = &result
+            && !is_busy(err.code)
+        {
+            // Whatever went wrong, the next read starts on a fresh connection.
+            *guard = None;
+        }
+        result.map_err(sqlite_error)
+    }
+
+    fn open(&self) -> rusqlite::Result<rusqlite::Connection> {
+        // Read-write without CREATE: the pool created the file and switched it
+        // to WAL; `query_only` then refuses any write on this connection.
+        let conn = rusqlite::Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )?;
+        conn.busy_timeout(self.busy_timeout)?;
+        conn.pragma_update(None, "query_only", true)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        Ok(conn)
+    }
+}
+
+fn run(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: &[SqliteValue],
+) -> rusqlite::Result<Option<Vec<SqliteValue>>> {
+    let mut statement = conn.prepare_cached(sql)?;
+    let columns = statement.column_count();
+    let mut rows = statement.query(rusqlite::params_from_iter(params))?;
+    let Some(row) = rows.next()? else {
+        return Ok(None);
+    };
+    (0..columns)
+        .map(|i| row.get::<_, SqliteValue>(i))
+        .collect::<rusqlite::Result<Vec<SqliteValue>>>()
+        .map(Some)
+}
+
+fn is_busy(code: rusqlite::ErrorCode) -> bool {
+    matches!(
+        code,
+        rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+    )
+}
+
+/// A file still locked after the busy timeout counts as unavailable (503),
+/// like a pool that cannot hand out a connection in time; anything else is
+/// an internal error.
+fn sqlite_error(err: rusqlite::Error) -> DbErr {
+    match &err {
+        rusqlite::Error::SqliteFailure(failure, _) if is_busy(failure.code) => {
+            DbErr::ConnectionAcquire(ConnAcquireErr::Timeout)
+        }
+        _ => DbErr::Custom(format!("SQLite read failed: {err}")),
+    }
+}
+
+/// The request path binds integers and text only; anything else is refused
+/// rather than guessed.
+fn to_sqlite(value: &Value) -> Result<SqliteValue, DbErr> {
+    let integer = |v: Option<i64>| v.map_or(SqliteValue::Null, SqliteValue::Integer);
+    Ok(match value {
+        Value::Bool(v) => integer(v.map(i64::from)),
+        Value::TinyInt(v) => integer(v.map(i64::from)),
+        Value::SmallInt(v) => integer(v.map(i64::from)),
+        Value::Int(v) => integer(v.map(i64::from)),
+        Value::BigInt(v) => integer(*v),
+        Value::TinyUnsigned(v) => integer(v.map(i64::from)),
+        Value::SmallUnsigned(v) => integer(v.map(i64::from)),
+        Value::Unsigned(v) => integer(v.map(i64::from)),
+        Value::String(v) => v
+            .as_ref()
+            .map_or(SqliteValue::Null, |s| SqliteValue::Text(s.to_string())),
+        other => {
+            return Err(DbErr::Custom(format!(
+                "inline SQLite reader: unsupported parameter {other:?}"
+            )));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use sea_orm::{ConnectionTrait, Statement};
+
+    use super::*;
+
+    async fn sqlite_file() -> (tempfile::TempDir, String, DatabaseConnection) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("reader.db").display());
+        let pool = crate::db::connect(&url, &PoolSettings::default())
+            .await
+            .unwrap();
+        pool.execute_unprepared("CREATE TABLE t (id INTEGER PRIMARY KEY, at TEXT, flag BOOLEAN)")
+            .await
+            .unwrap();
+        (dir, url, pool)
+    }
+
+    fn select(id: i64) -> Statement {
+        Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            "SELECT id, at, flag FROM t WHERE id = ?",
+            [Value::from(id)],
+        )
+    }
+
+    /// Values written through the sea-orm pool (sqlx's encodings) read back
+    /// the same inline, and a row committed by the pool is seen by the very
+    /// next inline read.
+    #[tokio::test]
+    async fn inline_reads_see_what_the_pool_wrote() {
+        let (_dir, url, pool) = sqlite_file().await;
+        let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
+        assert!(reader.is_inline());
+        assert!(reader.one(select(1)).await.unwrap().is_none());
+        let at = Utc.with_ymd_and_hms(2026, 11, 22, 3, 4, 5).unwrap()
+            + chrono::Duration::microseconds(123_456);
+        pool.execute_raw(Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            "INSERT INTO t (id, at, flag) VALUES (?, ?, ?), (?, NULL, ?)",
+            [
+                Value::from(1_i64),
+                Value::from(at),
+                Value::from(true),
+                Value::from(2_i64),
+                Value::from(false),
+            ],
+        ))
+        .await
+        .unwrap();
+        let row = reader.one(select(1)).await.unwrap().unwrap();
+        assert!(matches!(row, ReadRow::Inline(_)));
+        assert_eq!(row.i64(0).unwrap(), 1);
+        assert_eq!(row.opt_datetime(1).unwrap(), Some(at));
+        assert!(row.bool(2).unwrap());
+        let row = reader.one(select(2)).await.unwrap().unwrap();
+        assert_eq!(row.opt_datetime(1).unwrap(), None);
+        assert_eq!(row.opt_bool(2).unwrap(), Some(false));
+        assert!(row.i64(1).is_err(), "NULL is not an integer");
+        assert!(row.opt_i64(7).is_err(), "no such column");
+    }
+
+    /// The inline connections refuse writes.
+    #[tokio::test]
+    async fn inline_connections_are_read_only() {
+        let (_dir, url, pool) = sqlite_file().await;
+        let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
+        let insert = Statement::from_string(DbBackend::Sqlite, "INSERT INTO t (id) VALUES (9)");
+        let err = reader.one(insert).await.err().expect("write refused");
+        assert!(err.to_string().contains("readonly"), "{err}");
+        let count = pool
+            .query_one_raw(Statement::from_string(
+                DbBackend::Sqlite,
+                "SELECT COUNT(*) FROM t",
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(count.try_get_by_index::<i64>(0).unwrap(), 0);
+    }
+
+    /// An in-memory database is private to its connection: reads stay on the
+    /// pool there.
+    #[tokio::test]
+    async fn in_memory_databases_read_through_the_pool() {
+        let url = "sqlite::memory:";
+        let pool = crate::db::connect(url, &PoolSettings::default())
+            .await
+            .unwrap();
+        assert!(!Reader::new(pool, url, &PoolSettings::default()).is_inline());
+    }
+}
