@@ -466,10 +466,13 @@ async fn sigterm_lets_the_server_finish_and_exit_cleanly(app: TestApp) {
     assert_eq!(r.status(), 200);
     let status = server.terminate();
     assert!(status.success(), "exit status {status:?}");
+    let log = server.log();
+    assert!(log.contains("shutdown signal received"), "{log}");
+    // Written to a file, not a terminal: plain text without colour codes.
+    assert!(log.contains("request finished"), "{log}");
     assert!(
-        server.log().contains("shutdown signal received"),
-        "{}",
-        server.log()
+        !log.contains('\u{1b}'),
+        "escape codes in the log file: {log:?}"
     );
 }
 
