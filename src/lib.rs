@@ -9,7 +9,8 @@
 //! - [`api`]: HTTP only: endpoints, the bearer security scheme, error bodies.
 //! - [`service`]: business rules and transactions over sea-orm; no HTTP types.
 //! - [`money`]: exact money (integer cents inside, two-digit strings outside).
-//! - [`db`]: connecting (SQLite, PostgreSQL, MariaDB/MySQL) and migrating.
+//! - [`db`]: connecting (SQLite, PostgreSQL, MariaDB/MySQL), migrating, and
+//!   the request path's reads (inline on SQLite, `db::Reader`).
 //! - [`config`]: runtime settings (flags > environment > TOML file > defaults).
 //! - [`middleware`], [`metrics`], [`telemetry`]: request ids, access logs,
 //!   Prometheus metrics, request timeout, log set-up.
