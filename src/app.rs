@@ -40,7 +40,7 @@ pub struct AppState {
 impl AppState {
     pub fn new(db: DatabaseConnection, settings: &Settings) -> AppState {
         AppState {
-            reader: Reader::new(db.clone(), &settings.database_url, &settings.pool),
+            reader: Reader::new(db.clone(), &settings.database_url),
             db,
             metrics: Arc::new(Metrics::new()),
             max_body_bytes: settings.max_body_bytes,

@@ -13,8 +13,12 @@
 //! the 2-core benchmark machine, see docs/benchmarks.md) against about 10 µs
 //! inside SQLite itself. A point lookup by primary or unique key on a WAL
 //! database never waits for writers, so running it directly on the async
-//! worker is shorter than handing it over. Writes keep going through the
-//! pool (and `SQLITE_WRITER`), so SQLite's single writer is unchanged.
+//! worker is shorter than handing it over. Should the file be locked all the
+//! same (WAL recovery after a crashed writer, another process holding it
+//! exclusively), the read waits at most 10 ms and then goes to the pool,
+//! which waits without blocking the worker. A file that cannot be opened
+//! counts as unavailable (503), as on the pool. Writes keep going through
+//! the pool (and `SQLITE_WRITER`), so SQLite's single writer is unchanged.
 //!
 //! The SQL is the same text the pool would run: the statements are built
 //! with sea-query and rendered once per backend (`CachedSql`); only the
@@ -34,11 +38,9 @@ use std::{
 use chrono::{DateTime, NaiveDateTime, Utc};
 use rusqlite::{OpenFlags, types::Value as SqliteValue};
 use sea_orm::{
-    ConnAcquireErr, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, QueryResult, Statement,
+    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, QueryResult, RuntimeErr, Statement,
     TryGetable, Value,
 };
-
-use super::PoolSettings;
 
 /// Runs the read-only statements of the request path; see the module docs.
 #[derive(Clone)]
@@ -49,9 +51,9 @@ pub struct Reader {
 
 impl Reader {
     /// Reads through `pool`, or inline when `url` names a SQLite file.
-    pub fn new(pool: DatabaseConnection, url: &str, settings: &PoolSettings) -> Reader {
+    pub fn new(pool: DatabaseConnection, url: &str) -> Reader {
         let inline = (pool.get_database_backend() == DbBackend::Sqlite)
-            .then(|| InlineSqlite::for_url(url, settings.acquire_timeout))
+            .then(|| InlineSqlite::for_url(url))
             .flatten()
             .map(Arc::new);
         Reader { pool, inline }
@@ -73,10 +75,15 @@ impl Reader {
 
     /// The first row of a read-only statement.
     pub async fn one(&self, stmt: Statement) -> Result<Option<ReadRow>, DbErr> {
-        match &self.inline {
-            Some(inline) => inline.one(&stmt).map(|row| row.map(ReadRow::Inline)),
-            None => Ok(self.pool.query_one_raw(stmt).await?.map(ReadRow::Pooled)),
+        if let Some(inline) = &self.inline {
+            match inline.one(&stmt) {
+                Ok(row) => return Ok(row.map(ReadRow::Inline)),
+                Err(InlineError::Failed(err)) => return Err(err),
+                // Locked: the pool waits for it without blocking this thread.
+                Err(InlineError::Busy) => {}
+            }
         }
+        Ok(self.pool.query_one_raw(stmt).await?.map(ReadRow::Pooled))
     }
 }
 
@@ -117,24 +124,64 @@ impl ReadRow {
         }
     }
 
-    /// sqlx stores a UTC timestamp on SQLite as RFC 3339 text; older or
-    /// hand-written rows may use `YYYY-MM-DD HH:MM:SS[.f]` (taken as UTC).
+    /// Decoded as sqlx decodes `DateTime<Utc>` on SQLite: RFC 3339 or one of
+    /// SQLite's date-time texts (no offset means UTC), Unix seconds as an
+    /// integer, a Julian day number as a real.
     pub fn opt_datetime(&self, index: usize) -> Result<Option<DateTime<Utc>>, DbErr> {
         match self {
             ReadRow::Pooled(row) => pooled(row, index),
-            ReadRow::Inline(values) => match inline_value(values, index)? {
-                SqliteValue::Null => Ok(None),
-                SqliteValue::Text(text) => DateTime::parse_from_rfc3339(text)
-                    .map(|t| t.with_timezone(&Utc))
-                    .or_else(|_| {
-                        NaiveDateTime::from_str(&text.replace(' ', "T")).map(|t| t.and_utc())
-                    })
+            ReadRow::Inline(values) => {
+                let value = inline_value(values, index)?;
+                let decoded = match value {
+                    SqliteValue::Null => return Ok(None),
+                    SqliteValue::Text(text) => datetime_from_text(text),
+                    SqliteValue::Integer(seconds) => DateTime::from_timestamp(*seconds, 0),
+                    SqliteValue::Real(julian_day) => datetime_from_julian_day(*julian_day),
+                    SqliteValue::Blob(_) => None,
+                };
+                decoded
                     .map(Some)
-                    .map_err(|_| column_error(index, "timestamp", "unreadable text")),
-                other => Err(column_error(index, "timestamp", other.data_type())),
-            },
+                    .ok_or_else(|| column_error(index, "timestamp", value.data_type()))
+            }
         }
     }
+}
+
+/// The text forms sqlx accepts for a timestamp on SQLite.
+fn datetime_from_text(text: &str) -> Option<DateTime<Utc>> {
+    const FORMATS: [&str; 12] = [
+        "%F %T%.f",
+        "%F %R",
+        "%F %RZ",
+        "%F %R%:z",
+        "%F %T%.fZ",
+        "%F %T%.f%:z",
+        "%FT%R",
+        "%FT%RZ",
+        "%FT%R%:z",
+        "%FT%T%.f",
+        "%FT%T%.fZ",
+        "%FT%T%.f%:z",
+    ];
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(t.to_utc());
+    }
+    FORMATS.iter().find_map(|format| {
+        DateTime::parse_from_str(text, format)
+            .map(|t| t.to_utc())
+            .or_else(|_| NaiveDateTime::parse_from_str(text, format).map(|t| t.and_utc()))
+            .ok()
+    })
+}
+
+fn datetime_from_julian_day(day: f64) -> Option<DateTime<Utc>> {
+    const UNIX_EPOCH_JULIAN_DAY: f64 = 2_440_587.5;
+    let seconds = (day - UNIX_EPOCH_JULIAN_DAY) * 86_400.0;
+    if !seconds.is_finite() {
+        return None;
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    DateTime::from_timestamp(seconds.trunc() as i64, (seconds.fract() * 1e9).abs() as u32)
 }
 
 fn pooled<T: TryGetable>(row: &QueryResult, index: usize) -> Result<T, DbErr> {
@@ -159,18 +206,30 @@ fn column_error(index: usize, wanted: &str, found: impl std::fmt::Display) -> Db
 /// that finds its slot busy tries the next ones before it waits on one.
 pub struct InlineSqlite {
     path: PathBuf,
-    busy_timeout: Duration,
     slots: Vec<Mutex<Option<rusqlite::Connection>>>,
     next_slot: AtomicUsize,
 }
 
+/// How long an inline read waits for a lock before it hands the statement to
+/// the pool, which waits off the async worker thread. In WAL mode a reader
+/// only meets a lock while a crashed writer's WAL is recovered or another
+/// process holds the file exclusively.
+const INLINE_BUSY_TIMEOUT: Duration = Duration::from_millis(10);
+
 /// Prepared statements kept per connection (the request path has under ten).
 const STATEMENT_CACHE: usize = 32;
+
+/// Why an inline read did not produce a row.
+enum InlineError {
+    /// The file stayed locked for [`INLINE_BUSY_TIMEOUT`].
+    Busy,
+    Failed(DbErr),
+}
 
 impl InlineSqlite {
     /// `None` for an in-memory database (another connection would see another
     /// database) or a URL sqlx does not parse (the pool reports that).
-    fn for_url(url: &str, busy_timeout: Duration) -> Option<InlineSqlite> {
+    fn for_url(url: &str) -> Option<InlineSqlite> {
         if url.contains(":memory:") || url.contains("mode=memory") {
             return None;
         }
@@ -178,7 +237,6 @@ impl InlineSqlite {
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
         Some(InlineSqlite {
             path: options.get_filename().to_path_buf(),
-            busy_timeout,
             slots: (0..threads.clamp(2, 16) * 2)
                 .map(|_| Mutex::new(None))
                 .collect(),
@@ -186,34 +244,35 @@ impl InlineSqlite {
         })
     }
 
-    fn one(&self, stmt: &Statement) -> Result<Option<Vec<SqliteValue>>, DbErr> {
+    fn one(&self, stmt: &Statement) -> Result<Option<Vec<SqliteValue>>, InlineError> {
         let params = stmt
             .values
             .iter()
             .flat_map(|values| values.0.iter())
             .map(to_sqlite)
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(InlineError::Failed)?;
         let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
         let count = self.slots.len();
-        let mut guard = (0..count)
-            .find_map(|i| self.slots[(start + i) % count].try_lock().ok())
+        let mut slot = (0..count)
+            .find_map(|i| self.slots[start.wrapping_add(i) % count].try_lock().ok())
             .unwrap_or_else(|| {
                 self.slots[start % count]
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
             });
-        if guard.is_none() {
-            *guard = Some(self.open().map_err(sqlite_error)?);
+        if slot.is_none() {
+            *slot = Some(self.open().map_err(|err| classify(err, true))?);
         }
-        let conn = guard.as_mut().expect("connection opened above");
+        let conn = slot.as_ref().expect("connection opened above");
         let result = run(conn, &stmt.sql, &params);
         if let Err(rusqlite::Error::SqliteFailure(err, _)) = &result
             && !is_busy(err.code)
         {
             // Whatever went wrong, the next read starts on a fresh connection.
-            *guard = None;
+            *slot = None;
         }
-        result.map_err(sqlite_error)
+        result.map_err(|err| classify(err, false))
     }
 
     fn open(&self) -> rusqlite::Result<rusqlite::Connection> {
@@ -225,7 +284,7 @@ impl InlineSqlite {
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX
                 | OpenFlags::SQLITE_OPEN_URI,
         )?;
-        conn.busy_timeout(self.busy_timeout)?;
+        conn.busy_timeout(INLINE_BUSY_TIMEOUT)?;
         conn.pragma_update(None, "query_only", true)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(conn)
@@ -256,16 +315,31 @@ fn is_busy(code: rusqlite::ErrorCode) -> bool {
     )
 }
 
-/// A file still locked after the busy timeout counts as unavailable (503),
-/// like a pool that cannot hand out a connection in time; anything else is
-/// an internal error.
-fn sqlite_error(err: rusqlite::Error) -> DbErr {
-    match &err {
-        rusqlite::Error::SqliteFailure(failure, _) if is_busy(failure.code) => {
-            DbErr::ConnectionAcquire(ConnAcquireErr::Timeout)
-        }
-        _ => DbErr::Custom(format!("SQLite read failed: {err}")),
+/// A locked file goes to the pool (see [`INLINE_BUSY_TIMEOUT`]). A file that
+/// cannot be opened or read counts as unavailable (503), as a pool that
+/// cannot connect does; anything else is an internal error.
+fn classify(err: rusqlite::Error, opening: bool) -> InlineError {
+    let code = match &err {
+        rusqlite::Error::SqliteFailure(failure, _) => Some(failure.code),
+        _ => None,
+    };
+    match code {
+        Some(code) if is_busy(code) => InlineError::Busy,
+        Some(
+            rusqlite::ErrorCode::CannotOpen
+            | rusqlite::ErrorCode::SystemIoFailure
+            | rusqlite::ErrorCode::NotADatabase
+            | rusqlite::ErrorCode::DiskFull,
+        ) => InlineError::Failed(unavailable(&err)),
+        _ if opening => InlineError::Failed(unavailable(&err)),
+        _ => InlineError::Failed(DbErr::Custom(format!("SQLite read failed: {err}"))),
     }
+}
+
+fn unavailable(err: &rusqlite::Error) -> DbErr {
+    DbErr::Conn(RuntimeErr::Internal(format!(
+        "SQLite file unavailable: {err}"
+    )))
 }
 
 /// The request path binds integers and text only; anything else is refused
@@ -298,6 +372,7 @@ mod tests {
     use sea_orm::{ConnectionTrait, Statement};
 
     use super::*;
+    use crate::db::PoolSettings;
 
     async fn sqlite_file() -> (tempfile::TempDir, String, DatabaseConnection) {
         let dir = tempfile::tempdir().unwrap();
@@ -325,7 +400,7 @@ mod tests {
     #[tokio::test]
     async fn inline_reads_see_what_the_pool_wrote() {
         let (_dir, url, pool) = sqlite_file().await;
-        let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
+        let reader = Reader::new(pool.clone(), &url);
         assert!(reader.is_inline());
         assert!(reader.one(select(1)).await.unwrap().is_none());
         let at = Utc.with_ymd_and_hms(2026, 11, 22, 3, 4, 5).unwrap()
@@ -359,7 +434,7 @@ mod tests {
     #[tokio::test]
     async fn inline_connections_are_read_only() {
         let (_dir, url, pool) = sqlite_file().await;
-        let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
+        let reader = Reader::new(pool.clone(), &url);
         let insert = Statement::from_string(DbBackend::Sqlite, "INSERT INTO t (id) VALUES (9)");
         let err = reader.one(insert).await.err().expect("write refused");
         assert!(err.to_string().contains("readonly"), "{err}");
@@ -382,6 +457,66 @@ mod tests {
         let pool = crate::db::connect(url, &PoolSettings::default())
             .await
             .unwrap();
-        assert!(!Reader::new(pool, url, &PoolSettings::default()).is_inline());
+        assert!(!Reader::new(pool, url).is_inline());
+    }
+
+    /// A file that cannot be opened is "unavailable" (503), not an internal
+    /// error.
+    #[tokio::test]
+    async fn a_missing_file_is_unavailable() {
+        let (dir, url, pool) = sqlite_file().await;
+        let reader = Reader::new(pool, &url);
+        std::fs::remove_file(dir.path().join("reader.db")).unwrap();
+        let err = reader.one(select(1)).await.err().expect("no file, no read");
+        assert!(crate::db::is_unavailable(&err), "{err:?}");
+    }
+
+    /// Timestamps in every form sqlx reads on SQLite.
+    #[test]
+    fn timestamps_decode_like_sqlx() {
+        let at = Utc.with_ymd_and_hms(2026, 11, 22, 3, 4, 5).unwrap();
+        let row = ReadRow::Inline(vec![
+            SqliteValue::Text("2026-11-22T03:04:05+00:00".into()),
+            SqliteValue::Text("2026-11-22 03:04:05".into()),
+            SqliteValue::Text("2026-11-22 05:04:05.000+02:00".into()),
+            SqliteValue::Text("2026-11-22T03:04Z".into()),
+            SqliteValue::Integer(at.timestamp()),
+            SqliteValue::Real(2_440_587.5 + at.timestamp() as f64 / 86_400.0),
+            SqliteValue::Text("yesterday".into()),
+        ]);
+        for i in 0..4 {
+            let minute = Utc.with_ymd_and_hms(2026, 11, 22, 3, 4, 0).unwrap();
+            let expected = if i == 3 { minute } else { at };
+            assert_eq!(row.opt_datetime(i).unwrap(), Some(expected), "column {i}");
+        }
+        assert_eq!(row.opt_datetime(4).unwrap(), Some(at));
+        let julian = row.opt_datetime(5).unwrap().unwrap();
+        assert!((julian - at).num_milliseconds().abs() < 1, "{julian}");
+        assert!(row.opt_datetime(6).is_err());
+    }
+
+    /// A locked file goes to the pool; an unreadable one is unavailable (503);
+    /// anything else is an internal error.
+    #[test]
+    fn read_errors_are_classified() {
+        let failure = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        assert!(matches!(
+            classify(failure(rusqlite::ffi::SQLITE_BUSY), false),
+            InlineError::Busy
+        ));
+        assert!(matches!(
+            classify(failure(rusqlite::ffi::SQLITE_LOCKED), false),
+            InlineError::Busy
+        ));
+        for code in [rusqlite::ffi::SQLITE_CANTOPEN, rusqlite::ffi::SQLITE_IOERR] {
+            match classify(failure(code), false) {
+                InlineError::Failed(err) => assert!(crate::db::is_unavailable(&err), "{err:?}"),
+                InlineError::Busy => panic!("{code} is not busy"),
+            }
+        }
+        match classify(failure(rusqlite::ffi::SQLITE_MISUSE), false) {
+            InlineError::Failed(err) => assert!(!crate::db::is_unavailable(&err), "{err:?}"),
+            InlineError::Busy => panic!("misuse is not busy"),
+        }
     }
 }
