@@ -22,6 +22,7 @@ use crate::{
     db::Reader,
     metrics::Metrics,
     middleware::{RequestContext, RequestTimeout},
+    service::tokens::UsageRecorder,
 };
 
 /// What every request handler may reach.
@@ -30,6 +31,8 @@ pub struct AppState {
     pub db: DatabaseConnection,
     /// The request path's reads (inline on SQLite, see `db::reader`).
     pub reader: Reader,
+    /// When tokens were last used (recorded at most once a minute).
+    pub token_usage: Arc<UsageRecorder>,
     pub metrics: Arc<Metrics>,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
@@ -41,6 +44,7 @@ impl AppState {
     pub fn new(db: DatabaseConnection, settings: &Settings) -> AppState {
         AppState {
             reader: Reader::new(db.clone(), &settings.database_url),
+            token_usage: Arc::default(),
             db,
             metrics: Arc::new(Metrics::new()),
             max_body_bytes: settings.max_body_bytes,

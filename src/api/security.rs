@@ -65,7 +65,7 @@ async fn authenticate(req: &Request) -> Result<Principal, ApiError> {
         None => None,
         Some(value) => Some(value.to_str().unwrap_or("\u{0}invalid")),
     };
-    tokens::authenticate(&state.reader, header)
+    tokens::authenticate(&state.reader, &state.token_usage, header)
         .await
         .map_err(ApiError::from)
 }

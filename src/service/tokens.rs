@@ -6,7 +6,14 @@
 //! up afresh, so a change made with the command line holds from the very next
 //! request of every running instance.
 
-use std::{fmt, str::FromStr};
+use std::{
+    collections::HashMap,
+    fmt,
+    str::FromStr,
+    sync::{Mutex, PoisonError},
+};
+
+use chrono::{DateTime, Utc};
 
 use entity::{app_token, project, token_permission};
 use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
@@ -322,7 +329,12 @@ pub fn token_from_header(header: Option<&str>) -> Result<Option<&str>, AuthError
 /// known permissions it holds, so a request costs one round trip to the
 /// database instead of three (and sees all three in one snapshot). Nothing is
 /// cached: a change made with the command line holds from the next request.
-pub async fn authenticate(db: &Reader, header: Option<&str>) -> Result<Principal, AuthError> {
+/// A successful authentication records the token's use through `usage`.
+pub async fn authenticate(
+    db: &Reader,
+    usage: &UsageRecorder,
+    header: Option<&str>,
+) -> Result<Principal, AuthError> {
     let token = token_from_header(header)?.ok_or(AuthError::EmptyToken)?;
     if token.chars().count() != TOKEN_LEN {
         return Err(AuthError::InvalidToken);
@@ -354,7 +366,7 @@ pub async fn authenticate(db: &Reader, header: Option<&str>) -> Result<Principal
     if project_active != Some(true) {
         return Err(AuthError::ProjectNotFound);
     }
-    touch_last_used(db.pool(), token_id, last_used_at);
+    usage.record(db.pool(), token_id, last_used_at);
     Ok(Principal {
         token_id,
         project_id,
@@ -419,32 +431,59 @@ fn auth_query(params: Vec<Value>) -> SelectStatement {
     query
 }
 
-/// Records when a token was last used, at most once a minute per token and
-/// off the request path, so authentication stays a read.
-fn touch_last_used(
-    db: &DatabaseConnection,
-    id: i64,
-    last_used_at: Option<chrono::DateTime<chrono::Utc>>,
-) {
-    let now = now();
-    let stale = last_used_at.is_none_or(|t| now - t > chrono::Duration::seconds(60));
-    if !stale {
-        return;
-    }
-    let db = db.clone();
-    tokio::spawn(async move {
-        let result = app_token::Entity::update_many()
-            .col_expr(
-                app_token::Column::LastUsedAt,
-                sea_orm::sea_query::Expr::value(now),
-            )
-            .filter(app_token::Column::Id.eq(id))
-            .exec(&db)
-            .await;
-        if let Err(err) = result {
-            tracing::debug!(token_id = id, error = %err, "could not record last use");
+/// Records when tokens are used: `last_used_at`, written at most once a
+/// minute per token and off the request path, so authentication stays a read.
+///
+/// The database value alone would let every request of a burst that starts
+/// before the first write lands spawn a write of its own (64 at once under
+/// load, each queuing for SQLite's one writer), so the process also keeps
+/// when it last recorded each token.
+#[derive(Debug, Default)]
+pub struct UsageRecorder {
+    recorded_at: Mutex<HashMap<i64, DateTime<Utc>>>,
+}
+
+/// How stale `last_used_at` may get.
+const USAGE_RESOLUTION: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
+impl UsageRecorder {
+    fn record(&self, db: &DatabaseConnection, token_id: i64, last_used_at: Option<DateTime<Utc>>) {
+        let now = now();
+        let fresh = |t: DateTime<Utc>| now - t <= USAGE_RESOLUTION;
+        if last_used_at.is_some_and(fresh) || !self.claim(token_id, now) {
+            return;
         }
-    });
+        let db = db.clone();
+        tokio::spawn(async move {
+            let result = app_token::Entity::update_many()
+                .col_expr(
+                    app_token::Column::LastUsedAt,
+                    sea_orm::sea_query::Expr::value(now),
+                )
+                .filter(app_token::Column::Id.eq(token_id))
+                .exec(&db)
+                .await;
+            if let Err(err) = result {
+                tracing::debug!(token_id, error = %err, "could not record last use");
+            }
+        });
+    }
+
+    /// True when this process has not recorded `token_id` within the last
+    /// minute; it then counts as recorded at `now`.
+    fn claim(&self, token_id: i64, now: DateTime<Utc>) -> bool {
+        let mut recorded_at = self
+            .recorded_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match recorded_at.get(&token_id) {
+            Some(&t) if now - t <= USAGE_RESOLUTION => false,
+            _ => {
+                recorded_at.insert(token_id, now);
+                true
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -463,5 +502,17 @@ mod tests {
                 assert_eq!(cached.values, fresh.values);
             }
         }
+    }
+
+    /// A burst of requests of one token records its use once a minute.
+    #[test]
+    fn usage_is_recorded_once_a_minute_per_token() {
+        let usage = UsageRecorder::default();
+        let start = now();
+        assert!(usage.claim(1, start));
+        assert!(!usage.claim(1, start));
+        assert!(usage.claim(2, start), "another token");
+        assert!(!usage.claim(1, start + chrono::TimeDelta::seconds(60)));
+        assert!(usage.claim(1, start + chrono::TimeDelta::seconds(61)));
     }
 }
