@@ -64,7 +64,7 @@ pub struct SettingsArgs {
     /// How long a request waits for a database connection, in ms [default: 1500].
     #[arg(long, env = "MASTERPAY_DB_ACQUIRE_TIMEOUT_MS")]
     pub db_acquire_timeout_ms: Option<u64>,
-    /// PostgreSQL statement timeout, in ms [default: 2000].
+    /// Statement timeout (PostgreSQL, MariaDB), in ms [default: 2000].
     #[arg(long, env = "MASTERPAY_DB_STATEMENT_TIMEOUT_MS")]
     pub db_statement_timeout_ms: Option<u64>,
     /// Upper bound for answering one request, in ms [default: 2500].

@@ -25,6 +25,7 @@ on_every_backend!(
     flags_beat_environment_and_environment_beats_the_config_file,
     sigterm_lets_the_server_finish_and_exit_cleanly,
     sigterm_drains_a_completion_in_flight,
+    a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout,
 );
 
 fn masterpay(url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
@@ -553,3 +554,67 @@ async fn sigterm_drains_a_completion_in_flight(app: TestApp) {
 
 #[allow(dead_code)]
 fn unused(_: PoolSettings) {}
+
+/// A completion whose statement waits on a row lock held elsewhere fails
+/// after the statement timeout (PostgreSQL `statement_timeout`, MariaDB
+/// `max_statement_time`), not after the database's own lock-wait limit:
+/// JSON 500 ORDER_UPDATE_FAILED, nothing changed, and the retry credits once.
+async fn a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout(app: TestApp) {
+    let cancelled = match app.backend {
+        // SQLite has no row locks: its writers queue in the process.
+        Backend::Sqlite => return,
+        Backend::Postgres => "canceling statement due to statement timeout",
+        Backend::MySql => "max_statement_time",
+    };
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "4.20", "cstm:paygate").await;
+    let server = ServerProcess::start(
+        &app.database.url,
+        &[
+            ("MASTERPAY_DB_STATEMENT_TIMEOUT_MS", "300"),
+            ("MASTERPAY_REQUEST_TIMEOUT_MS", "60000"),
+        ],
+    )
+    .await;
+    let complete = || {
+        reqwest::Client::new()
+            .post(format!("{}/v2/payment/order/complete", server.base))
+            .bearer_auth(&token)
+            .json(&json!({"payment_system": "cstm:paygate", "order_id": order}))
+            .send()
+    };
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let lock = app.db.begin().await.unwrap();
+    lock.execute_unprepared(&format!(
+        "SELECT id FROM payment_orders WHERE order_id = '{order}' FOR UPDATE"
+    ))
+    .await
+    .unwrap();
+    let r = complete().await.unwrap();
+    assert_eq!(r.status(), 500);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body,
+        json!({"success": false, "code": "ORDER_UPDATE_FAILED"})
+    );
+    // Synchronous logging: the error line is written before the answer.
+    let log = server.log();
+    assert!(log.contains(cancelled), "{log}");
+    lock.rollback().await.unwrap();
+    assert_eq!(
+        app.count("SELECT COUNT(*) FROM operation_log WHERE kind = 'order_credit'")
+            .await,
+        0
+    );
+    let r = app
+        .get_balance(Some(&token), &format!("server_id=0&user_id={user}"))
+        .await;
+    assert_eq!(r.body["main_balance"], "0.00", "{}", r.text);
+    let r = complete().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = app
+        .get_balance(Some(&token), &format!("server_id=0&user_id={user}"))
+        .await;
+    assert_eq!(r.body["main_balance"], "4.20", "{}", r.text);
+}

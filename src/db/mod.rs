@@ -24,7 +24,8 @@ pub struct PoolSettings {
     /// How long a request waits for a pooled connection (or a new one) before
     /// it fails; keeps answers fast while the database is unreachable.
     pub acquire_timeout: Duration,
-    /// Upper bound for one statement on PostgreSQL (`statement_timeout`).
+    /// Upper bound for one statement (PostgreSQL `statement_timeout`,
+    /// MariaDB `max_statement_time`).
     pub statement_timeout: Duration,
 }
 
@@ -67,7 +68,15 @@ pub async fn connect(url: &str, settings: &PoolSettings) -> Result<DatabaseConne
         .map_sqlx_postgres_opts(move |opts| {
             opts.options([("statement_timeout", statement_ms.to_string())])
         })
-        .map_sqlx_mysql_opts(|opts| opts.timezone(Some(String::from("+00:00"))));
+        .map_sqlx_mysql_opts(|opts| opts.timezone(Some(String::from("+00:00"))))
+        .map_sqlx_mysql_pool_opts(move |opts| {
+            opts.after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    bound_mariadb_statements(conn, statement_ms).await;
+                    Ok(())
+                })
+            })
+        });
     if url.starts_with("sqlite:") {
         // One writer at a time is all SQLite allows; a small pool avoids
         // queuing many connections on its file lock.
@@ -89,6 +98,21 @@ pub async fn connect(url: &str, settings: &PoolSettings) -> Result<DatabaseConne
         }
     }
     Database::connect(options).await
+}
+
+/// MariaDB's counterpart of PostgreSQL's `statement_timeout`: the session's
+/// `max_statement_time` (seconds; it applies to reads and writes alike, so a
+/// statement stuck on a row lock fails instead of holding its connection).
+/// MySQL has no such variable (its `max_execution_time` bounds only
+/// SELECTs); there the request timeout is the only bound, and a warning says
+/// so once per connection.
+async fn bound_mariadb_statements(conn: &mut sea_orm::sqlx::MySqlConnection, statement_ms: u128) {
+    use sea_orm::sqlx::{AssertSqlSafe, Executor};
+    let seconds = format!("{}.{:03}", statement_ms / 1000, statement_ms % 1000);
+    let set = format!("SET SESSION max_statement_time = {seconds}");
+    if let Err(err) = conn.execute(AssertSqlSafe(set)).await {
+        tracing::warn!(error = %err, "statement timeout not set (not MariaDB?)");
+    }
 }
 
 /// How often opening a SQLite file is retried while it is locked (about
