@@ -127,9 +127,9 @@ impl ParamSpec for EmailSpec {
             format: Some("email"),
             max_length: Some(validate::EMAIL_MAX_LEN),
             description: Some(
-                "The user's e-mail address (case-insensitive). Required when user_id is absent. When both are given they must name the same user.",
+                "The user's e-mail address (case-insensitive). Required when user_id is absent. When both are given they must name the same user. The examples of user_id and email name the same user: the first one `masterpay serve --demo` creates on a new database.",
             ),
-            example: Some(json!("player@example.com")),
+            example: Some(json!("alice1@example.com")),
             ..MetaSchema::new("string")
         }
     }
