@@ -43,7 +43,7 @@ pub struct AppState {
 impl AppState {
     pub fn new(db: DatabaseConnection, settings: &Settings) -> AppState {
         AppState {
-            reader: Reader::new(db.clone(), &settings.database_url),
+            reader: Reader::new(db.clone(), &settings.database_url, &settings.pool),
             token_usage: Arc::default(),
             db,
             metrics: Arc::new(Metrics::new()),
@@ -117,7 +117,7 @@ fn metrics_text(state: Data<&AppState>) -> Response {
             poem::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )
-        .body(state.metrics.render(&state.db))
+        .body(state.metrics.render(&state.reader))
 }
 
 /// Readiness: the database answers.

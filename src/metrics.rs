@@ -3,9 +3,13 @@
 //! Labels are bounded: `endpoint` is a route template (never a raw path, so a
 //! scanner cannot blow up the series count), `status` the numeric code,
 //! `outcome` one of the completion outcomes. Pool gauges are read from the
-//! connection pool at scrape time.
+//! connection pool at scrape time; on PostgreSQL they count the request
+//! path's direct connections too (`db::direct_pg`), so that they cover
+//! every connection the instance may open.
 
 use std::{sync::Mutex, time::Duration};
+
+use crate::db::Reader;
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
@@ -102,8 +106,13 @@ impl Metrics {
     }
 
     /// The text exposition, with the pool gauges read now.
-    pub fn render(&self, db: &DatabaseConnection) -> String {
-        let (size, idle, max) = pool_stats(db);
+    pub fn render(&self, reader: &Reader) -> String {
+        let (mut size, mut idle, mut max) = pool_stats(reader.pool());
+        if let Some(direct) = reader.direct_stats() {
+            size += direct.0;
+            idle += direct.1;
+            max += direct.2;
+        }
         self.pool_max.set(i64::from(max));
         self.pool
             .get_or_create(&PoolLabels { state: "idle" })

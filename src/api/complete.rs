@@ -306,7 +306,7 @@ impl CompleteApi {
             payment_system,
             payment_id,
         };
-        let result = orders::complete(&state.db, completion).await;
+        let result = orders::complete(&state.reader, completion).await;
         state.metrics.record_completion(match &result {
             Ok(_) => "completed",
             Err(CompleteError::OrderNotFound) => "order_not_found",

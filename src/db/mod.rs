@@ -5,6 +5,7 @@
 //! SQLite runs in WAL mode with a busy timeout so that several processes can
 //! share one file, and with foreign keys switched on (they are off by default).
 
+mod direct_pg;
 mod reader;
 
 use std::{sync::OnceLock, time::Duration};
@@ -36,6 +37,24 @@ impl Default for PoolSettings {
             acquire_timeout: Duration::from_millis(1500),
             statement_timeout: Duration::from_secs(2),
         }
+    }
+}
+
+impl PoolSettings {
+    /// On PostgreSQL `max_connections` is shared: a quarter of it (at least
+    /// one) for the sea-orm pool, which runs transactions, the command line
+    /// and other statements off the request path, the rest (at least one)
+    /// for the request path's direct connections (`db::direct_pg`). One
+    /// instance opens at most `max_connections` (two when it is one).
+    pub fn postgres_pool_connections(&self) -> u32 {
+        (self.max_connections / 4).max(1)
+    }
+
+    /// See [`PoolSettings::postgres_pool_connections`].
+    pub fn postgres_direct_connections(&self) -> u32 {
+        self.max_connections
+            .saturating_sub(self.postgres_pool_connections())
+            .max(1)
     }
 }
 
@@ -77,6 +96,9 @@ pub async fn connect(url: &str, settings: &PoolSettings) -> Result<DatabaseConne
                 })
             })
         });
+    if url.starts_with("postgres") {
+        options.max_connections(settings.postgres_pool_connections());
+    }
     if url.starts_with("sqlite:") {
         // One writer at a time is all SQLite allows; a small pool avoids
         // queuing many connections on its file lock.
@@ -267,6 +289,20 @@ mod tests {
             .and_where(Expr::col(Alias::new("a")).eq(a))
             .and_where(Expr::col(Alias::new("c")).ne(b))
             .to_owned()
+    }
+
+    /// One PostgreSQL instance stays within `max_connections` (two when it
+    /// is one: the pool and the direct connections need one each).
+    #[test]
+    fn postgres_connections_are_split_between_pool_and_direct() {
+        for (max, pool, direct) in [(1, 1, 1), (2, 1, 1), (4, 1, 3), (8, 2, 6), (16, 4, 12)] {
+            let settings = PoolSettings {
+                max_connections: max,
+                ..PoolSettings::default()
+            };
+            assert_eq!(settings.postgres_pool_connections(), pool, "{max}");
+            assert_eq!(settings.postgres_direct_connections(), direct, "{max}");
+        }
     }
 
     #[test]

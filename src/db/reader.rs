@@ -2,8 +2,11 @@
 //!
 //! Every request reads the token (authentication) and the balance lookup
 //! reads an account; nothing of it is cached, so that a change made with the
-//! command line holds from the next request. On PostgreSQL and MariaDB these
-//! reads go through the sea-orm pool like everything else.
+//! command line holds from the next request. On MariaDB these reads go
+//! through the sea-orm pool like everything else. On PostgreSQL they run on
+//! [`DirectPg`] connections, which skip the pool's ping after every
+//! statement (see `db::direct_pg`); so does the one-statement completion
+//! ([`Reader::autocommit_one`]).
 //!
 //! On SQLite they run on an [`InlineSqlite`] connection instead, in the
 //! calling thread. sqlx gives every SQLite connection a worker thread: a
@@ -37,26 +40,39 @@ use std::{
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use rusqlite::{OpenFlags, types::Value as SqliteValue};
+
+use super::{PoolSettings, direct_pg::DirectPg};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, QueryResult, RuntimeErr, Statement,
     TryGetable, Value,
 };
 
-/// Runs the read-only statements of the request path; see the module docs.
+/// Runs the statements of the request path; see the module docs.
 #[derive(Clone)]
 pub struct Reader {
     pool: DatabaseConnection,
     inline: Option<Arc<InlineSqlite>>,
+    direct: Option<Arc<DirectPg>>,
 }
 
 impl Reader {
-    /// Reads through `pool`, or inline when `url` names a SQLite file.
-    pub fn new(pool: DatabaseConnection, url: &str) -> Reader {
-        let inline = (pool.get_database_backend() == DbBackend::Sqlite)
+    /// Reads through `pool`, inline when `url` names a SQLite file, or on
+    /// direct connections (as many as the pool may open) on PostgreSQL.
+    pub fn new(pool: DatabaseConnection, url: &str, settings: &PoolSettings) -> Reader {
+        let backend = pool.get_database_backend();
+        let inline = (backend == DbBackend::Sqlite)
             .then(|| InlineSqlite::for_url(url))
             .flatten()
             .map(Arc::new);
-        Reader { pool, inline }
+        let direct = (backend == DbBackend::Postgres)
+            .then(|| DirectPg::for_url(url, settings))
+            .flatten()
+            .map(Arc::new);
+        Reader {
+            pool,
+            inline,
+            direct,
+        }
     }
 
     /// The pool, for writes and everything off the request path.
@@ -73,6 +89,11 @@ impl Reader {
         self.inline.is_some()
     }
 
+    /// (open, idle, maximum) of the direct PostgreSQL connections.
+    pub fn direct_stats(&self) -> Option<(u32, u32, u32)> {
+        self.direct.as_ref().map(|direct| direct.stats())
+    }
+
     /// The first row of a read-only statement.
     pub async fn one(&self, stmt: Statement) -> Result<Option<ReadRow>, DbErr> {
         if let Some(inline) = &self.inline {
@@ -83,14 +104,29 @@ impl Reader {
                 Err(InlineError::Busy) => {}
             }
         }
-        Ok(self.pool.query_one_raw(stmt).await?.map(ReadRow::Pooled))
+        if let Some(direct) = &self.direct {
+            return Ok(direct.one(&stmt).await?.map(ReadRow::Sqlx));
+        }
+        Ok(self.pool.query_one_raw(stmt).await?.map(ReadRow::Sqlx))
+    }
+
+    /// The first row of one statement that is complete on its own and may
+    /// write (committed by itself, in autocommit): on a direct connection on
+    /// PostgreSQL, through the pool elsewhere (never inline: those
+    /// connections are read-only).
+    pub async fn autocommit_one(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
+        match &self.direct {
+            Some(direct) => direct.one(&stmt).await,
+            None => self.pool.query_one_raw(stmt).await,
+        }
     }
 }
 
 /// One row read by a [`Reader`], with the few typed accessors the request
 /// path needs.
 pub enum ReadRow {
-    Pooled(QueryResult),
+    /// Read through sqlx: the pool, or a direct PostgreSQL connection.
+    Sqlx(QueryResult),
     Inline(Vec<SqliteValue>),
 }
 
@@ -102,7 +138,7 @@ impl ReadRow {
 
     pub fn opt_i64(&self, index: usize) -> Result<Option<i64>, DbErr> {
         match self {
-            ReadRow::Pooled(row) => pooled(row, index),
+            ReadRow::Sqlx(row) => pooled(row, index),
             ReadRow::Inline(values) => match inline_value(values, index)? {
                 SqliteValue::Null => Ok(None),
                 SqliteValue::Integer(value) => Ok(Some(*value)),
@@ -119,7 +155,7 @@ impl ReadRow {
     /// SQLite stores booleans as integers 0 and 1.
     pub fn opt_bool(&self, index: usize) -> Result<Option<bool>, DbErr> {
         match self {
-            ReadRow::Pooled(row) => pooled(row, index),
+            ReadRow::Sqlx(row) => pooled(row, index),
             ReadRow::Inline(_) => Ok(self.opt_i64(index)?.map(|value| value != 0)),
         }
     }
@@ -129,7 +165,7 @@ impl ReadRow {
     /// integer, a Julian day number as a real.
     pub fn opt_datetime(&self, index: usize) -> Result<Option<DateTime<Utc>>, DbErr> {
         match self {
-            ReadRow::Pooled(row) => pooled(row, index),
+            ReadRow::Sqlx(row) => pooled(row, index),
             ReadRow::Inline(values) => {
                 let value = inline_value(values, index)?;
                 let decoded = match value {
@@ -372,7 +408,6 @@ mod tests {
     use sea_orm::{ConnectionTrait, Statement};
 
     use super::*;
-    use crate::db::PoolSettings;
 
     async fn sqlite_file() -> (tempfile::TempDir, String, DatabaseConnection) {
         let dir = tempfile::tempdir().unwrap();
@@ -400,7 +435,7 @@ mod tests {
     #[tokio::test]
     async fn inline_reads_see_what_the_pool_wrote() {
         let (_dir, url, pool) = sqlite_file().await;
-        let reader = Reader::new(pool.clone(), &url);
+        let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
         assert!(reader.is_inline());
         assert!(reader.one(select(1)).await.unwrap().is_none());
         let at = Utc.with_ymd_and_hms(2026, 11, 22, 3, 4, 5).unwrap()
@@ -434,7 +469,7 @@ mod tests {
     #[tokio::test]
     async fn inline_connections_are_read_only() {
         let (_dir, url, pool) = sqlite_file().await;
-        let reader = Reader::new(pool.clone(), &url);
+        let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
         let insert = Statement::from_string(DbBackend::Sqlite, "INSERT INTO t (id) VALUES (9)");
         let err = reader.one(insert).await.err().expect("write refused");
         assert!(err.to_string().contains("readonly"), "{err}");
@@ -457,7 +492,7 @@ mod tests {
         let pool = crate::db::connect(url, &PoolSettings::default())
             .await
             .unwrap();
-        assert!(!Reader::new(pool, url).is_inline());
+        assert!(!Reader::new(pool, url, &PoolSettings::default()).is_inline());
     }
 
     /// A file that cannot be opened is "unavailable" (503), not an internal
@@ -465,7 +500,7 @@ mod tests {
     #[tokio::test]
     async fn a_missing_file_is_unavailable() {
         let (dir, url, pool) = sqlite_file().await;
-        let reader = Reader::new(pool, &url);
+        let reader = Reader::new(pool, &url, &PoolSettings::default());
         std::fs::remove_file(dir.path().join("reader.db")).unwrap();
         let err = reader.one(select(1)).await.err().expect("no file, no read");
         assert!(crate::db::is_unavailable(&err), "{err:?}");
