@@ -11,18 +11,29 @@
 //!
 //! [`DirectPg`] runs one statement at a time on connections kept in a plain
 //! list, and puts a connection back without a ping when its statement came
-//! back complete: either rows or an error the server sent, after which the
-//! protocol is at a known point (sqlx reads up to ReadyForQuery); a FATAL
-//! error (the server ended the session) drops it and counts as unavailable. A
-//! connection whose statement did not finish (the request was dropped: the
-//! client went away, the request timed out) is dropped with it, so no
-//! half-read answer is ever handed to the next request; one that failed any
-//! other way (I/O, protocol) is dropped too. Otherwise it behaves like the
-//! pool: at most its share of `max_connections` at once (see
-//! [`PoolSettings::postgres_direct_connections`]), a caller waits up to the acquire
-//! timeout for one, a connection idle for a second is pinged before use, one
-//! idle for ten minutes is closed, and the session's `statement_timeout` is
-//! the pool's.
+//! back complete: rows up to ReadyForQuery, or an error the server sent (sqlx
+//! stops reading at the ErrorResponse; the next statement or ping on the
+//! connection first drains what is left, `wait_until_ready`). A connection
+//! whose session ended (FATAL, or SQLSTATE classes 08 and 57P0: terminated,
+//! shutting down, a proxy that closed it) is dropped and the statement counts
+//! as unavailable (503); one that failed any other way (I/O, protocol) is
+//! dropped too.
+//!
+//! A statement whose request was dropped before it finished (the client went
+//! away, the request timed out) keeps its connection and its slot: a
+//! background task pings the connection, which waits for the rest of the
+//! answer (at most the statement timeout), puts it back and only then frees
+//! the slot. The server may still be running the statement, so opening a new
+//! connection at once would exceed the budget; this is what sqlx's pool does
+//! for a connection dropped in use.
+//!
+//! Otherwise it behaves like the pool: at most its share of
+//! `max_connections` at once (see [`PoolSettings::postgres_direct_connections`]),
+//! a caller waits up to the acquire timeout for one, opening one is retried
+//! until then while the server refuses (restarting, too many clients), a
+//! connection idle for a second is pinged before use, and one idle for ten
+//! minutes or open for thirty is closed. The session's `statement_timeout`
+//! is the pool's, and statements are not logged by sqlx (as on the pool).
 //!
 //! Only statements that are complete on their own run here: reads in
 //! autocommit, and the one-statement completion (data-modifying CTEs, atomic
@@ -30,7 +41,7 @@
 
 use std::{
     str::FromStr,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError, Weak},
     time::Duration,
 };
 
@@ -38,27 +49,34 @@ use sea_orm::{
     ConnAcquireErr, DbErr, QueryResult, RuntimeErr, Statement,
     sea_query::Values,
     sqlx::{
-        self, Connection,
-        postgres::{PgConnectOptions, PgConnection},
+        self, ConnectOptions, Connection,
+        postgres::{PgConnectOptions, PgConnection, PgDatabaseError, PgSeverity},
     },
 };
 use sea_query_sqlx::SqlxValues;
 use tokio::{
-    sync::Semaphore,
-    time::{Instant, timeout_at},
+    sync::{OwnedSemaphorePermit, Semaphore},
+    time::{Instant, timeout, timeout_at},
 };
 
 use super::{IDLE_BEFORE_PING, PoolSettings};
 
-/// An idle connection closed after this long unused, as sqlx's pool does.
+/// An idle connection is closed after this long unused, as sqlx's pool does.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// A connection is closed when it goes back after this long open, as sqlx's
+/// pool does (server-side memory of a session is given back now and then).
+const MAX_LIFETIME: Duration = Duration::from_secs(1800);
+/// How often idle connections are checked for the two limits above.
+const REAP_EVERY: Duration = Duration::from_secs(30);
+/// Time given to a dropped statement's answer beyond the statement timeout.
+const DRAIN_MARGIN: Duration = Duration::from_secs(1);
 
 /// What a failed statement left of its connection.
+#[derive(Debug, PartialEq, Eq)]
 enum Session {
     /// The server answered with an error and is ready for the next one.
     Usable,
-    /// The server ended the session (a FATAL error: terminated by an
-    /// administrator, server shutting down) before running the statement.
+    /// The session is over (see the module docs): nothing was done.
     Ended,
     /// Anything else: I/O, protocol, decoding. Not reused.
     Broken,
@@ -68,15 +86,29 @@ fn session_state(err: &sqlx::Error) -> Session {
     let Some(db_err) = err.as_database_error() else {
         return Session::Broken;
     };
-    let severity = db_err
-        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-        .map(|pg| pg.severity());
-    match severity {
-        Some(sqlx::postgres::PgSeverity::Fatal | sqlx::postgres::PgSeverity::Panic) => {
-            Session::Ended
+    let Some(pg) = db_err.try_downcast_ref::<PgDatabaseError>() else {
+        return Session::Broken;
+    };
+    let code = pg.code();
+    if matches!(pg.severity(), PgSeverity::Fatal | PgSeverity::Panic)
+        || code.starts_with("08")
+        || code.starts_with("57P0")
+    {
+        Session::Ended
+    } else {
+        Session::Usable
+    }
+}
+
+/// Errors on opening a connection that sqlx's pool retries until its
+/// deadline: the server refuses for now (restarting, too many clients).
+fn retry_connect(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
+        sqlx::Error::Database(db_err) => {
+            matches!(db_err.code().as_deref(), Some("53300" | "57P03"))
         }
-        Some(_) => Session::Usable,
-        None => Session::Broken,
+        _ => false,
     }
 }
 
@@ -84,105 +116,188 @@ fn session_state(err: &sqlx::Error) -> Session {
 pub struct DirectPg {
     options: PgConnectOptions,
     /// Idle connections, the most recently used last.
-    idle: Mutex<Vec<IdleConnection>>,
+    idle: Mutex<Vec<Live>>,
     /// One permit per connection that may be open.
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     max: usize,
     acquire_timeout: Duration,
+    statement_timeout: Duration,
 }
 
-struct IdleConnection {
+/// An open connection and when it was opened and last used.
+struct Live {
     connection: PgConnection,
-    since: Instant,
+    opened: Instant,
+    idle_since: Instant,
+}
+
+/// A connection checked out for one statement, with its slot. Dropped
+/// without [`Checkout::finish`] (the statement was interrupted), it drains
+/// the connection in the background before the slot is freed.
+struct Checkout {
+    owner: Arc<DirectPg>,
+    live: Option<Live>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        let (Some(mut live), Some(permit)) = (self.live.take(), self.permit.take()) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let owner = self.owner.clone();
+        runtime.spawn(async move {
+            let limit = owner.statement_timeout + DRAIN_MARGIN;
+            if let Ok(Ok(())) = timeout(limit, live.connection.ping()).await {
+                owner.checkin(live);
+            }
+            drop(permit);
+        });
+    }
+}
+
+impl Checkout {
+    fn connection(&mut self) -> &mut PgConnection {
+        &mut self.live.as_mut().expect("checked out").connection
+    }
+
+    /// The statement came back: the connection goes back when `reuse`, and
+    /// is closed otherwise; the slot is free either way.
+    fn finish(mut self, reuse: bool) {
+        let live = self.live.take().expect("checked out");
+        if reuse {
+            self.owner.checkin(live);
+        }
+    }
 }
 
 impl DirectPg {
     /// `None` when `url` is not one sqlx parses (the pool reports that).
-    pub fn for_url(url: &str, settings: &PoolSettings) -> Option<DirectPg> {
+    /// Inside a tokio runtime, a task closes connections idle or open for
+    /// too long; it ends when the returned value is dropped.
+    pub fn for_url(url: &str, settings: &PoolSettings) -> Option<Arc<DirectPg>> {
         let statement_ms = settings.statement_timeout.as_millis().to_string();
         let options = PgConnectOptions::from_str(url)
             .ok()?
-            .options([("statement_timeout", statement_ms)]);
-        Some(DirectPg {
+            .options([("statement_timeout", statement_ms)])
+            .disable_statement_logging();
+        let max = settings.postgres_direct_connections() as usize;
+        let direct = Arc::new(DirectPg {
             options,
             idle: Mutex::new(Vec::new()),
-            slots: Semaphore::new(settings.postgres_direct_connections() as usize),
-            max: settings.postgres_direct_connections() as usize,
+            slots: Arc::new(Semaphore::new(max)),
+            max,
             acquire_timeout: settings.acquire_timeout,
-        })
+            statement_timeout: settings.statement_timeout,
+        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(reap_idle(Arc::downgrade(&direct)));
+        }
+        Some(direct)
     }
 
     /// The first row of `stmt`, a statement complete on its own.
-    pub async fn one(&self, stmt: &Statement) -> Result<Option<QueryResult>, DbErr> {
-        let deadline = Instant::now() + self.acquire_timeout;
-        let _permit = timeout_at(deadline, self.slots.acquire())
-            .await
-            .map_err(|_| DbErr::ConnectionAcquire(ConnAcquireErr::Timeout))?
-            .expect("the semaphore is never closed");
-        let mut connection = self.checkout(deadline).await?;
+    pub async fn one(self: &Arc<Self>, stmt: &Statement) -> Result<Option<QueryResult>, DbErr> {
+        let mut checkout = self.checkout().await?;
         let values = stmt.values.clone().unwrap_or(Values(Vec::new()));
         let result = sqlx::query_with(sqlx::AssertSqlSafe(stmt.sql.as_str()), SqlxValues(values))
-            .fetch_optional(&mut connection)
+            .fetch_optional(checkout.connection())
             .await;
         match result {
             Ok(row) => {
-                self.checkin(connection);
+                checkout.finish(true);
                 Ok(row.map(QueryResult::from))
             }
-            Err(err) => match session_state(&err) {
-                Session::Usable => {
-                    self.checkin(connection);
-                    Err(DbErr::Query(RuntimeErr::SqlxError(Arc::new(err))))
-                }
-                // Dropped here; reported like a pool that cannot reach the
-                // server (503), since nothing was done.
-                Session::Ended => Err(DbErr::Conn(RuntimeErr::SqlxError(Arc::new(err)))),
-                Session::Broken => Err(DbErr::Query(RuntimeErr::SqlxError(Arc::new(err)))),
-            },
+            Err(err) => {
+                let session = session_state(&err);
+                checkout.finish(session == Session::Usable);
+                let err = RuntimeErr::SqlxError(Arc::new(err));
+                Err(match session {
+                    // Reported like a pool that cannot reach the server.
+                    Session::Ended => DbErr::Conn(err),
+                    Session::Usable | Session::Broken => DbErr::Query(err),
+                })
+            }
         }
     }
 
-    /// An idle connection (pinged first when it sat idle), or a new one.
-    async fn checkout(&self, deadline: Instant) -> Result<PgConnection, DbErr> {
+    /// A slot and an idle connection (pinged first when it sat idle), or a
+    /// new one, within the acquire timeout.
+    async fn checkout(self: &Arc<Self>) -> Result<Checkout, DbErr> {
+        let deadline = Instant::now() + self.acquire_timeout;
+        let timed_out = || DbErr::ConnectionAcquire(ConnAcquireErr::Timeout);
+        let permit = timeout_at(deadline, self.slots.clone().acquire_owned())
+            .await
+            .map_err(|_| timed_out())?
+            .expect("the semaphore is never closed");
+        let mut checkout = Checkout {
+            owner: self.clone(),
+            live: None,
+            permit: Some(permit),
+        };
         loop {
-            let Some(idle) = self.lock_idle().pop() else {
+            let Some(live) = self.lock_idle().pop() else {
                 break;
             };
-            let mut connection = idle.connection;
-            if idle.since.elapsed() < IDLE_BEFORE_PING {
-                return Ok(connection);
+            let pinged = live.idle_since.elapsed() >= IDLE_BEFORE_PING;
+            checkout.live = Some(live);
+            if !pinged {
+                return Ok(checkout);
             }
-            match timeout_at(deadline, connection.ping()).await {
-                Ok(Ok(())) => return Ok(connection),
+            match timeout_at(deadline, checkout.connection().ping()).await {
+                Ok(Ok(())) => return Ok(checkout),
                 // Gone while idle (server restarted, network cut): next one.
-                Ok(Err(_)) => {}
-                Err(_) => return Err(DbErr::ConnectionAcquire(ConnAcquireErr::Timeout)),
+                Ok(Err(_)) => checkout.live = None,
+                Err(_) => return Err(timed_out()),
             }
         }
-        match timeout_at(deadline, PgConnection::connect_with(&self.options)).await {
-            Ok(Ok(connection)) => Ok(connection),
-            Ok(Err(err)) => Err(DbErr::Conn(RuntimeErr::SqlxError(Arc::new(err)))),
-            Err(_) => Err(DbErr::ConnectionAcquire(ConnAcquireErr::Timeout)),
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            match timeout_at(deadline, PgConnection::connect_with(&self.options)).await {
+                Ok(Ok(connection)) => {
+                    let now = Instant::now();
+                    checkout.live = Some(Live {
+                        connection,
+                        opened: now,
+                        idle_since: now,
+                    });
+                    return Ok(checkout);
+                }
+                Ok(Err(err)) if retry_connect(&err) && Instant::now() + backoff < deadline => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                Ok(Err(err)) => return Err(DbErr::Conn(RuntimeErr::SqlxError(Arc::new(err)))),
+                Err(_) => return Err(timed_out()),
+            }
         }
     }
 
-    /// Puts `connection` back, and closes the longest-idle one when it has
-    /// been unused for [`IDLE_TIMEOUT`].
-    fn checkin(&self, connection: PgConnection) {
+    /// Puts `live` back, unless it has been open for [`MAX_LIFETIME`].
+    fn checkin(&self, mut live: Live) {
         let now = Instant::now();
-        let expired = {
-            let mut idle = self.lock_idle();
-            idle.push(IdleConnection {
-                connection,
-                since: now,
-            });
-            (now.duration_since(idle[0].since) > IDLE_TIMEOUT).then(|| idle.remove(0))
-        };
-        if let Some(expired) = expired {
-            tokio::spawn(async move {
-                let _ = expired.connection.close().await;
-            });
+        if now.duration_since(live.opened) > MAX_LIFETIME {
+            close(vec![live]);
+            return;
         }
+        live.idle_since = now;
+        self.lock_idle().push(live);
+    }
+
+    /// Removes the connections idle for [`IDLE_TIMEOUT`] or open for
+    /// [`MAX_LIFETIME`] (the least recently used come first in the list).
+    fn expired(&self) -> Vec<Live> {
+        let now = Instant::now();
+        let mut idle = self.lock_idle();
+        let (expired, kept) = idle.drain(..).partition(|live: &Live| {
+            now.duration_since(live.idle_since) > IDLE_TIMEOUT
+                || now.duration_since(live.opened) > MAX_LIFETIME
+        });
+        *idle = kept;
+        expired
     }
 
     /// (open, idle, maximum): a connection counts as open from the moment
@@ -194,7 +309,7 @@ impl DirectPg {
         (to_u32(in_use + idle), to_u32(idle), to_u32(self.max))
     }
 
-    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<IdleConnection>> {
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Live>> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -202,6 +317,32 @@ impl DirectPg {
     #[cfg(test)]
     fn idle_count(&self) -> usize {
         self.lock_idle().len()
+    }
+}
+
+/// Closes `connections` politely (Terminate), in the background.
+fn close(connections: Vec<Live>) {
+    if connections.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        for live in connections {
+            let _ = live.connection.close().await;
+        }
+    });
+}
+
+/// Every [`REAP_EVERY`], closes the idle connections past their limits,
+/// until `direct` is dropped.
+async fn reap_idle(direct: Weak<DirectPg>) {
+    let mut tick = tokio::time::interval(REAP_EVERY);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(direct) = direct.upgrade() else {
+            return;
+        };
+        close(direct.expired());
     }
 }
 
@@ -238,7 +379,7 @@ mod tests {
         Statement::from_sql_and_values(DbBackend::Postgres, text, values)
     }
 
-    async fn backend_pid(direct: &DirectPg) -> i32 {
+    async fn backend_pid(direct: &Arc<DirectPg>) -> i32 {
         let row = direct
             .one(&sql("SELECT pg_backend_pid()", vec![]))
             .await
@@ -293,18 +434,14 @@ mod tests {
         }
     }
 
-    /// A statement answered with an error leaves its connection reusable; a
-    /// statement that was dropped unfinished takes its connection with it,
-    /// so the next statement never reads the rest of an old answer.
+    /// A statement answered with an error leaves its connection reusable.
     #[tokio::test]
-    async fn only_connections_whose_statement_finished_are_reused() {
+    async fn a_connection_is_reused_after_an_error_answer() {
         let Some(url) = server_url() else {
             eprintln!("skipped: MASTERPAY_TEST_POSTGRES_URL is not set");
             return;
         };
-        let admin = Database::connect(url.as_str()).await.unwrap();
-        let direct = Arc::new(DirectPg::for_url(&url, &settings(4)).unwrap());
-
+        let direct = DirectPg::for_url(&url, &settings(4)).unwrap();
         let first = backend_pid(&direct).await;
         let err = direct
             .one(&sql("SELECT 1 / 0", vec![]))
@@ -313,6 +450,21 @@ mod tests {
         assert!(!is_unavailable(&err), "{err:?}");
         assert_eq!(direct.idle_count(), 1);
         assert_eq!(backend_pid(&direct).await, first, "reused after an error");
+    }
+
+    /// A statement dropped before it finished keeps its slot (the server
+    /// may still be running it) until its answer has been drained; then its
+    /// connection is reused, and the next statement never reads the rest of
+    /// the old answer.
+    #[tokio::test]
+    async fn an_interrupted_statement_keeps_its_slot_until_drained() {
+        let Some(url) = server_url() else {
+            eprintln!("skipped: MASTERPAY_TEST_POSTGRES_URL is not set");
+            return;
+        };
+        let admin = Database::connect(url.as_str()).await.unwrap();
+        let direct = DirectPg::for_url(&url, &settings(1)).unwrap();
+        let first = backend_pid(&direct).await;
 
         let key = lock_key();
         let held = hold(&admin, key).await;
@@ -323,16 +475,34 @@ mod tests {
         until_waiting(&admin, 1).await;
         waiting.abort();
         assert!(waiting.await.unwrap_err().is_cancelled());
-        assert_eq!(direct.idle_count(), 0, "the interrupted connection is gone");
-        held.rollback().await.unwrap();
+        assert_eq!(direct.stats(), (1, 0, 1), "the slot stays taken");
+        let err = direct
+            .one(&sql("SELECT 1", vec![]))
+            .await
+            .expect_err("no second connection while the first is busy");
+        assert!(is_unavailable(&err), "{err:?}");
 
+        held.rollback().await.unwrap();
+        while direct.idle_count() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let row = direct
             .one(&sql("SELECT 2::int4", vec![]))
             .await
             .unwrap()
             .unwrap();
         assert_eq!(row.try_get_by_index::<i32>(0).unwrap(), 2);
-        assert_ne!(backend_pid(&direct).await, first);
+        assert_eq!(backend_pid(&direct).await, first, "drained and reused");
+    }
+
+    /// Only a server that refuses for now is retried on connect.
+    #[test]
+    fn refused_connections_are_retried() {
+        let refused = sqlx::Error::Io(std::io::ErrorKind::ConnectionRefused.into());
+        assert!(retry_connect(&refused));
+        let reset = sqlx::Error::Io(std::io::ErrorKind::ConnectionReset.into());
+        assert!(!retry_connect(&reset));
+        assert!(!retry_connect(&sqlx::Error::PoolTimedOut));
     }
 
     /// The pool's `statement_timeout` holds on direct connections.
@@ -372,7 +542,7 @@ mod tests {
             return;
         };
         let admin = Database::connect(url.as_str()).await.unwrap();
-        let direct = Arc::new(DirectPg::for_url(&url, &settings(2)).unwrap());
+        let direct = DirectPg::for_url(&url, &settings(2)).unwrap();
         let key = lock_key();
         let held = hold(&admin, key).await;
         let blocked: Vec<_> = (0..2)

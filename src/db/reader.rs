@@ -66,8 +66,7 @@ impl Reader {
             .map(Arc::new);
         let direct = (backend == DbBackend::Postgres)
             .then(|| DirectPg::for_url(url, settings))
-            .flatten()
-            .map(Arc::new);
+            .flatten();
         Reader {
             pool,
             inline,
