@@ -12,10 +12,9 @@ use super::{
         InternalErrorCode, UnavailableBody, UnavailableCode, ValidationErrorBody,
     },
     params::{ParamSpec, RawParam},
-    security::BalanceToken,
+    security::{BalanceToken, RequestReader},
 };
 use crate::{
-    app::AppState,
     db::is_unavailable,
     service::{
         balances::{self, BalanceLookupError, UserRef},
@@ -283,7 +282,7 @@ impl BalanceApi {
     async fn get_balance(
         &self,
         auth: BalanceToken,
-        state: poem::web::Data<&AppState>,
+        reader: poem::web::Data<&RequestReader>,
         /// 0 for the general master-account balance; > 0 for the balance on that server.
         server_id: Query<RawParam<ServerIdSpec>>,
         /// The user's id; required when email is absent.
@@ -297,14 +296,7 @@ impl BalanceApi {
             Ok(query) => query,
             Err(errors) => return BalanceReply::BadRequest(Json(ValidationErrorBody::new(errors))),
         };
-        match balances::lookup(
-            &state.reader,
-            auth.0.project_id,
-            &query.who,
-            query.server_id,
-        )
-        .await
-        {
+        match balances::lookup(&reader.0.0, auth.0.project_id, &query.who, query.server_id).await {
             Ok(balance) => {
                 let main = balance.main.to_string();
                 let bonus = balance.bonus.to_string();

@@ -16,15 +16,29 @@
 //!
 //! Nothing is cached: each request reads the token afresh, so a change made
 //! with the command line holds from the very next request.
+//!
+//! The middleware also hands the endpoint the [`RequestReader`] it
+//! authenticated with. For a GET, which only reads, that reader holds one
+//! read transaction for the whole request on SQLite (`db::Reader::with_snapshot`):
+//! the token and the balance are read from one state of the database.
 
-use poem::{Endpoint, Middleware, Request, Result, http::header};
+use poem::{
+    Endpoint, Middleware, Request, Result,
+    http::{Method, header},
+};
 use poem_openapi::{SecurityScheme, auth::Bearer};
 
 use super::error::ApiError;
 use crate::{
     app::AppState,
+    db::Reader,
     service::tokens::{self, Permission, Principal},
 };
+
+/// The reader an authenticated v2 request was authenticated with, for its
+/// endpoint's own reads (see the module docs).
+#[derive(Clone)]
+pub struct RequestReader(pub Reader);
 
 /// The middleware of step 1; see the module docs.
 pub struct V2Authentication;
@@ -51,23 +65,32 @@ impl<E: Endpoint> Endpoint for V2AuthenticationEndpoint<E> {
 
     async fn call(&self, mut req: Request) -> Result<Self::Output> {
         if is_v2_path(req.uri().path()) {
-            let principal = authenticate(&req).await?;
+            let (principal, reader) = authenticate(&req).await?;
             req.extensions_mut().insert(principal);
+            req.extensions_mut().insert(RequestReader(reader));
         }
         self.inner.call(req).await
     }
 }
 
-async fn authenticate(req: &Request) -> Result<Principal, ApiError> {
+async fn authenticate(req: &Request) -> Result<(Principal, Reader), ApiError> {
     let state = req.data::<AppState>().ok_or_else(ApiError::internal)?;
+    // A GET only reads; any other method may write and must not hold a
+    // read transaction while it does.
+    let reader = if req.method() == Method::GET {
+        state.reader.with_snapshot().await
+    } else {
+        state.reader.clone()
+    };
     // A header that is not valid UTF-8 cannot hold a valid token.
     let header = match req.headers().get(header::AUTHORIZATION) {
         None => None,
         Some(value) => Some(value.to_str().unwrap_or("\u{0}invalid")),
     };
-    tokens::authenticate(&state.reader, &state.token_usage, header)
+    let principal = tokens::authenticate(&reader, &state.token_usage, header)
         .await
-        .map_err(ApiError::from)
+        .map_err(ApiError::from)?;
+    Ok((principal, reader))
 }
 
 /// Step 2: the principal of step 1 (or, should the scheme ever be mounted
@@ -75,7 +98,7 @@ async fn authenticate(req: &Request) -> Result<Principal, ApiError> {
 async fn authorize(req: &Request, permission: Permission) -> Result<Principal> {
     let principal = match req.extensions().get::<Principal>() {
         Some(principal) => principal.clone(),
-        None => authenticate(req).await?,
+        None => authenticate(req).await?.0,
     };
     if principal.may(permission) {
         Ok(principal)
