@@ -14,8 +14,10 @@
 //!    auth argument; the checker answers ACCESS_DENIED when the token lacks
 //!    it. Endpoint validation runs only after that.
 //!
-//! Nothing is cached: each request reads the token afresh, so a change made
-//! with the command line holds from the very next request.
+//! Each request reads the token afresh (on SQLite possibly from a cache that
+//! is valid only while the database is unchanged, see
+//! `db::Reader::one_cached`), so a change made with the command line holds
+//! from the very next request.
 //!
 //! The middleware also hands the endpoint the [`RequestReader`] it
 //! authenticated with. For a GET, which only reads, that reader holds one

@@ -31,6 +31,7 @@
 //! ([`Reader::with_snapshot`]), begun when the request is authenticated.
 
 use std::{
+    collections::HashMap,
     path::PathBuf,
     str::FromStr,
     sync::{
@@ -122,9 +123,24 @@ impl Reader {
 
     /// The first row of a read-only statement.
     pub async fn one(&self, stmt: Statement) -> Result<Option<ReadRow>, DbErr> {
+        self.read(stmt, false).await
+    }
+
+    /// Like [`Reader::one`], but on SQLite a row read earlier for the same
+    /// statement and values is reused while the database has not changed
+    /// since, by any process (`PRAGMA data_version`, see
+    /// `InlineConnection::read`); so a change still holds from the next
+    /// read. For small rows read again and again (the token). Elsewhere the
+    /// same as [`Reader::one`]: nothing cheaper than the read itself tells
+    /// whether another instance changed the row.
+    pub async fn one_cached(&self, stmt: Statement) -> Result<Option<ReadRow>, DbErr> {
+        self.read(stmt, true).await
+    }
+
+    async fn read(&self, stmt: Statement, cached: bool) -> Result<Option<ReadRow>, DbErr> {
         let inline = match (&self.snapshot, &self.inline) {
-            (Some(snapshot), _) => Some(snapshot.one(&stmt)),
-            (None, Some(inline)) => Some(inline.one(&stmt).await),
+            (Some(snapshot), _) => Some(snapshot.one(&stmt, cached)),
+            (None, Some(inline)) => Some(inline.one(&stmt, cached).await),
             (None, None) => None,
         };
         if let Some(inline) = inline {
@@ -280,23 +296,85 @@ pub struct InlineSqlite {
 
 /// One inline connection, opened on first use; `None` after a failure, so
 /// that the next use opens a fresh one.
-type Slot = tokio::sync::Mutex<Option<rusqlite::Connection>>;
+type Slot = tokio::sync::Mutex<Option<InlineConnection>>;
+
+/// An inline connection and the rows it read with [`Reader::one_cached`],
+/// each with the `PRAGMA data_version` it was read at.
+struct InlineConnection {
+    conn: rusqlite::Connection,
+    cached: HashMap<String, (i64, Vec<SqliteValue>)>,
+}
+
+/// Rows kept per connection by [`Reader::one_cached`]; the cache is emptied
+/// when it is full (it holds one row per token in use).
+const CACHED_ROWS: usize = 1024;
+
+#[cfg(test)]
+static CACHE_HITS: AtomicUsize = AtomicUsize::new(0);
+
+impl InlineConnection {
+    /// `sql` with `params`, or, when `cached`, the row read earlier for the
+    /// same statement and values if the database has not changed since.
+    ///
+    /// `PRAGMA data_version` changes whenever another connection, of this
+    /// process or any other, commits (this one never writes: it is
+    /// `query_only`). It is read first: a row stored with version v was
+    /// read after v was seen, so while the version is still v nothing has
+    /// been committed since the row was read. Reading the version starts
+    /// the read transaction (or uses the snapshot's), so a cache hit costs
+    /// no more than that.
+    fn read(
+        &mut self,
+        sql: &str,
+        params: &[SqliteValue],
+        cached: bool,
+    ) -> rusqlite::Result<Option<Vec<SqliteValue>>> {
+        if !cached {
+            return run(&self.conn, sql, params);
+        }
+        let version: i64 = self
+            .conn
+            .prepare_cached("PRAGMA data_version")?
+            .query_row([], |row| row.get(0))?;
+        let key = format!("{sql}\u{0}{params:?}");
+        if let Some((at, row)) = self.cached.get(&key)
+            && *at == version
+        {
+            #[cfg(test)]
+            CACHE_HITS.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(row.clone()));
+        }
+        let row = run(&self.conn, sql, params)?;
+        match &row {
+            Some(row) => {
+                if self.cached.len() >= CACHED_ROWS {
+                    self.cached.clear();
+                }
+                self.cached.insert(key, (version, row.clone()));
+            }
+            None => {
+                self.cached.remove(&key);
+            }
+        }
+        Ok(row)
+    }
+}
 
 /// A read transaction on one inline connection; see [`Reader::with_snapshot`].
 /// Dropping it ends the transaction and frees the connection.
 pub struct Snapshot {
-    slot: Mutex<OwnedMutexGuard<Option<rusqlite::Connection>>>,
+    slot: Mutex<OwnedMutexGuard<Option<InlineConnection>>>,
 }
 
 impl Snapshot {
-    fn one(&self, stmt: &Statement) -> Result<Option<Vec<SqliteValue>>, InlineError> {
+    fn one(&self, stmt: &Statement, cached: bool) -> Result<Option<Vec<SqliteValue>>, InlineError> {
         let params = sqlite_params(stmt)?;
         let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
         // Gone after a failure: the pool reads instead.
-        let Some(conn) = slot.as_ref() else {
+        let Some(conn) = slot.as_mut() else {
             return Err(InlineError::Busy);
         };
-        let result = run(conn, &stmt.sql, &params);
+        let result = conn.read(&stmt.sql, &params, cached);
         if let Err(rusqlite::Error::SqliteFailure(err, _)) = &result
             && !is_busy(err.code)
         {
@@ -310,7 +388,7 @@ impl Drop for Snapshot {
     fn drop(&mut self) {
         let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(conn) = slot.as_ref()
-            && conn.execute_batch("COMMIT").is_err()
+            && conn.conn.execute_batch("COMMIT").is_err()
         {
             **slot = None;
         }
@@ -353,7 +431,7 @@ impl InlineSqlite {
 
     /// A free connection (the first one free, else waiting for one) with
     /// its slot locked, opened if needed.
-    async fn checkout(&self) -> Result<OwnedMutexGuard<Option<rusqlite::Connection>>, InlineError> {
+    async fn checkout(&self) -> Result<OwnedMutexGuard<Option<InlineConnection>>, InlineError> {
         let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
         let count = self.slots.len();
         let free = (0..count).find_map(|i| {
@@ -367,16 +445,23 @@ impl InlineSqlite {
             None => self.slots[start % count].clone().lock_owned().await,
         };
         if slot.is_none() {
-            *slot = Some(self.open().map_err(|err| classify(err, true))?);
+            *slot = Some(InlineConnection {
+                conn: self.open().map_err(|err| classify(err, true))?,
+                cached: HashMap::new(),
+            });
         }
         Ok(slot)
     }
 
-    async fn one(&self, stmt: &Statement) -> Result<Option<Vec<SqliteValue>>, InlineError> {
+    async fn one(
+        &self,
+        stmt: &Statement,
+        cached: bool,
+    ) -> Result<Option<Vec<SqliteValue>>, InlineError> {
         let params = sqlite_params(stmt)?;
         let mut slot = self.checkout().await?;
-        let conn = slot.as_ref().expect("opened by checkout");
-        let result = run(conn, &stmt.sql, &params);
+        let conn = slot.as_mut().expect("opened by checkout");
+        let result = conn.read(&stmt.sql, &params, cached);
         if let Err(rusqlite::Error::SqliteFailure(err, _)) = &result
             && !is_busy(err.code)
         {
@@ -392,7 +477,7 @@ impl InlineSqlite {
     async fn begin(&self) -> Option<Snapshot> {
         let mut slot = self.checkout().await.ok()?;
         let conn = slot.as_ref().expect("opened by checkout");
-        if conn.execute_batch("BEGIN").is_err() {
+        if conn.conn.execute_batch("BEGIN").is_err() {
             *slot = None;
             return None;
         }
@@ -599,6 +684,46 @@ mod tests {
         for request in &all {
             assert!(request.one(select(2)).await.unwrap().is_some());
         }
+    }
+
+    /// A cached read is reused only while nothing has been committed since
+    /// it was read: a commit by the pool (another connection, as the
+    /// command line's would be) is seen by the very next cached read, inside
+    /// a snapshot begun after it too.
+    #[tokio::test]
+    async fn cached_reads_hold_only_while_the_database_is_unchanged() {
+        let (_dir, url, pool) = sqlite_file().await;
+        let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
+        let set = |flag: bool| {
+            Statement::from_sql_and_values(
+                DbBackend::Sqlite,
+                "INSERT OR REPLACE INTO t (id, flag) VALUES (1, ?)",
+                [Value::from(flag)],
+            )
+        };
+        let flag = |row: Option<ReadRow>| row.expect("row 1").bool(2).unwrap();
+        pool.execute_raw(set(true)).await.unwrap();
+        // Every slot reads once, so that each connection has the row cached.
+        let slots = reader.inline.as_ref().unwrap().slots.len();
+        for _ in 0..slots {
+            assert!(flag(reader.one_cached(select(1)).await.unwrap()));
+        }
+        let hits = CACHE_HITS.load(Ordering::Relaxed);
+        assert!(flag(reader.one_cached(select(1)).await.unwrap()));
+        assert!(
+            CACHE_HITS.load(Ordering::Relaxed) > hits,
+            "unchanged: answered from the cache"
+        );
+        pool.execute_raw(set(false)).await.unwrap();
+        for _ in 0..slots {
+            assert!(!flag(reader.one_cached(select(1)).await.unwrap()));
+            let request = reader.with_snapshot().await;
+            assert!(!flag(request.one_cached(select(1)).await.unwrap()));
+        }
+        pool.execute_raw(Statement::from_string(DbBackend::Sqlite, "DELETE FROM t"))
+            .await
+            .unwrap();
+        assert!(reader.one_cached(select(1)).await.unwrap().is_none());
     }
 
     /// The inline connections refuse writes.

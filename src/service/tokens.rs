@@ -327,8 +327,11 @@ pub fn token_from_header(header: Option<&str>) -> Result<Option<&str>, AuthError
 ///
 /// One statement reads the token, its project's state and which of the
 /// known permissions it holds, so a request costs one round trip to the
-/// database instead of three (and sees all three in one snapshot). Nothing is
-/// cached: a change made with the command line holds from the next request.
+/// database instead of three (and sees all three in one snapshot). On SQLite
+/// the row may come from a per-connection cache that is used only while the
+/// database has not changed since it was read (`Reader::one_cached`); so on
+/// every backend a change made with the command line holds from the next
+/// request.
 /// A successful authentication records the token's use through `usage`.
 pub async fn authenticate(
     db: &Reader,
@@ -343,7 +346,7 @@ pub async fn authenticate(
         return Err(AuthError::TokenNotFound);
     }
     let row = db
-        .one(auth_statement(db.backend(), hash(token)))
+        .one_cached(auth_statement(db.backend(), hash(token)))
         .await?
         .ok_or(AuthError::TokenNotFound)?;
     let token_id = row.i64(0)?;
