@@ -359,9 +359,16 @@ mod tests {
     use super::*;
     use crate::db::is_unavailable;
 
-    fn server_url() -> Option<String> {
-        let url = std::env::var("MASTERPAY_TEST_POSTGRES_URL").ok()?;
-        (!url.is_empty()).then_some(url)
+    /// The server's URL and an admin connection to it, or `None` (with a
+    /// note) when no server is configured.
+    async fn server() -> Option<(String, DatabaseConnection)> {
+        let url = std::env::var("MASTERPAY_TEST_POSTGRES_URL").unwrap_or_default();
+        if url.is_empty() {
+            eprintln!("skipped: MASTERPAY_TEST_POSTGRES_URL is not set");
+            return None;
+        }
+        let admin = Database::connect(url.as_str()).await.unwrap();
+        Some((url, admin))
     }
 
     /// Settings whose PostgreSQL share gives `direct` direct connections.
@@ -437,8 +444,7 @@ mod tests {
     /// A statement answered with an error leaves its connection reusable.
     #[tokio::test]
     async fn a_connection_is_reused_after_an_error_answer() {
-        let Some(url) = server_url() else {
-            eprintln!("skipped: MASTERPAY_TEST_POSTGRES_URL is not set");
+        let Some((url, _admin)) = server().await else {
             return;
         };
         let direct = DirectPg::for_url(&url, &settings(4)).unwrap();
@@ -458,11 +464,9 @@ mod tests {
     /// the old answer.
     #[tokio::test]
     async fn an_interrupted_statement_keeps_its_slot_until_drained() {
-        let Some(url) = server_url() else {
-            eprintln!("skipped: MASTERPAY_TEST_POSTGRES_URL is not set");
+        let Some((url, admin)) = server().await else {
             return;
         };
-        let admin = Database::connect(url.as_str()).await.unwrap();
         let direct = DirectPg::for_url(&url, &settings(1)).unwrap();
         let first = backend_pid(&direct).await;
 
@@ -508,11 +512,9 @@ mod tests {
     /// The pool's `statement_timeout` holds on direct connections.
     #[tokio::test]
     async fn the_statement_timeout_applies() {
-        let Some(url) = server_url() else {
-            eprintln!("skipped: MASTERPAY_TEST_POSTGRES_URL is not set");
+        let Some((url, admin)) = server().await else {
             return;
         };
-        let admin = Database::connect(url.as_str()).await.unwrap();
         let settings = PoolSettings {
             statement_timeout: Duration::from_millis(200),
             ..settings(2)
@@ -537,11 +539,9 @@ mod tests {
     /// unavailable (503).
     #[tokio::test]
     async fn at_most_max_connections_run_at_once() {
-        let Some(url) = server_url() else {
-            eprintln!("skipped: MASTERPAY_TEST_POSTGRES_URL is not set");
+        let Some((url, admin)) = server().await else {
             return;
         };
-        let admin = Database::connect(url.as_str()).await.unwrap();
         let direct = DirectPg::for_url(&url, &settings(2)).unwrap();
         let key = lock_key();
         let held = hold(&admin, key).await;
@@ -569,11 +569,9 @@ mod tests {
     /// on a new connection.
     #[tokio::test]
     async fn a_connection_closed_by_the_server_is_replaced() {
-        let Some(url) = server_url() else {
-            eprintln!("skipped: MASTERPAY_TEST_POSTGRES_URL is not set");
+        let Some((url, admin)) = server().await else {
             return;
         };
-        let admin = Database::connect(url.as_str()).await.unwrap();
         let direct = DirectPg::for_url(&url, &settings(1)).unwrap();
         let first = backend_pid(&direct).await;
         admin

@@ -605,12 +605,13 @@ mod tests {
         (dir, url, pool)
     }
 
+    /// A SQLite statement with one parameter.
+    fn sqlite(sql: &str, value: Value) -> Statement {
+        Statement::from_sql_and_values(DbBackend::Sqlite, sql, [value])
+    }
+
     fn select(id: i64) -> Statement {
-        Statement::from_sql_and_values(
-            DbBackend::Sqlite,
-            "SELECT id, at, flag FROM t WHERE id = ?",
-            [Value::from(id)],
-        )
+        sqlite("SELECT id, at, flag FROM t WHERE id = ?", Value::from(id))
     }
 
     /// Values written through the sea-orm pool (sqlx's encodings) read back
@@ -656,13 +657,7 @@ mod tests {
     async fn a_snapshot_reads_one_state_until_dropped() {
         let (_dir, url, pool) = sqlite_file().await;
         let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
-        let insert = |id: i64| {
-            Statement::from_sql_and_values(
-                DbBackend::Sqlite,
-                "INSERT INTO t (id) VALUES (?)",
-                [Value::from(id)],
-            )
-        };
+        let insert = |id: i64| sqlite("INSERT INTO t (id) VALUES (?)", Value::from(id));
         pool.execute_raw(insert(1)).await.unwrap();
         let request = reader.with_snapshot().await;
         assert!(request.snapshot.is_some());
@@ -695,10 +690,9 @@ mod tests {
         let (_dir, url, pool) = sqlite_file().await;
         let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
         let set = |flag: bool| {
-            Statement::from_sql_and_values(
-                DbBackend::Sqlite,
+            sqlite(
                 "INSERT OR REPLACE INTO t (id, flag) VALUES (1, ?)",
-                [Value::from(flag)],
+                Value::from(flag),
             )
         };
         let flag = |row: Option<ReadRow>| row.expect("row 1").bool(2).unwrap();
