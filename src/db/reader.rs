@@ -64,7 +64,7 @@ pub struct Reader {
 
 impl Reader {
     /// Reads through `pool`, inline when `url` names a SQLite file, or on
-    /// direct connections (as many as the pool may open) on PostgreSQL.
+    /// direct connections (their share of `max_connections`) on PostgreSQL.
     pub fn new(pool: DatabaseConnection, url: &str, settings: &PoolSettings) -> Reader {
         let backend = pool.get_database_backend();
         let inline = (backend == DbBackend::Sqlite)
@@ -89,8 +89,9 @@ impl Reader {
     /// and releasing SQLite's file locks was a fifth of a balance request's
     /// SQLite time). Only for requests that do not write: while it is held,
     /// that connection is busy and a checkpoint cannot pass its snapshot.
-    /// Elsewhere (PostgreSQL, MariaDB, no inline connection free) the same
-    /// reader as `self`.
+    /// Waits for a free inline connection like any read. Elsewhere
+    /// (PostgreSQL, MariaDB, or when no inline connection can be opened)
+    /// the same reader as `self`.
     pub async fn with_snapshot(&self) -> Reader {
         let snapshot = match &self.inline {
             Some(inline) => inline.begin().await.map(Arc::new),
