@@ -538,7 +538,7 @@ async fn token_changes_made_with_the_command_line_hold_on_the_next_request(app: 
     );
     let id = id(&created);
     let token = created["token"].as_str().unwrap().to_owned();
-    // Every answer is asked for several times, so that each of the
+    // Every answer is asked for many times, so that each of the
     // server's connections has read (and, on SQLite, cached) the token
     // before the next change.
     answers(&app, &token, &query, 403, Some("ACCESS_DENIED")).await;
@@ -562,10 +562,10 @@ async fn token_changes_made_with_the_command_line_hold_on_the_next_request(app: 
     answers(&app, new_token, &query, 403, Some("TOKEN_NOT_FOUND")).await;
 }
 
-/// Asks for the balance 16 times (more than the server has connections for
-/// reads) and checks every answer.
+/// Asks for the balance 64 times (twice the most connections a server has
+/// for reads: 2 × CPUs, at most 32) and checks every answer.
 async fn answers(app: &TestApp, token: &str, query: &str, status: u16, code: Option<&str>) {
-    for _ in 0..16 {
+    for _ in 0..64 {
         let reply = app.get_balance(Some(token), query).await;
         match code {
             Some(code) => reply.assert_error(status, code),

@@ -77,17 +77,18 @@ impl<E: Endpoint> Endpoint for V2AuthenticationEndpoint<E> {
 
 async fn authenticate(req: &Request) -> Result<(Principal, Reader), ApiError> {
     let state = req.data::<AppState>().ok_or_else(ApiError::internal)?;
-    // A GET only reads; any other method may write and must not hold a
-    // read transaction while it does.
-    let reader = if req.method() == Method::GET {
-        state.reader.with_snapshot().await
-    } else {
-        state.reader.clone()
-    };
     // A header that is not valid UTF-8 cannot hold a valid token.
     let header = match req.headers().get(header::AUTHORIZATION) {
         None => None,
         Some(value) => Some(value.to_str().unwrap_or("\u{0}invalid")),
+    };
+    // A GET only reads; any other method may write and must not hold a
+    // read transaction while it does. A header refused without reading the
+    // database is not worth one either.
+    let reader = if req.method() == Method::GET && tokens::bearer_token(header).is_ok() {
+        state.reader.with_snapshot().await
+    } else {
+        state.reader.clone()
     };
     let principal = tokens::authenticate(&reader, &state.token_usage, header)
         .await

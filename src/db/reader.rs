@@ -1,8 +1,10 @@
 //! Where the request path's read-only statements run.
 //!
 //! Every request reads the token (authentication) and the balance lookup
-//! reads an account; nothing of it is cached, so that a change made with the
-//! command line holds from the next request. On MariaDB these reads go
+//! reads an account; nothing is kept that could outlive a change (on SQLite
+//! the token row is reused only while the database is unchanged, see
+//! [`Reader::one_cached`]), so that a change made with the command line
+//! holds from the next request. On MariaDB these reads go
 //! through the sea-orm pool like everything else. On PostgreSQL they run on
 //! [`DirectPg`] connections, which skip the pool's ping after every
 //! statement (see `db::direct_pg`); so does the one-statement completion
@@ -43,7 +45,7 @@ use std::{
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use rusqlite::{OpenFlags, types::Value as SqliteValue};
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
 use super::{PoolSettings, direct_pg::DirectPg};
 use sea_orm::{
@@ -286,13 +288,22 @@ fn column_error(index: usize, wanted: &str, found: impl std::fmt::Display) -> Db
 /// A few SQLite connections used from the calling thread; see the module docs.
 ///
 /// Each one is held while a statement runs, or for a snapshot while its
-/// request runs (a GET: authentication, then the endpoint's reads, with no
-/// wait between them); a caller tries every slot before it waits for one,
-/// asynchronously.
+/// request runs (a GET: authentication, then the endpoint's reads). A caller
+/// takes a permit first, one per connection, so that it waits (in order,
+/// asynchronously) until any connection is free, then takes the first free
+/// one.
 pub struct InlineSqlite {
     path: PathBuf,
     slots: Vec<Arc<Slot>>,
+    free: Arc<Semaphore>,
     next_slot: AtomicUsize,
+}
+
+/// An inline connection taken for a statement or a snapshot, with the
+/// permit that stands for it.
+struct CheckedOut {
+    slot: OwnedMutexGuard<Option<InlineConnection>>,
+    _permit: OwnedSemaphorePermit,
 }
 
 /// One inline connection, opened on first use; `None` after a failure, so
@@ -321,9 +332,11 @@ impl InlineConnection {
     /// process or any other, commits (this one never writes: it is
     /// `query_only`). It is read first: a row stored with version v was
     /// read after v was seen, so while the version is still v nothing has
-    /// been committed since the row was read. Reading the version starts
-    /// the read transaction (or uses the snapshot's), so a cache hit costs
-    /// no more than that.
+    /// been committed since the row was read; the version only grows, so
+    /// a commit between reading it and reading the row (outside a snapshot
+    /// they are two transactions) only makes the next read a miss. Inside
+    /// a snapshot the version starts the read transaction, so a cache hit
+    /// costs no more than that.
     fn read(
         &mut self,
         sql: &str,
@@ -362,24 +375,32 @@ impl InlineConnection {
 }
 
 /// A read transaction on one inline connection; see [`Reader::with_snapshot`].
-/// Dropping it ends the transaction and frees the connection.
+/// Dropping it ends the transaction and frees the connection. After a
+/// failed or locked statement it lets go of the connection at once, and
+/// its remaining reads go to the pool.
 pub struct Snapshot {
-    slot: Mutex<OwnedMutexGuard<Option<InlineConnection>>>,
+    held: Mutex<Option<CheckedOut>>,
 }
 
 impl Snapshot {
     fn one(&self, stmt: &Statement, cached: bool) -> Result<Option<Vec<SqliteValue>>, InlineError> {
         let params = sqlite_params(stmt)?;
-        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
-        // Gone after a failure: the pool reads instead.
-        let Some(conn) = slot.as_mut() else {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(conn) = held.as_mut().and_then(|held| held.slot.as_mut()) else {
             return Err(InlineError::Busy);
         };
         let result = conn.read(&stmt.sql, &params, cached);
-        if let Err(rusqlite::Error::SqliteFailure(err, _)) = &result
-            && !is_busy(err.code)
-        {
-            **slot = None;
+        match &result {
+            Ok(_) => {}
+            Err(rusqlite::Error::SqliteFailure(err, _)) if is_busy(err.code) => {
+                end(held.take());
+            }
+            Err(_) => {
+                // The next reads of any request start on a fresh connection.
+                if let Some(mut held) = held.take() {
+                    *held.slot = None;
+                }
+            }
         }
         result.map_err(|err| classify(err, false))
     }
@@ -387,12 +408,25 @@ impl Snapshot {
 
 impl Drop for Snapshot {
     fn drop(&mut self) {
-        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(conn) = slot.as_ref()
-            && conn.conn.execute_batch("COMMIT").is_err()
-        {
-            **slot = None;
-        }
+        end(self
+            .held
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take());
+    }
+}
+
+/// Ends a snapshot's read transaction and frees its connection (closed
+/// instead when COMMIT fails).
+fn end(held: Option<CheckedOut>) {
+    let Some(mut held) = held else {
+        return;
+    };
+    if let Some(conn) = held.slot.as_ref()
+        && let Err(err) = conn.conn.execute_batch("COMMIT")
+    {
+        tracing::warn!(error = %err, "ending an inline SQLite read transaction failed; reopening");
+        *held.slot = None;
     }
 }
 
@@ -426,32 +460,42 @@ impl InlineSqlite {
             slots: (0..threads.clamp(2, 16) * 2)
                 .map(|_| Arc::new(Slot::new(None)))
                 .collect(),
+            free: Arc::new(Semaphore::new(threads.clamp(2, 16) * 2)),
             next_slot: AtomicUsize::new(0),
         })
     }
 
-    /// A free connection (the first one free, else waiting for one) with
-    /// its slot locked, opened if needed.
-    async fn checkout(&self) -> Result<OwnedMutexGuard<Option<InlineConnection>>, InlineError> {
+    /// A free connection with its slot locked, opened if needed; waits for
+    /// one when all are taken.
+    async fn checkout(&self) -> Result<CheckedOut, InlineError> {
+        let permit = self
+            .free
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
         let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
         let count = self.slots.len();
-        let free = (0..count).find_map(|i| {
-            self.slots[start.wrapping_add(i) % count]
-                .clone()
-                .try_lock_owned()
-                .ok()
-        });
-        let mut slot = match free {
-            Some(slot) => slot,
-            None => self.slots[start % count].clone().lock_owned().await,
-        };
+        // With a permit at least one slot is unlocked; a slot is locked only
+        // by a holder of a permit.
+        let mut slot = (0..count)
+            .find_map(|i| {
+                self.slots[start.wrapping_add(i) % count]
+                    .clone()
+                    .try_lock_owned()
+                    .ok()
+            })
+            .expect("a permit stands for a free slot");
         if slot.is_none() {
             *slot = Some(InlineConnection {
                 conn: self.open().map_err(|err| classify(err, true))?,
                 cached: HashMap::new(),
             });
         }
-        Ok(slot)
+        Ok(CheckedOut {
+            slot,
+            _permit: permit,
+        })
     }
 
     async fn one(
@@ -460,14 +504,15 @@ impl InlineSqlite {
         cached: bool,
     ) -> Result<Option<Vec<SqliteValue>>, InlineError> {
         let params = sqlite_params(stmt)?;
-        let mut slot = self.checkout().await?;
+        let mut checked_out = self.checkout().await?;
+        let slot = &mut checked_out.slot;
         let conn = slot.as_mut().expect("opened by checkout");
         let result = conn.read(&stmt.sql, &params, cached);
         if let Err(rusqlite::Error::SqliteFailure(err, _)) = &result
             && !is_busy(err.code)
         {
             // Whatever went wrong, the next read starts on a fresh connection.
-            *slot = None;
+            **slot = None;
         }
         result.map_err(|err| classify(err, false))
     }
@@ -476,14 +521,14 @@ impl InlineSqlite {
     /// first statement); `None` when none can be had, and the statements
     /// then run as they would without one.
     async fn begin(&self) -> Option<Snapshot> {
-        let mut slot = self.checkout().await.ok()?;
-        let conn = slot.as_ref().expect("opened by checkout");
+        let mut checked_out = self.checkout().await.ok()?;
+        let conn = checked_out.slot.as_ref().expect("opened by checkout");
         if conn.conn.execute_batch("BEGIN").is_err() {
-            *slot = None;
+            *checked_out.slot = None;
             return None;
         }
         Some(Snapshot {
-            slot: Mutex::new(slot),
+            held: Mutex::new(Some(checked_out)),
         })
     }
 

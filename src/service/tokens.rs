@@ -321,6 +321,20 @@ pub fn token_from_header(header: Option<&str>) -> Result<Option<&str>, AuthError
     }
 }
 
+/// The steps of the chain that need no database: the token of an
+/// `Authorization` header, or EMPTY_TOKEN, INVALID_TOKEN (not Bearer, not
+/// 64 characters) or TOKEN_NOT_FOUND (64 characters that no token has).
+pub fn bearer_token(header: Option<&str>) -> Result<&str, AuthError> {
+    let token = token_from_header(header)?.ok_or(AuthError::EmptyToken)?;
+    if token.chars().count() != TOKEN_LEN {
+        return Err(AuthError::InvalidToken);
+    }
+    if !token.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(AuthError::TokenNotFound);
+    }
+    Ok(token)
+}
+
 /// Runs the seed's section-5 chain up to the project check. The endpoint
 /// permission (ACCESS_DENIED) is checked by the caller, which knows the
 /// endpoint.
@@ -338,13 +352,7 @@ pub async fn authenticate(
     usage: &UsageRecorder,
     header: Option<&str>,
 ) -> Result<Principal, AuthError> {
-    let token = token_from_header(header)?.ok_or(AuthError::EmptyToken)?;
-    if token.chars().count() != TOKEN_LEN {
-        return Err(AuthError::InvalidToken);
-    }
-    if !token.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Err(AuthError::TokenNotFound);
-    }
+    let token = bearer_token(header)?;
     let row = db
         .one_cached(auth_statement(db.backend(), hash(token)))
         .await?
