@@ -82,15 +82,15 @@ async fn authenticate(req: &Request) -> Result<(Principal, Reader), ApiError> {
         None => None,
         Some(value) => Some(value.to_str().unwrap_or("\u{0}invalid")),
     };
+    let token = tokens::bearer_token(header).map_err(ApiError::from)?;
     // A GET only reads; any other method may write and must not hold a
-    // read transaction while it does. A header refused without reading the
-    // database is not worth one either.
-    let reader = if req.method() == Method::GET && tokens::bearer_token(header).is_ok() {
+    // read transaction while it does.
+    let reader = if req.method() == Method::GET {
         state.reader.with_snapshot().await
     } else {
         state.reader.clone()
     };
-    let principal = tokens::authenticate(&reader, &state.token_usage, header)
+    let principal = tokens::authenticate(&reader, &state.token_usage, token)
         .await
         .map_err(ApiError::from)?;
     Ok((principal, reader))

@@ -335,9 +335,9 @@ pub fn bearer_token(header: Option<&str>) -> Result<&str, AuthError> {
     Ok(token)
 }
 
-/// Runs the seed's section-5 chain up to the project check. The endpoint
-/// permission (ACCESS_DENIED) is checked by the caller, which knows the
-/// endpoint.
+/// Runs the rest of the seed's section-5 chain, up to the project check,
+/// for a token [`bearer_token`] accepted. The endpoint permission
+/// (ACCESS_DENIED) is checked by the caller, which knows the endpoint.
 ///
 /// One statement reads the token, its project's state and which of the
 /// known permissions it holds, so a request costs one round trip to the
@@ -350,9 +350,8 @@ pub fn bearer_token(header: Option<&str>) -> Result<&str, AuthError> {
 pub async fn authenticate(
     db: &Reader,
     usage: &UsageRecorder,
-    header: Option<&str>,
+    token: &str,
 ) -> Result<Principal, AuthError> {
-    let token = bearer_token(header)?;
     let row = db
         .one_cached(auth_statement(db.backend(), hash(token)))
         .await?
