@@ -247,7 +247,7 @@ impl DirectPg {
             if !pinged {
                 return Ok(checkout);
             }
-            match timeout_at(deadline, checkout.connection().ping()).await {
+            match timeout_at(deadline, Box::pin(checkout.connection().ping())).await {
                 Ok(Ok(())) => return Ok(checkout),
                 // Gone while idle (server restarted, network cut): next one.
                 Ok(Err(_)) => checkout.live = None,
@@ -256,7 +256,14 @@ impl DirectPg {
         }
         let mut backoff = Duration::from_millis(10);
         loop {
-            match timeout_at(deadline, PgConnection::connect_with(&self.options)).await {
+            // Boxed: the connect future is several kilobytes and rarely
+            // needed; inline, it would be copied with every statement's future.
+            match timeout_at(
+                deadline,
+                Box::pin(PgConnection::connect_with(&self.options)),
+            )
+            .await
+            {
                 Ok(Ok(connection)) => {
                     let now = Instant::now();
                     checkout.live = Some(Live {

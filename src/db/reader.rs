@@ -314,8 +314,14 @@ type Slot = tokio::sync::Mutex<Option<InlineConnection>>;
 /// each with the `PRAGMA data_version` it was read at.
 struct InlineConnection {
     conn: rusqlite::Connection,
-    cached: HashMap<String, (i64, Vec<SqliteValue>)>,
+    /// Per statement text (the request path caches one or two), the rows
+    /// by their parameters ([`params_key`]).
+    cached: Vec<(String, CachedRows)>,
 }
+
+/// Rows of one statement by their parameters ([`params_key`]), each with the
+/// `PRAGMA data_version` it was read at.
+type CachedRows = HashMap<String, (i64, Vec<SqliteValue>)>;
 
 /// Rows kept per connection by [`Reader::one_cached`]; the cache is emptied
 /// when it is full (it holds one row per token in use).
@@ -350,8 +356,15 @@ impl InlineConnection {
             .conn
             .prepare_cached("PRAGMA data_version")?
             .query_row([], |row| row.get(0))?;
-        let key = format!("{sql}\u{0}{params:?}");
-        if let Some((at, row)) = self.cached.get(&key)
+        let key = params_key(params);
+        let rows = match self.cached.iter().position(|(text, _)| text == sql) {
+            Some(index) => &mut self.cached[index].1,
+            None => {
+                self.cached.push((sql.to_owned(), HashMap::new()));
+                &mut self.cached.last_mut().expect("just pushed").1
+            }
+        };
+        if let Some((at, row)) = rows.get(&key)
             && *at == version
         {
             #[cfg(test)]
@@ -361,17 +374,35 @@ impl InlineConnection {
         let row = run(&self.conn, sql, params)?;
         match &row {
             Some(row) => {
-                if self.cached.len() >= CACHED_ROWS {
-                    self.cached.clear();
+                if rows.len() >= CACHED_ROWS {
+                    rows.clear();
                 }
-                self.cached.insert(key, (version, row.clone()));
+                rows.insert(key, (version, row.clone()));
             }
             None => {
-                self.cached.remove(&key);
+                rows.remove(&key);
             }
         }
         Ok(row)
     }
+}
+
+/// The parameters of a cached read as a map key: each one tagged with its
+/// type, text and blobs prefixed with their length, so that different
+/// parameter lists never give the same key.
+fn params_key(params: &[SqliteValue]) -> String {
+    use std::fmt::Write;
+    let mut key = String::with_capacity(128);
+    for param in params {
+        let _ = match param {
+            SqliteValue::Null => write!(key, "n;"),
+            SqliteValue::Integer(v) => write!(key, "i{v};"),
+            SqliteValue::Real(v) => write!(key, "r{};", v.to_bits()),
+            SqliteValue::Text(v) => write!(key, "t{}:{v};", v.len()),
+            SqliteValue::Blob(v) => write!(key, "b{}:{v:?};", v.len()),
+        };
+    }
+    key
 }
 
 /// A read transaction on one inline connection; see [`Reader::with_snapshot`].
@@ -423,7 +454,7 @@ fn end(held: Option<CheckedOut>) {
         return;
     };
     if let Some(conn) = held.slot.as_ref()
-        && let Err(err) = conn.conn.execute_batch("COMMIT")
+        && let Err(err) = execute_cached(&conn.conn, "COMMIT")
     {
         tracing::warn!(error = %err, "ending an inline SQLite read transaction failed; reopening");
         *held.slot = None;
@@ -489,7 +520,7 @@ impl InlineSqlite {
         if slot.is_none() {
             *slot = Some(InlineConnection {
                 conn: self.open().map_err(|err| classify(err, true))?,
-                cached: HashMap::new(),
+                cached: Vec::new(),
             });
         }
         Ok(CheckedOut {
@@ -523,7 +554,7 @@ impl InlineSqlite {
     async fn begin(&self) -> Option<Snapshot> {
         let mut checked_out = self.checkout().await.ok()?;
         let conn = checked_out.slot.as_ref().expect("opened by checkout");
-        if conn.conn.execute_batch("BEGIN").is_err() {
+        if execute_cached(&conn.conn, "BEGIN").is_err() {
             *checked_out.slot = None;
             return None;
         }
@@ -572,6 +603,12 @@ fn run(
         .map(|i| row.get::<_, SqliteValue>(i))
         .collect::<rusqlite::Result<Vec<SqliteValue>>>()
         .map(Some)
+}
+
+/// A statement without rows (BEGIN, COMMIT), prepared once per connection:
+/// parsing them on every request cost more than running them.
+fn execute_cached(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 fn is_busy(code: rusqlite::ErrorCode) -> bool {
@@ -833,6 +870,25 @@ mod tests {
 
     /// A locked file goes to the pool; an unreadable one is unavailable (503);
     /// anything else is an internal error.
+    #[test]
+    fn cache_keys_tell_parameter_lists_apart() {
+        use SqliteValue::{Integer, Null, Text};
+        let lists = [
+            vec![Integer(1)],
+            vec![Text("1".into())],
+            vec![Text("a;".into()), Text("b".into())],
+            vec![Text("a".into()), Text(";b".into())],
+            vec![Text("a;t1:b".into())],
+            vec![Null],
+            vec![Text(String::new())],
+            vec![],
+        ];
+        let keys: std::collections::HashSet<String> =
+            lists.iter().map(|list| params_key(list)).collect();
+        assert_eq!(keys.len(), lists.len());
+        assert_eq!(params_key(&lists[2]), params_key(&lists[2].clone()));
+    }
+
     #[test]
     fn read_errors_are_classified() {
         let failure = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
