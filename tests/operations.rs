@@ -24,6 +24,7 @@ on_every_backend!(
     metrics_count_requests_and_completions_by_outcome,
     flags_beat_environment_and_environment_beats_the_config_file,
     sigterm_lets_the_server_finish_and_exit_cleanly,
+    every_access_log_line_is_written_before_the_server_exits,
     sigterm_drains_a_completion_in_flight,
     a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout,
 );
@@ -231,7 +232,7 @@ async fn token_values_never_appear_in_logs_even_at_trace_level(app: TestApp) {
         .to_owned();
     let user = app.user("alice@example.com").await;
     let order = app.order(user, None, "1", "cstm:paygate").await;
-    let server = ServerProcess::start(&url, &trace).await;
+    let mut server = ServerProcess::start(&url, &trace).await;
     let client = reqwest::Client::new();
     let unknown = "Q".repeat(64);
     for t in [&token, &new_token, &unknown, &"short".to_owned()] {
@@ -252,6 +253,9 @@ async fn token_values_never_appear_in_logs_even_at_trace_level(app: TestApp) {
             .await
             .unwrap();
     }
+    // The log is complete once the server has exited (lines are written by
+    // a thread of their own, which the exit waits for).
+    assert!(server.terminate().success());
     let logs = format!(
         "{}{}{}",
         server.log(),
@@ -276,7 +280,7 @@ async fn every_log_line_of_a_request_carries_its_request_id(app: TestApp) {
     let token = app.full_token().await;
     let user = app.user("alice@example.com").await;
     let order = app.order(user, None, "1", "cstm:paygate").await;
-    let server = ServerProcess::start(
+    let mut server = ServerProcess::start(
         &app.database.url,
         &[("MASTERPAY_LOG", "debug"), ("MASTERPAY_LOG_FORMAT", "json")],
     )
@@ -290,6 +294,7 @@ async fn every_log_line_of_a_request_carries_its_request_id(app: TestApp) {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    assert!(server.terminate().success());
     let log = server.log();
     let lines: Vec<Value> = log
         .lines()
@@ -459,6 +464,38 @@ async fn flags_beat_environment_and_environment_beats_the_config_file(app: TestA
     assert!(stderr.contains("bad.toml"), "{stderr}");
 }
 
+/// Log lines are written by a thread of their own (see `telemetry`); none
+/// of them may be lost when the server stops: one access-log line per
+/// request, each with its request id.
+async fn every_access_log_line_is_written_before_the_server_exits(app: TestApp) {
+    let mut server = ServerProcess::start(&app.database.url, &[]).await;
+    let client = reqwest::Client::new();
+    let requests = 300;
+    let answers = futures::future::join_all((0..requests).map(|i| {
+        client
+            .get(format!("{}/healthz", server.base))
+            .header("X-Request-Id", format!("burst-{i:04}"))
+            .send()
+    }))
+    .await;
+    for answer in answers {
+        assert_eq!(answer.unwrap().status(), 200);
+    }
+    assert!(server.terminate().success());
+    let log = server.log();
+    let mut logged: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("request finished"))
+        .filter_map(|line| line.split("request_id=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter(|id| id.starts_with("burst-"))
+        .collect();
+    logged.sort_unstable();
+    let expected: Vec<String> = (0..requests).map(|i| format!("burst-{i:04}")).collect();
+    assert_eq!(logged, expected, "{log}");
+    assert!(log.trim_end().ends_with("stopped"), "{log}");
+}
+
 async fn sigterm_lets_the_server_finish_and_exit_cleanly(app: TestApp) {
     let mut server = ServerProcess::start(&app.database.url, &[]).await;
     let r = reqwest::get(format!("{}/healthz", server.base))
@@ -569,7 +606,7 @@ async fn a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout(app
     let token = app.full_token().await;
     let user = app.user("alice@example.com").await;
     let order = app.order(user, None, "4.20", "cstm:paygate").await;
-    let server = ServerProcess::start(
+    let mut server = ServerProcess::start(
         &app.database.url,
         &[
             ("MASTERPAY_DB_STATEMENT_TIMEOUT_MS", "300"),
@@ -598,9 +635,6 @@ async fn a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout(app
         body,
         json!({"success": false, "code": "ORDER_UPDATE_FAILED"})
     );
-    // Synchronous logging: the error line is written before the answer.
-    let log = server.log();
-    assert!(log.contains(cancelled), "{log}");
     lock.rollback().await.unwrap();
     assert_eq!(
         app.count("SELECT COUNT(*) FROM operation_log WHERE kind = 'order_credit'")
@@ -617,4 +651,8 @@ async fn a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout(app
         .get_balance(Some(&token), &format!("server_id=0&user_id={user}"))
         .await;
     assert_eq!(r.body["main_balance"], "4.20", "{}", r.text);
+    // The error was logged with the database's reason.
+    assert!(server.terminate().success());
+    let log = server.log();
+    assert!(log.contains(cancelled), "{log}");
 }

@@ -107,7 +107,11 @@ pub async fn run() -> ExitCode {
     };
     let serving = matches!(cli.command, Command::Serve(_));
     crate::telemetry::init(if serving { "info" } else { "warn" });
-    match dispatch(cli).await {
+    let result = dispatch(cli).await;
+    // Log lines first (they are written by a thread of their own), then the
+    // error line.
+    crate::telemetry::flush();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             let message = format!("{err:#}").replace('\n', " ");
