@@ -174,14 +174,20 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        poem::Server::new_with_acceptor(self.acceptor)
+        // SQLite's checkpoints run beside the server and stop with it
+        // (see `db::run_sqlite_checkpoints`).
+        let checkpoints = crate::db::run_sqlite_checkpoints(self.state.db.clone());
+        let server = poem::Server::new_with_acceptor(self.acceptor)
             .idle_timeout(self.settings.idle_timeout)
             .run_with_graceful_shutdown(
                 routes(self.state, self.settings.request_timeout),
                 shutdown,
                 Some(self.settings.shutdown_grace),
-            )
-            .await
+            );
+        tokio::select! {
+            result = server => result,
+            () = checkpoints => unreachable!("checkpoints run until the server stops"),
+        }
     }
 }
 
