@@ -311,9 +311,6 @@ async fn not_completed(
     })
 }
 
-/// Serializes this process's SQLite completions; see [`complete_step_by_step`].
-static SQLITE_WRITER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// The completion as one transaction of separate statements: BEGIN, the
 /// status update (returning the order where the backend can), the credit
 /// (an upsert, likewise returning the new balance), the log insert, COMMIT.
@@ -329,7 +326,7 @@ async fn complete_step_by_step(
     // in order, instead of polling the file lock in SQLite's busy handler,
     // whose back-off sleeps (up to 100 ms each) made the tail latency.
     let _writer = match backend {
-        DbBackend::Sqlite => Some(SQLITE_WRITER.lock().await),
+        DbBackend::Sqlite => Some(crate::db::SQLITE_WRITER.lock().await),
         _ => None,
     };
     let txn = begin_write(db).await.map_err(CompleteError::Unavailable)?;
