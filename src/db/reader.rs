@@ -868,8 +868,7 @@ mod tests {
         assert!(row.opt_datetime(6).is_err());
     }
 
-    /// A locked file goes to the pool; an unreadable one is unavailable (503);
-    /// anything else is an internal error.
+    /// Different parameter lists never share a cache key.
     #[test]
     fn cache_keys_tell_parameter_lists_apart() {
         use SqliteValue::{Integer, Null, Text};
@@ -889,6 +888,8 @@ mod tests {
         assert_eq!(params_key(&lists[2]), params_key(&lists[2].clone()));
     }
 
+    /// A locked file goes to the pool; an unreadable one is unavailable (503);
+    /// anything else is an internal error.
     #[test]
     fn read_errors_are_classified() {
         let failure = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
