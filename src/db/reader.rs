@@ -888,6 +888,30 @@ mod tests {
         assert_eq!(params_key(&lists[2]), params_key(&lists[2].clone()));
     }
 
+    /// The bundled SQLite is built with the options of `.cargo/config.toml`:
+    /// a page cache per connection (no process-wide cache behind one mutex)
+    /// and no global mutex for memory statistics.
+    #[test]
+    fn sqlite_is_built_without_process_wide_mutexes_on_the_read_path() {
+        let conn = rusqlite::Connection::open_in_memory().expect("in-memory database");
+        let mut statement = conn.prepare("PRAGMA compile_options").expect("pragma");
+        let options: Vec<String> = statement
+            .query_map([], |row| row.get(0))
+            .expect("compile options")
+            .collect::<Result<_, _>>()
+            .expect("compile options");
+        assert!(
+            !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+            "{options:?}"
+        );
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+            "{options:?}"
+        );
+        // sqlx's in-memory databases need the shared cache, still built in.
+        assert!(!options.iter().any(|o| o == "OMIT_SHARED_CACHE"));
+    }
+
     /// A locked file goes to the pool; an unreadable one is unavailable (503);
     /// anything else is an internal error.
     #[test]
