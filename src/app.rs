@@ -192,24 +192,35 @@ impl Application {
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+///
+/// The handlers are registered by this call, not when the future is first
+/// polled: poem polls it beside its accept loop, which may accept and serve
+/// a first request before it does, and a SIGTERM in that gap met the
+/// default action (the process killed, nothing drained). Call it before the
+/// server starts (inside the runtime).
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        signal(SignalKind::terminate())
+            .and_then(|term| Ok((term, signal(SignalKind::interrupt())?)))
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    async move {
+        #[cfg(unix)]
+        match signals {
+            Ok((mut term, mut interrupt)) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = interrupt.recv() => {},
+                }
+            }
+            // No signal handlers (should not happen on unix): Ctrl-C only.
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutdown signal received; draining in-flight requests");
     }
-    tracing::info!("shutdown signal received; draining in-flight requests");
 }

@@ -74,7 +74,8 @@ pub fn init(default_level: &str) {
 /// for a stalled stderr) and ends the writer thread; later lines are written
 /// to stderr directly. For the end of the process.
 pub fn flush() {
-    if let Some(log) = lock(&INSTALLED).take() {
+    let installed = lock(&INSTALLED).take();
+    if let Some(log) = installed {
         log.close(BatchedLog::CLOSE_WAIT);
     }
 }
@@ -83,6 +84,24 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Waits on `condvar` (at most `timeout`, if given); the caller re-checks
+/// its condition.
+fn wait<'a, T>(
+    condvar: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: Option<Duration>,
+) -> MutexGuard<'a, T> {
+    match timeout {
+        None => condvar.wait(guard).unwrap_or_else(|p| p.into_inner()),
+        Some(timeout) => {
+            condvar
+                .wait_timeout(guard, timeout)
+                .unwrap_or_else(|p| p.into_inner())
+                .0
+        }
+    }
 }
 
 /// A log sink whose lines are written in batches by a thread of its own.
@@ -99,6 +118,9 @@ pub struct BatchedLog {
 
 struct Pending {
     lines: Vec<u8>,
+    /// When the first of `lines` arrived: they are written by
+    /// [`BatchedLog::LINGER`] after it.
+    first_line_at: Option<Instant>,
     /// Set by [`BatchedLog::close`]: the thread writes out what is pending
     /// and ends, and later lines are written directly.
     closing: bool,
@@ -126,13 +148,14 @@ impl BatchedLog {
         let log = Arc::new(Self {
             state: Mutex::new(Pending {
                 lines: Vec::new(),
+                first_line_at: None,
                 closing: false,
                 finished: false,
                 sink: None,
             }),
             wake_writer: Condvar::new(),
             written: Condvar::new(),
-            max_pending,
+            max_pending: max_pending.max(1),
         });
         let thread_log = Arc::clone(&log);
         let spawned = thread::Builder::new()
@@ -153,10 +176,7 @@ impl BatchedLog {
     fn append(&self, bytes: &[u8]) {
         let mut state = lock(&self.state);
         while state.lines.len() >= self.max_pending && !state.finished {
-            state = self
-                .written
-                .wait(state)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            state = wait(&self.written, state, None);
         }
         if state.finished {
             if let Some(sink) = state.sink.as_mut() {
@@ -165,6 +185,9 @@ impl BatchedLog {
             return;
         }
         let before = state.lines.len();
+        if before == 0 {
+            state.first_line_at = Some(Instant::now());
+        }
         state.lines.extend_from_slice(bytes);
         let after = state.lines.len();
         drop(state);
@@ -179,31 +202,28 @@ impl BatchedLog {
     /// The writer thread: waits for a first line, lingers for more, swaps
     /// the buffer for an empty one and writes it, until closed.
     fn run(&self, mut sink: Box<dyn Write + Send>) {
+        // Should the thread ever panic, lines go to stderr directly instead
+        // of waiting for a thread that is gone.
+        let _finish_on_exit = FinishOnExit(self);
         let mut batch = Vec::new();
         let mut state = lock(&self.state);
         loop {
             while state.lines.is_empty() && !state.closing {
-                state = self
-                    .wake_writer
-                    .wait(state)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                state = wait(&self.wake_writer, state, None);
             }
-            let first_line = Instant::now();
+            let first_line = state.first_line_at.unwrap_or_else(Instant::now);
             let flush_at = Self::FLUSH_AT.min(self.max_pending);
             while state.lines.len() < flush_at && !state.closing {
                 let Some(left) = Self::LINGER.checked_sub(first_line.elapsed()) else {
                     break;
                 };
-                state = self
-                    .wake_writer
-                    .wait_timeout(state, left)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .0;
+                state = wait(&self.wake_writer, state, Some(left));
             }
             if state.lines.is_empty() && state.closing {
                 break;
             }
             std::mem::swap(&mut state.lines, &mut batch);
+            state.first_line_at = None;
             drop(state);
             self.written.notify_all();
             // A failed write (stderr closed) loses this batch, as a failed
@@ -223,9 +243,9 @@ impl BatchedLog {
     }
 
     /// Writes out what is pending and ends the writer thread, waiting at
-    /// most `wait`; lines appended afterwards are written directly.
-    pub fn close(&self, wait: Duration) {
-        let deadline = Instant::now() + wait;
+    /// most `patience`; lines appended afterwards are written directly.
+    pub fn close(&self, patience: Duration) {
+        let deadline = Instant::now() + patience;
         let mut state = lock(&self.state);
         state.closing = true;
         self.wake_writer.notify_one();
@@ -233,11 +253,24 @@ impl BatchedLog {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 return;
             };
-            state = self
-                .written
-                .wait_timeout(state, left)
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .0;
+            state = wait(&self.written, state, Some(left));
+        }
+    }
+}
+
+/// Marks the log finished when the writer thread ends, however it ends.
+struct FinishOnExit<'a>(&'a BatchedLog);
+
+impl Drop for FinishOnExit<'_> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.0.state);
+        if !state.finished {
+            state.finished = true;
+            if state.sink.is_none() {
+                state.sink = Some(Box::new(std::io::stderr()));
+            }
+            drop(state);
+            self.0.written.notify_all();
         }
     }
 }
@@ -374,5 +407,31 @@ mod tests {
         }
         assert_eq!(&*lock(&sink.bytes), b"alone\n");
         log.close(Duration::from_secs(60));
+    }
+
+    struct PanickingSink;
+
+    impl Write for PanickingSink {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            panic!("sink failed (expected by the test)");
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A writer thread that died does not leave lines waiting for room
+    /// forever: the log finishes and later lines go to stderr directly.
+    #[test]
+    fn lines_do_not_wait_for_a_writer_thread_that_panicked() {
+        let log = BatchedLog::start(Box::new(PanickingSink), 100);
+        // Five lines fill the 100 bytes; with the thread gone, the sixth
+        // would wait for room forever.
+        for i in 0..8 {
+            write_line(&log, &format!("after the panic {i:04}\n"));
+        }
+        log.close(Duration::from_secs(60));
+        assert!(lock(&log.state).finished);
     }
 }
