@@ -114,6 +114,8 @@ pub struct BatchedLog {
     /// Wakes lines waiting for room, and [`Self::close`] waiting for the end.
     written: Condvar,
     max_pending: usize,
+    /// [`Self::FLUSH_AT`], or `max_pending` if smaller.
+    flush_at: usize,
 }
 
 struct Pending {
@@ -156,6 +158,7 @@ impl BatchedLog {
             wake_writer: Condvar::new(),
             written: Condvar::new(),
             max_pending: max_pending.max(1),
+            flush_at: Self::FLUSH_AT.min(max_pending.max(1)),
         });
         let thread_log = Arc::clone(&log);
         let spawned = thread::Builder::new()
@@ -163,11 +166,9 @@ impl BatchedLog {
             .spawn(move || thread_log.run(sink));
         if let Err(err) = spawned {
             // No thread: every line is written directly (the sink went with
-            // the closure, so use stderr).
+            // the closure, so stderr).
             eprintln!("cannot start the log writer thread ({err}); logging synchronously");
-            let mut state = lock(&log.state);
-            state.finished = true;
-            state.sink = Some(Box::new(std::io::stderr()));
+            log.finish(None);
         }
         log
     }
@@ -193,8 +194,7 @@ impl BatchedLog {
         drop(state);
         // Only the transitions wake the thread: it sleeps without a deadline
         // while the buffer is empty, and lingers once it is not.
-        let flush_at = Self::FLUSH_AT.min(self.max_pending);
-        if before == 0 || (before < flush_at && after >= flush_at) {
+        if before == 0 || (before < self.flush_at && after >= self.flush_at) {
             self.wake_writer.notify_one();
         }
     }
@@ -204,7 +204,7 @@ impl BatchedLog {
     fn run(&self, mut sink: Box<dyn Write + Send>) {
         // Should the thread ever panic, lines go to stderr directly instead
         // of waiting for a thread that is gone.
-        let _finish_on_exit = FinishOnExit(self);
+        let _finish_on_panic = FinishOnExit(self);
         let mut batch = Vec::new();
         let mut state = lock(&self.state);
         loop {
@@ -212,8 +212,7 @@ impl BatchedLog {
                 state = wait(&self.wake_writer, state, None);
             }
             let first_line = state.first_line_at.unwrap_or_else(Instant::now);
-            let flush_at = Self::FLUSH_AT.min(self.max_pending);
-            while state.lines.len() < flush_at && !state.closing {
+            while state.lines.len() < self.flush_at && !state.closing {
                 let Some(left) = Self::LINGER.checked_sub(first_line.elapsed()) else {
                     break;
                 };
@@ -236,8 +235,19 @@ impl BatchedLog {
             }
             state = lock(&self.state);
         }
-        state.sink = Some(sink);
+        drop(state);
+        self.finish(Some(sink));
+    }
+
+    /// Marks the writer thread ended (once): from now on lines are written
+    /// directly to `sink`, or to stderr if the thread's sink is lost.
+    fn finish(&self, sink: Option<Box<dyn Write + Send>>) {
+        let mut state = lock(&self.state);
+        if state.finished {
+            return;
+        }
         state.finished = true;
+        state.sink = Some(sink.unwrap_or_else(|| Box::new(std::io::stderr())));
         drop(state);
         self.written.notify_all();
     }
@@ -258,20 +268,13 @@ impl BatchedLog {
     }
 }
 
-/// Marks the log finished when the writer thread ends, however it ends.
+/// Marks the log finished when the writer thread ends, however it ends
+/// (a no-op after the normal end, which finished it with its sink).
 struct FinishOnExit<'a>(&'a BatchedLog);
 
 impl Drop for FinishOnExit<'_> {
     fn drop(&mut self) {
-        let mut state = lock(&self.0.state);
-        if !state.finished {
-            state.finished = true;
-            if state.sink.is_none() {
-                state.sink = Some(Box::new(std::io::stderr()));
-            }
-            drop(state);
-            self.0.written.notify_all();
-        }
+        self.0.finish(None);
     }
 }
 
