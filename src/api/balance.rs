@@ -3,6 +3,7 @@
 use poem_openapi::{
     ApiResponse, Object, OpenApi, param::Query, payload::Json, registry::MetaSchema, types::Example,
 };
+use serde::Serialize;
 use serde_json::json;
 
 use super::{
@@ -12,7 +13,8 @@ use super::{
         InternalErrorCode, UnavailableBody, UnavailableCode, ValidationErrorBody,
     },
     params::{ParamSpec, RawParam},
-    security::{BalanceToken, RequestReader},
+    payload::JsonBody,
+    security::{Authenticated, BalanceToken},
 };
 use crate::{
     db::is_unavailable,
@@ -24,9 +26,12 @@ use crate::{
 
 pub struct BalanceApi;
 
+// Sent as a `JsonBody`, so its `serde` attributes must give the JSON its
+// `oai` attributes describe (a unit test compares the two). The doc comment
+// below is the published schema's description.
 /// The balance of a user's master account. Amounts are decimal strings with
 /// exactly two fraction digits, so no precision is lost.
-#[derive(Debug, Clone, Object)]
+#[derive(Debug, Clone, Object, Serialize)]
 #[oai(example)]
 pub struct BalanceResponse {
     /// Always `true` on success.
@@ -37,6 +42,7 @@ pub struct BalanceResponse {
         skip_serializing_if_is_none,
         validator(pattern = r"^[0-9]+\.[0-9]{2}$")
     )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub main_balance: Option<String>,
     /// Bonus balance, a decimal string with two fraction digits; present
     /// when balance_type is `bonus` or omitted.
@@ -44,6 +50,7 @@ pub struct BalanceResponse {
         skip_serializing_if_is_none,
         validator(pattern = r"^[0-9]+\.[0-9]{2}$")
     )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub bonus_balance: Option<String>,
 }
 
@@ -62,7 +69,7 @@ pub enum BalanceReply {
     /// The balance. With balance_type `main` only main_balance is present,
     /// with `bonus` only bonus_balance, without it both.
     #[oai(status = 200)]
-    Ok(Json<BalanceResponse>),
+    Ok(JsonBody<BalanceResponse>),
     /// VALIDATION_ERROR: server_id missing or not an integer >= 0, neither
     /// user_id nor email given, user_id not a positive integer, email not a
     /// valid address, balance_type neither `main` nor `bonus`, or a parameter
@@ -282,7 +289,7 @@ impl BalanceApi {
     async fn get_balance(
         &self,
         auth: BalanceToken,
-        reader: poem::web::Data<&RequestReader>,
+        request: poem::web::Data<&Authenticated>,
         /// 0 for the general master-account balance; > 0 for the balance on that server.
         server_id: Query<RawParam<ServerIdSpec>>,
         /// The user's id; required when email is absent.
@@ -296,7 +303,14 @@ impl BalanceApi {
             Ok(query) => query,
             Err(errors) => return BalanceReply::BadRequest(Json(ValidationErrorBody::new(errors))),
         };
-        match balances::lookup(&reader.0.0, auth.0.project_id, &query.who, query.server_id).await {
+        match balances::lookup(
+            &request.reader,
+            auth.0.project_id,
+            &query.who,
+            query.server_id,
+        )
+        .await
+        {
             Ok(balance) => {
                 let main = balance.main.to_string();
                 let bonus = balance.bonus.to_string();
@@ -305,7 +319,7 @@ impl BalanceApi {
                     BalanceType::Bonus => (None, Some(bonus)),
                     BalanceType::Both => (Some(main), Some(bonus)),
                 };
-                BalanceReply::Ok(Json(BalanceResponse {
+                BalanceReply::Ok(JsonBody(BalanceResponse {
                     success: true,
                     main_balance,
                     bonus_balance,
@@ -330,5 +344,37 @@ impl BalanceApi {
                 )))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use poem_openapi::types::ToJSON;
+
+    use super::*;
+
+    /// The reply is written by `serde` but documented by poem-openapi: every
+    /// shape it takes (main, bonus, both) must read the same both ways.
+    #[test]
+    fn the_sent_reply_is_the_documented_one() {
+        let amount = || Some("1250.50".to_owned());
+        for (main_balance, bonus_balance) in
+            [(amount(), None), (None, amount()), (amount(), amount())]
+        {
+            let reply = BalanceResponse {
+                success: true,
+                main_balance,
+                bonus_balance,
+            };
+            assert_eq!(
+                serde_json::to_value(&reply).unwrap(),
+                reply.to_json().unwrap()
+            );
+        }
+        let example = BalanceResponse::example();
+        assert_eq!(
+            serde_json::to_string(&example).unwrap(),
+            serde_json::to_string(&example.to_json()).unwrap()
+        );
     }
 }

@@ -7,6 +7,7 @@ pub mod complete;
 pub mod docs;
 pub mod error;
 pub mod params;
+pub mod payload;
 pub mod security;
 
 use poem::{

@@ -19,8 +19,8 @@
 //! `db::Reader::one_cached`), so a change made with the command line holds
 //! from the very next request.
 //!
-//! The middleware also hands the endpoint the [`RequestReader`] it
-//! authenticated with. For a GET, which only reads, that reader holds one
+//! The middleware also hands the endpoint the reader it authenticated with
+//! ([`Authenticated`]). For a GET, which only reads, that reader holds one
 //! read transaction for the whole request on SQLite (`db::Reader::with_snapshot`):
 //! the token and the balance are read from one state of the database.
 
@@ -37,10 +37,15 @@ use crate::{
     service::tokens::{self, Permission, Principal},
 };
 
-/// The reader an authenticated v2 request was authenticated with, for its
-/// endpoint's own reads (see the module docs).
+/// What the middleware learned about an authenticated v2 request: who is
+/// calling, and the reader it authenticated with, for the endpoint's own
+/// reads (see the module docs). One request extension, not two: each insert
+/// into a request's extension map costs a hash-map insert and its drop.
 #[derive(Clone)]
-pub struct RequestReader(pub Reader);
+pub struct Authenticated {
+    pub principal: Principal,
+    pub reader: Reader,
+}
 
 /// The middleware of step 1; see the module docs.
 pub struct V2Authentication;
@@ -67,15 +72,14 @@ impl<E: Endpoint> Endpoint for V2AuthenticationEndpoint<E> {
 
     async fn call(&self, mut req: Request) -> Result<Self::Output> {
         if is_v2_path(req.uri().path()) {
-            let (principal, reader) = authenticate(&req).await?;
-            req.extensions_mut().insert(principal);
-            req.extensions_mut().insert(RequestReader(reader));
+            let authenticated = authenticate(&req).await?;
+            req.extensions_mut().insert(authenticated);
         }
         self.inner.call(req).await
     }
 }
 
-async fn authenticate(req: &Request) -> Result<(Principal, Reader), ApiError> {
+async fn authenticate(req: &Request) -> Result<Authenticated, ApiError> {
     let state = req.data::<AppState>().ok_or_else(ApiError::internal)?;
     // A header that is not valid UTF-8 cannot hold a valid token.
     let header = match req.headers().get(header::AUTHORIZATION) {
@@ -93,15 +97,15 @@ async fn authenticate(req: &Request) -> Result<(Principal, Reader), ApiError> {
     let principal = tokens::authenticate(&reader, &state.token_usage, token)
         .await
         .map_err(ApiError::from)?;
-    Ok((principal, reader))
+    Ok(Authenticated { principal, reader })
 }
 
 /// Step 2: the principal of step 1 (or, should the scheme ever be mounted
 /// without the middleware, a fresh authentication) must hold `permission`.
 async fn authorize(req: &Request, permission: Permission) -> Result<Principal> {
-    let principal = match req.extensions().get::<Principal>() {
-        Some(principal) => principal.clone(),
-        None => authenticate(req).await?.0,
+    let principal = match req.extensions().get::<Authenticated>() {
+        Some(authenticated) => authenticated.principal,
+        None => authenticate(req).await?.principal,
     };
     if principal.may(permission) {
         Ok(principal)

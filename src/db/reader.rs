@@ -398,7 +398,14 @@ fn params_key(params: &[SqliteValue]) -> String {
             SqliteValue::Null => write!(key, "n;"),
             SqliteValue::Integer(v) => write!(key, "i{v};"),
             SqliteValue::Real(v) => write!(key, "r{};", v.to_bits()),
-            SqliteValue::Text(v) => write!(key, "t{}:{v};", v.len()),
+            SqliteValue::Text(v) => {
+                // The text itself is appended as is: formatting it through
+                // `write!` cost more than the rest of the key.
+                let _ = write!(key, "t{}:", v.len());
+                key.push_str(v);
+                key.push(';');
+                Ok(())
+            }
             SqliteValue::Blob(v) => write!(key, "b{}:{v:?};", v.len()),
         };
     }

@@ -42,6 +42,8 @@ pub enum Permission {
 }
 
 impl Permission {
+    /// Every permission, in declaration order: `ALL[p as usize] == p`, which
+    /// [`Principal`] relies on.
     pub const ALL: [Permission; 2] = [Permission::Balance, Permission::Complete];
 
     pub fn as_str(self) -> &'static str {
@@ -266,16 +268,18 @@ pub async fn reissue(
 }
 
 /// Who is calling: the outcome of a successful authentication.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Principal {
     pub token_id: i64,
     pub project_id: i64,
-    pub permissions: Vec<Permission>,
+    /// Which of [`Permission::ALL`] the token holds, by position (a fixed
+    /// array: the principal is copied into every request, so no heap).
+    granted: [bool; Permission::ALL.len()],
 }
 
 impl Principal {
     pub fn may(&self, permission: Permission) -> bool {
-        self.permissions.contains(&permission)
+        self.granted[permission as usize]
     }
 }
 
@@ -364,13 +368,12 @@ pub async fn authenticate(
     if !active {
         return Err(AuthError::TokenDisabled);
     }
-    let mut permissions = Vec::with_capacity(Permission::ALL.len());
-    for (i, permission) in Permission::ALL.into_iter().enumerate() {
-        if row.i64(AUTH_PERMISSION_COLUMNS + i)? > 0 {
-            permissions.push(permission);
-        }
+    let mut granted = [false; Permission::ALL.len()];
+    for permission in Permission::ALL {
+        let column = AUTH_PERMISSION_COLUMNS + permission as usize;
+        granted[permission as usize] = row.i64(column)? > 0;
     }
-    if permissions.is_empty() {
+    if !granted.contains(&true) {
         return Err(AuthError::EmptyAccess);
     }
     if project_active != Some(true) {
@@ -380,7 +383,7 @@ pub async fn authenticate(
     Ok(Principal {
         token_id,
         project_id,
-        permissions,
+        granted,
     })
 }
 
@@ -510,6 +513,24 @@ mod tests {
                 let fresh = backend.build(&auth_query(auth_params(hash)));
                 assert_eq!(cached.sql, fresh.sql);
                 assert_eq!(cached.values, fresh.values);
+            }
+        }
+    }
+
+    /// A principal indexes its permissions by discriminant.
+    #[test]
+    fn permissions_are_listed_in_declaration_order() {
+        for (index, permission) in Permission::ALL.into_iter().enumerate() {
+            assert_eq!(permission as usize, index, "{permission}");
+            let mut granted = [false; Permission::ALL.len()];
+            granted[index] = true;
+            let principal = Principal {
+                token_id: 1,
+                project_id: 1,
+                granted,
+            };
+            for other in Permission::ALL {
+                assert_eq!(principal.may(other), other == permission);
             }
         }
     }
