@@ -176,7 +176,7 @@ impl Application {
     ) -> std::io::Result<()> {
         // SQLite's checkpoints run beside the server and stop with it
         // (see `db::run_sqlite_checkpoints`).
-        let checkpoints = crate::db::run_sqlite_checkpoints(self.state.db.clone());
+        let checkpoints = crate::db::run_sqlite_checkpoints(self.state.reader.clone());
         let server = poem::Server::new_with_acceptor(self.acceptor)
             .idle_timeout(self.settings.idle_timeout)
             .run_with_graceful_shutdown(

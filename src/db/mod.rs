@@ -191,7 +191,13 @@ pub async fn checkpoint_sqlite_bounded(
 /// Checkpoints a SQLite database every [`SQLITE_CHECKPOINT_INTERVAL`], for
 /// as long as the future is polled (the server runs it beside itself).
 /// Elsewhere it never resolves and does nothing.
-pub async fn run_sqlite_checkpoints(db: DatabaseConnection) {
+///
+/// The read transaction `reader` keeps open between requests ends before
+/// each checkpoint, and one is kept only while the checkpoints find the log
+/// copied completely (see `reader::Lingering`), so that it never stops the
+/// log from starting over while writes go on.
+pub async fn run_sqlite_checkpoints(reader: Reader) {
+    let db = reader.pool().clone();
     if db.get_database_backend() != DbBackend::Sqlite {
         return std::future::pending().await;
     }
@@ -199,10 +205,16 @@ pub async fn run_sqlite_checkpoints(db: DatabaseConnection) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        if let Err(err) = checkpoint_sqlite_bounded(&db, SQLITE_WAL_RESTART_FRAMES).await {
-            // Another process checkpointing, or the file briefly locked:
-            // the next tick tries again.
-            tracing::debug!(error = %err, "SQLite checkpoint skipped");
+        reader.release_lingering();
+        match checkpoint_sqlite_bounded(&db, SQLITE_WAL_RESTART_FRAMES).await {
+            // -1 frames: not in WAL mode (readers would block writers).
+            Ok((frames, copied)) => reader.allow_lingering(frames >= 0 && frames == copied),
+            Err(err) => {
+                reader.allow_lingering(false);
+                // Another process checkpointing, or the file briefly locked:
+                // the next tick tries again.
+                tracing::debug!(error = %err, "SQLite checkpoint skipped");
+            }
         }
     }
 }

@@ -208,6 +208,7 @@ pub async fn complete(
     statements: &Reader,
     request: Completion,
 ) -> Result<CompletedOrder, CompleteError> {
+    statements.before_write();
     let db = statements.pool();
     if db.get_database_backend() == DbBackend::Postgres {
         match complete_in_one_statement(statements, &request).await {
