@@ -192,10 +192,12 @@ pub async fn checkpoint_sqlite_bounded(
 /// as long as the future is polled (the server runs it beside itself).
 /// Elsewhere it never resolves and does nothing.
 ///
-/// The read transaction `reader` keeps open between requests ends before
-/// each checkpoint, and one is kept only while the checkpoints find the log
-/// copied completely (see `reader::Lingering`), so that it never stops the
-/// log from starting over while writes go on.
+/// The read transaction `reader` keeps open between requests (see
+/// `reader::Lingering`) is stopped at every tick and allowed again only
+/// when this checkpoint and the one before found the log copied completely
+/// and of the same length, and no completion announced a write meanwhile:
+/// while writes go on, from this process or another, none is kept, so that
+/// the log can start over.
 pub async fn run_sqlite_checkpoints(reader: Reader) {
     let db = reader.pool().clone();
     if db.get_database_backend() != DbBackend::Sqlite {
@@ -203,14 +205,22 @@ pub async fn run_sqlite_checkpoints(reader: Reader) {
     }
     let mut ticks = tokio::time::interval(SQLITE_CHECKPOINT_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The length of the log when the last checkpoint found it fully copied.
+    let mut quiet_at = None;
     loop {
         ticks.tick().await;
-        reader.release_lingering();
+        let writes = reader.stop_lingering();
         match checkpoint_sqlite_bounded(&db, SQLITE_WAL_RESTART_FRAMES).await {
-            // -1 frames: not in WAL mode (readers would block writers).
-            Ok((frames, copied)) => reader.allow_lingering(frames >= 0 && frames == copied),
+            // -1 frames: not in WAL mode, or another connection checkpointing.
+            Ok((frames, copied)) if frames >= 0 && frames == copied => {
+                if quiet_at == Some(frames) {
+                    reader.allow_lingering(writes);
+                }
+                quiet_at = Some(frames);
+            }
+            Ok(_) => quiet_at = None,
             Err(err) => {
-                reader.allow_lingering(false);
+                quiet_at = None;
                 // Another process checkpointing, or the file briefly locked:
                 // the next tick tries again.
                 tracing::debug!(error = %err, "SQLite checkpoint skipped");

@@ -105,32 +105,33 @@ impl Reader {
         }
     }
 
-    /// Ends the read transaction kept open after the last snapshot, if any
-    /// (see `Lingering`): a checkpoint can then copy the whole log.
-    pub fn release_lingering(&self) {
-        if let Some(inline) = &self.inline {
-            inline.lingering.release();
+    /// Stops keeping the last snapshot's read transaction open and ends
+    /// the one held (see `Lingering`), until [`Reader::allow_lingering`].
+    /// Returns how many writes this process had announced
+    /// ([`Reader::before_write`]), for `allow_lingering`.
+    pub fn stop_lingering(&self) -> u64 {
+        match &self.inline {
+            Some(inline) => inline.lingering.stop(),
+            None => 0,
         }
     }
 
-    /// Whether the last snapshot's read transaction may be kept open (off
-    /// at first; switching it off ends any held one). See `Lingering` for
-    /// when `serve` allows it.
-    pub fn allow_lingering(&self, allowed: bool) {
+    /// Keeps the last snapshot's read transaction open from now on, unless
+    /// this process announced a write since `stop_lingering` returned
+    /// `writes`. Off at first. See `Lingering` for when `serve` allows it.
+    pub fn allow_lingering(&self, writes: u64) {
         if let Some(inline) = &self.inline {
-            inline.lingering.allowed.store(allowed, Ordering::Relaxed);
-            if !allowed {
-                inline.lingering.release();
-            }
+            inline.lingering.allow(writes);
         }
     }
 
     /// A write on the request path is about to begin: no read transaction
-    /// is kept open from now until the checkpointer finds the log copied
-    /// completely again, so that the log can start over as soon as it may
-    /// (see `Lingering`).
+    /// is kept open from now until the checkpointer allows it again, so
+    /// that the log can start over as soon as SQLite may (see `Lingering`).
     pub fn before_write(&self) {
-        self.allow_lingering(false);
+        if let Some(inline) = &self.inline {
+            inline.lingering.before_write();
+        }
     }
 
     /// The pool, for writes and everything off the request path.
@@ -335,34 +336,43 @@ pub struct InlineSqlite {
 /// ends, so that this process always holds SQLite's read locks.
 ///
 /// SQLite counts the read locks of one process's connections itself and
-/// asks the kernel (`fcntl` on the database and its `-shm` file, under a
-/// process-wide mutex) only when the first is taken or the last released.
-/// Snapshots of one request after another on two worker threads overlap
-/// only now and then, so about 1.5 `fcntl` calls and 0.4 futex calls per
-/// balance request went to taking and dropping locks (measured with `perf
-/// stat`), and the workers waited on each other for that mutex. With the
-/// last transaction held until the next one has ended, a new snapshot finds
-/// the locks held and only counts.
+/// asks the kernel (`fcntl` on the `-shm` file, under a process-wide mutex)
+/// only when the first is taken or the last released. Snapshots of one
+/// request after another on two worker threads overlap only now and then,
+/// so about 1.5 `fcntl` calls and 0.4 futex calls per balance request went
+/// to taking and dropping locks (measured with `perf stat`), and the
+/// workers waited on each other for that mutex. With the last transaction
+/// held until the next one has ended, a new snapshot finds the locks held
+/// and only counts.
 ///
 /// The held transaction reads nothing and hides nothing: every snapshot
-/// begins its own transaction and sees what was committed before it began.
-/// What it holds back is the checkpoint: a checkpoint copies the log into
-/// the database only up to the oldest open reader's position, and the log
-/// starts over only when no reader uses it. So it is kept only while
-/// `serve`'s checkpointer allows it ([`Reader::allow_lingering`]): when its
-/// last checkpoint found the log (write-ahead, so never a rollback journal,
-/// whose readers would block writers) copied completely, i.e. while nothing
-/// is being written, which is when reads have the machine to themselves.
-/// A completion switches it off before it writes ([`Reader::before_write`]),
-/// so writes start the log over as usual; while they go on, the
-/// checkpointer finds the log not fully copied and no transaction is kept,
-/// as before this existed. The checkpointer also releases the held one
-/// before every checkpoint ([`Reader::release_lingering`]). Off until the
-/// checkpointer allows it.
+/// begins its own transaction, on another connection, and sees what was
+/// committed before it began. What it holds back is the checkpoint: a
+/// checkpoint copies the log into the database only up to the oldest open
+/// reader's position (not at all while a reader that began with the log
+/// fully copied is open), and the log starts over only when no reader uses
+/// it. So a transaction is kept only while `serve`'s checkpointer allows
+/// it: the checkpointer stops it at every tick ([`Reader::stop_lingering`])
+/// and allows it again ([`Reader::allow_lingering`]) only when the log
+/// (write-ahead, never a rollback journal, whose readers would block
+/// writers) was copied completely, had the same length at the tick before,
+/// and no completion of this process announced a write meanwhile
+/// ([`Reader::before_write`], which also stops it at once): while reads
+/// have the database to themselves. While writes go on, from this process
+/// or another, nothing lingers, as before this existed. It is best effort:
+/// a write that starts within a second of a quiet spell can find a
+/// transaction held, and the log then starts over a tick later.
+///
+/// A request that finds every connection taken never waits for the held
+/// one: `checkout` takes it over, and a snapshot does not linger while
+/// someone may be waiting for a connection.
 #[derive(Default)]
 struct Lingering {
     held: Mutex<Option<CheckedOut>>,
     allowed: AtomicBool,
+    /// Writes announced by [`Reader::before_write`]; switching on and off
+    /// happens under this lock, so that an announced write always wins.
+    writes: Mutex<u64>,
 }
 
 impl Lingering {
@@ -392,6 +402,29 @@ impl Lingering {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         end(held);
+    }
+
+    fn stop(&self) -> u64 {
+        let writes = *self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        self.allowed.store(false, Ordering::Relaxed);
+        self.release();
+        writes
+    }
+
+    fn allow(&self, writes_before: u64) {
+        let writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        if *writes == writes_before {
+            self.allowed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn before_write(&self) {
+        {
+            let mut writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+            *writes += 1;
+            self.allowed.store(false, Ordering::Relaxed);
+        }
+        self.release();
     }
 }
 
@@ -550,8 +583,11 @@ impl Drop for Snapshot {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         match held {
-            // A transaction that worked lingers (see `Lingering`).
-            Some(held) if held.slot.is_some() => self.inline.lingering.replace(held),
+            // A transaction that worked lingers (see `Lingering`), unless
+            // a request may be waiting for a connection.
+            Some(held) if held.slot.is_some() && self.inline.free.available_permits() > 0 => {
+                self.inline.lingering.replace(held)
+            }
             held => end(held),
         }
     }
@@ -884,21 +920,21 @@ mod tests {
     }
 
     /// The last snapshot's read transaction stays open after the snapshot
-    /// ends (`Lingering`): it hides nothing from the next snapshot, holds a
-    /// checkpoint back until it is released, and is not kept while
-    /// lingering is switched off, nor before it is first allowed. (That it never keeps a request waiting for
-    /// a connection is the end of the test above.)
+    /// ends (`Lingering`): it hides nothing from the next snapshot, is ended
+    /// by the next one that ends (and then holds nothing back), holds a
+    /// checkpoint back until it is stopped, and is not kept before it is
+    /// allowed, after a write is announced, or when the write count given
+    /// to `allow_lingering` is stale.
     #[tokio::test]
-    async fn the_last_snapshot_lingers_until_released() {
+    async fn the_last_snapshot_lingers_until_stopped() {
         let (_dir, url, pool) = sqlite_file().await;
         let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
-        reader.allow_lingering(true);
         let insert = |id: i64| sqlite("INSERT INTO t (id) VALUES (?)", Value::from(id));
         let all_copied = || async {
             let (frames, copied) = crate::db::checkpoint_sqlite(&pool).await.unwrap();
             frames == copied
         };
-        let read_in_snapshot = |id: i64| {
+        let read_in_snapshot = |reader: &Reader, id: i64| {
             let reader = reader.clone();
             async move {
                 let request = reader.with_snapshot().await;
@@ -909,38 +945,87 @@ mod tests {
         pool.execute_raw(insert(1)).await.unwrap();
         assert!(all_copied().await);
 
-        assert!(read_in_snapshot(1).await);
+        assert!(read_in_snapshot(&reader, 1).await);
         pool.execute_raw(insert(2)).await.unwrap();
+        assert!(all_copied().await, "off until allowed");
+
+        reader.allow_lingering(reader.stop_lingering());
+        assert!(read_in_snapshot(&reader, 1).await);
+        pool.execute_raw(insert(3)).await.unwrap();
         assert!(
             !all_copied().await,
             "the ended snapshot still holds its place"
         );
-        assert!(read_in_snapshot(2).await, "a new snapshot sees the commit");
-        pool.execute_raw(insert(3)).await.unwrap();
+        assert!(
+            read_in_snapshot(&reader, 3).await,
+            "a new snapshot sees the commit"
+        );
+        assert!(
+            all_copied().await,
+            "the new one ended the old one, and is current"
+        );
+        pool.execute_raw(insert(4)).await.unwrap();
         assert!(!all_copied().await, "the newer snapshot lingers in turn");
-        reader.release_lingering();
+        let writes = reader.stop_lingering();
         assert!(all_copied().await);
 
-        reader.allow_lingering(false);
-        assert!(read_in_snapshot(3).await);
-        pool.execute_raw(insert(4)).await.unwrap();
-        assert!(all_copied().await, "nothing lingers while switched off");
-        reader.allow_lingering(true);
-        assert!(read_in_snapshot(4).await);
+        assert!(read_in_snapshot(&reader, 4).await);
         pool.execute_raw(insert(5)).await.unwrap();
+        assert!(all_copied().await, "nothing lingers while stopped");
+
+        reader.allow_lingering(writes);
+        assert!(read_in_snapshot(&reader, 5).await);
+        pool.execute_raw(insert(6)).await.unwrap();
         assert!(!all_copied().await, "lingering again");
         reader.before_write();
-        assert!(all_copied().await, "a writer ends it");
-        assert!(read_in_snapshot(5).await);
-        pool.execute_raw(insert(6)).await.unwrap();
-        assert!(all_copied().await, "and nothing lingers after it");
-
-        let fresh = Reader::new(pool.clone(), &url, &PoolSettings::default());
-        let request = fresh.with_snapshot().await;
-        assert!(request.one(select(6)).await.unwrap().is_some());
-        drop(request);
+        assert!(all_copied().await, "an announced write ends it");
+        assert!(read_in_snapshot(&reader, 6).await);
         pool.execute_raw(insert(7)).await.unwrap();
-        assert!(all_copied().await, "off until allowed");
+        assert!(all_copied().await, "and keeps it off");
+
+        let writes = reader.stop_lingering();
+        reader.before_write();
+        reader.allow_lingering(writes);
+        assert!(read_in_snapshot(&reader, 7).await);
+        pool.execute_raw(insert(8)).await.unwrap();
+        assert!(all_copied().await, "a write announced after the stop wins");
+    }
+
+    /// The lingering transaction never keeps a request waiting for a
+    /// connection: a request that finds them all taken takes it over, and a
+    /// snapshot that ends while a request waits frees its connection.
+    #[tokio::test]
+    async fn lingering_gives_way_to_waiting_requests() {
+        let (_dir, url, pool) = sqlite_file().await;
+        let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
+        reader.allow_lingering(reader.stop_lingering());
+        let slots = reader.inline.as_ref().unwrap().slots.len();
+        fn within<F: std::future::Future>(future: F) -> tokio::time::Timeout<F> {
+            tokio::time::timeout(Duration::from_secs(10), future)
+        }
+        let request = reader.with_snapshot().await;
+        assert!(request.one(select(1)).await.unwrap().is_none());
+        drop(request);
+        let mut all = Vec::new();
+        for _ in 0..slots {
+            let request = within(reader.with_snapshot())
+                .await
+                .expect("the held one gives way");
+            assert!(request.one(select(1)).await.unwrap().is_none());
+            all.push(request);
+        }
+        let waiting = tokio::spawn({
+            let reader = reader.clone();
+            async move { reader.with_snapshot().await.snapshot.is_some() }
+        });
+        tokio::task::yield_now().await;
+        drop(all.pop());
+        assert!(
+            within(waiting)
+                .await
+                .expect("an ending snapshot frees its connection")
+                .unwrap()
+        );
     }
 
     /// A cached read is reused only while nothing has been committed since
