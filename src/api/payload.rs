@@ -87,12 +87,12 @@ mod tests {
                 response.headers()[header::CONTENT_TYPE],
                 "application/json; charset=utf-8"
             );
-            let body = futures_body(response);
+            let body = body_of(response);
             assert_eq!(body, expected);
         }
     }
 
-    fn futures_body(response: Response) -> Vec<u8> {
+    fn body_of(response: Response) -> Vec<u8> {
         tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()

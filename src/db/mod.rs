@@ -205,26 +205,42 @@ pub async fn run_sqlite_checkpoints(reader: Reader) {
     }
     let mut ticks = tokio::time::interval(SQLITE_CHECKPOINT_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The length of the log when the last checkpoint found it fully copied.
-    let mut quiet_at = None;
+    let mut quiet = QuietLog::default();
     loop {
         ticks.tick().await;
         let writes = reader.stop_lingering();
-        match checkpoint_sqlite_bounded(&db, SQLITE_WAL_RESTART_FRAMES).await {
+        let checkpoint = checkpoint_sqlite_bounded(&db, SQLITE_WAL_RESTART_FRAMES).await;
+        if let Err(err) = &checkpoint {
+            // Another process checkpointing, or the file briefly locked:
+            // the next tick tries again.
+            tracing::debug!(error = %err, "SQLite checkpoint skipped");
+        }
+        if quiet.after_checkpoint(checkpoint.ok()) {
+            reader.allow_lingering(writes);
+        }
+    }
+}
+
+/// Whether the SQLite log looks unwritten: this checkpoint and the one
+/// before found it fully copied and of the same length.
+#[derive(Default)]
+struct QuietLog {
+    /// The log's length when the last checkpoint found it fully copied.
+    copied_at: Option<i64>,
+}
+
+impl QuietLog {
+    /// Takes a checkpoint's (frames in the log, frames copied), `None` when
+    /// it failed; true when the log looks unwritten since the last one.
+    fn after_checkpoint(&mut self, checkpoint: Option<(i64, i64)>) -> bool {
+        let previous = self.copied_at.take();
+        match checkpoint {
             // -1 frames: not in WAL mode, or another connection checkpointing.
-            Ok((frames, copied)) if frames >= 0 && frames == copied => {
-                if quiet_at == Some(frames) {
-                    reader.allow_lingering(writes);
-                }
-                quiet_at = Some(frames);
+            Some((frames, copied)) if frames >= 0 && frames == copied => {
+                self.copied_at = Some(frames);
+                previous == Some(frames)
             }
-            Ok(_) => quiet_at = None,
-            Err(err) => {
-                quiet_at = None;
-                // Another process checkpointing, or the file briefly locked:
-                // the next tick tries again.
-                tracing::debug!(error = %err, "SQLite checkpoint skipped");
-            }
+            _ => false,
         }
     }
 }
@@ -400,6 +416,23 @@ mod tests {
 
     /// Commits never checkpoint on the service's SQLite connections; the
     /// background checkpoint copies the whole log back into the file.
+    #[test]
+    fn the_log_looks_unwritten_after_two_equal_full_copies() {
+        let mut quiet = QuietLog::default();
+        assert!(!quiet.after_checkpoint(Some((10, 10))), "one is not enough");
+        assert!(quiet.after_checkpoint(Some((10, 10))));
+        assert!(quiet.after_checkpoint(Some((10, 10))));
+        assert!(!quiet.after_checkpoint(Some((12, 12))), "written meanwhile");
+        assert!(quiet.after_checkpoint(Some((12, 12))));
+        assert!(!quiet.after_checkpoint(Some((14, 13))), "not fully copied");
+        assert!(!quiet.after_checkpoint(Some((14, 14))));
+        assert!(!quiet.after_checkpoint(None), "a failed checkpoint");
+        assert!(!quiet.after_checkpoint(Some((14, 14))));
+        assert!(quiet.after_checkpoint(Some((14, 14))));
+        assert!(!quiet.after_checkpoint(Some((-1, -1))), "not in WAL mode");
+        assert!(!quiet.after_checkpoint(Some((-1, -1))));
+    }
+
     #[tokio::test]
     async fn sqlite_checkpoints_only_when_asked() {
         let dir = tempfile::tempdir().unwrap();
