@@ -1031,11 +1031,21 @@ mod tests {
     /// A cached read is reused only while nothing has been committed since
     /// it was read: a commit by the pool (another connection, as the
     /// command line's would be) is seen by the very next cached read, inside
-    /// a snapshot begun after it too.
+    /// a snapshot begun after it too; with the last snapshot's transaction
+    /// kept open (`Lingering`) as without.
     #[tokio::test]
     async fn cached_reads_hold_only_while_the_database_is_unchanged() {
+        cached_reads_hold_only_while_unchanged(false).await;
+        cached_reads_hold_only_while_unchanged(true).await;
+    }
+
+    async fn cached_reads_hold_only_while_unchanged(lingering: bool) {
         let (_dir, url, pool) = sqlite_file().await;
         let reader = Reader::new(pool.clone(), &url, &PoolSettings::default());
+        if lingering {
+            // Each snapshot below then stays open until the next one ends.
+            reader.allow_lingering(reader.stop_lingering());
+        }
         let set = |flag: bool| {
             sqlite(
                 "INSERT OR REPLACE INTO t (id, flag) VALUES (1, ?)",
