@@ -199,10 +199,11 @@ impl DirectPg {
         Some(direct)
     }
 
-    /// The first row of `stmt`, a statement complete on its own.
-    pub async fn one(self: &Arc<Self>, stmt: &Statement) -> Result<Option<QueryResult>, DbErr> {
+    /// The first row of `stmt`, a statement complete on its own. Taken by
+    /// value: its values move into the query instead of being copied.
+    pub async fn one(self: &Arc<Self>, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
         let mut checkout = self.checkout().await?;
-        let values = stmt.values.clone().unwrap_or(Values(Vec::new()));
+        let values = stmt.values.unwrap_or(Values(Vec::new()));
         let result = sqlx::query_with(sqlx::AssertSqlSafe(stmt.sql.as_str()), SqlxValues(values))
             .fetch_optional(checkout.connection())
             .await;
@@ -395,7 +396,7 @@ mod tests {
 
     async fn backend_pid(direct: &Arc<DirectPg>) -> i32 {
         let row = direct
-            .one(&sql("SELECT pg_backend_pid()", vec![]))
+            .one(sql("SELECT pg_backend_pid()", vec![]))
             .await
             .unwrap()
             .unwrap();
@@ -457,7 +458,7 @@ mod tests {
         let direct = DirectPg::for_url(&url, &settings(4)).unwrap();
         let first = backend_pid(&direct).await;
         let err = direct
-            .one(&sql("SELECT 1 / 0", vec![]))
+            .one(sql("SELECT 1 / 0", vec![]))
             .await
             .expect_err("division by zero");
         assert!(!is_unavailable(&err), "{err:?}");
@@ -481,14 +482,14 @@ mod tests {
         let held = hold(&admin, key).await;
         let waiting = tokio::spawn({
             let direct = direct.clone();
-            async move { direct.one(&wait_on(key)).await }
+            async move { direct.one(wait_on(key)).await }
         });
         until_waiting(&admin, 1).await;
         waiting.abort();
         assert!(waiting.await.unwrap_err().is_cancelled());
         assert_eq!(direct.stats(), (1, 0, 1), "the slot stays taken");
         let err = direct
-            .one(&sql("SELECT 1", vec![]))
+            .one(sql("SELECT 1", vec![]))
             .await
             .expect_err("no second connection while the first is busy");
         assert!(is_unavailable(&err), "{err:?}");
@@ -498,7 +499,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let row = direct
-            .one(&sql("SELECT 2::int4", vec![]))
+            .one(sql("SELECT 2::int4", vec![]))
             .await
             .unwrap()
             .unwrap();
@@ -529,7 +530,7 @@ mod tests {
         let direct = DirectPg::for_url(&url, &settings).unwrap();
         let key = lock_key();
         let held = hold(&admin, key).await;
-        let err = direct.one(&wait_on(key)).await.expect_err("cancelled");
+        let err = direct.one(wait_on(key)).await.expect_err("cancelled");
         held.rollback().await.unwrap();
         match &err {
             DbErr::Query(RuntimeErr::SqlxError(e)) => {
@@ -555,12 +556,12 @@ mod tests {
         let blocked: Vec<_> = (0..2)
             .map(|_| {
                 let direct = direct.clone();
-                tokio::spawn(async move { direct.one(&wait_on(key)).await })
+                tokio::spawn(async move { direct.one(wait_on(key)).await })
             })
             .collect();
         until_waiting(&admin, 2).await;
         let err = direct
-            .one(&sql("SELECT 1", vec![]))
+            .one(sql("SELECT 1", vec![]))
             .await
             .expect_err("no free connection");
         assert!(is_unavailable(&err), "{err:?}");
@@ -588,8 +589,7 @@ mod tests {
             ))
             .await
             .unwrap();
-        let select = sql("SELECT pg_backend_pid()", vec![]);
-        let pid = match direct.one(&select).await {
+        let pid = match direct.one(sql("SELECT pg_backend_pid()", vec![])).await {
             Ok(row) => row.unwrap().try_get_by_index::<i32>(0).unwrap(),
             Err(err) => {
                 assert!(is_unavailable(&err), "{err:?}");

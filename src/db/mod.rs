@@ -382,11 +382,18 @@ impl CachedSql {
                 order,
             }
         });
-        Statement::from_sql_and_values(
-            backend,
-            rendered.sql.as_str(),
-            rendered.order.iter().map(|&i| params[i].clone()),
-        )
+        // Each value is moved to its (last) placeholder and cloned only for
+        // the placeholders before it: a text value cloned is an allocation.
+        let mut params: Vec<Option<Value>> = params.into_iter().map(Some).collect();
+        let values = rendered.order.iter().enumerate().map(|(at, &i)| {
+            if rendered.order[at + 1..].contains(&i) {
+                params[i].clone()
+            } else {
+                params[i].take()
+            }
+            .expect("CachedSql: a parameter is bound after its last placeholder")
+        });
+        Statement::from_sql_and_values(backend, rendered.sql.as_str(), values.collect::<Vec<_>>())
     }
 }
 

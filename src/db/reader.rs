@@ -44,7 +44,10 @@ use std::{
 };
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use rusqlite::{OpenFlags, types::Value as SqliteValue};
+use rusqlite::{
+    OpenFlags,
+    types::{ToSqlOutput, Value as SqliteValue, ValueRef},
+};
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
 use super::{PoolSettings, direct_pg::DirectPg};
@@ -184,7 +187,7 @@ impl Reader {
             }
         }
         if let Some(direct) = &self.direct {
-            return Ok(direct.one(&stmt).await?.map(ReadRow::Sqlx));
+            return Ok(direct.one(stmt).await?.map(ReadRow::Sqlx));
         }
         Ok(self.pool.query_one_raw(stmt).await?.map(ReadRow::Sqlx))
     }
@@ -195,7 +198,7 @@ impl Reader {
     /// connections are read-only).
     pub async fn autocommit_one(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
         match &self.direct {
-            Some(direct) => direct.one(&stmt).await,
+            Some(direct) => direct.one(stmt).await,
             None => self.pool.query_one_raw(stmt).await,
         }
     }
@@ -450,7 +453,7 @@ struct InlineConnection {
 
 /// Rows of one statement by their parameters ([`params_key`]), each with the
 /// `PRAGMA data_version` it was read at.
-type CachedRows = HashMap<String, (i64, Vec<SqliteValue>)>;
+type CachedRows = HashMap<Vec<u8>, (i64, Vec<SqliteValue>)>;
 
 /// Rows kept per connection by [`Reader::one_cached`]; the cache is emptied
 /// when it is full (it holds one row per token in use).
@@ -475,7 +478,7 @@ impl InlineConnection {
     fn read(
         &mut self,
         sql: &str,
-        params: &[SqliteValue],
+        params: &[ValueRef<'_>],
         cached: bool,
     ) -> rusqlite::Result<Option<Vec<SqliteValue>>> {
         if !cached {
@@ -519,24 +522,24 @@ impl InlineConnection {
 /// The parameters of a cached read as a map key: each one tagged with its
 /// type, text and blobs prefixed with their length, so that different
 /// parameter lists never give the same key.
-fn params_key(params: &[SqliteValue]) -> String {
-    use std::fmt::Write;
-    let mut key = String::with_capacity(128);
+fn params_key(params: &[ValueRef<'_>]) -> Vec<u8> {
+    use std::io::Write;
+    let mut key = Vec::with_capacity(128);
     for param in params {
+        // Writing to a Vec cannot fail.
         let _ = match param {
-            SqliteValue::Null => write!(key, "n;"),
-            SqliteValue::Integer(v) => write!(key, "i{v};"),
-            SqliteValue::Real(v) => write!(key, "r{};", v.to_bits()),
-            SqliteValue::Text(v) => {
-                // The text itself is appended as is: formatting it through
-                // `write!` cost more than the rest of the key.
-                let _ = write!(key, "t{}:", v.len());
-                key.push_str(v);
-                key.push(';');
-                Ok(())
-            }
-            SqliteValue::Blob(v) => write!(key, "b{}:{v:?};", v.len()),
+            ValueRef::Null => write!(key, "n;"),
+            ValueRef::Integer(v) => write!(key, "i{v};"),
+            ValueRef::Real(v) => write!(key, "r{};", v.to_bits()),
+            ValueRef::Text(v) => write!(key, "t{}:", v.len()),
+            ValueRef::Blob(v) => write!(key, "b{}:", v.len()),
         };
+        // Text and blobs are appended as they are: formatting them through
+        // `write!` cost more than the rest of the key.
+        if let ValueRef::Text(bytes) | ValueRef::Blob(bytes) = param {
+            key.extend_from_slice(bytes);
+            key.push(b';');
+        }
     }
     key
 }
@@ -734,7 +737,9 @@ impl InlineSqlite {
     }
 }
 
-fn sqlite_params(stmt: &Statement) -> Result<Vec<SqliteValue>, InlineError> {
+/// The values of `stmt` as SQLite values, borrowed: binding them copies
+/// nothing.
+fn sqlite_params(stmt: &Statement) -> Result<Vec<ValueRef<'_>>, InlineError> {
     stmt.values
         .iter()
         .flat_map(|values| values.0.iter())
@@ -746,11 +751,13 @@ fn sqlite_params(stmt: &Statement) -> Result<Vec<SqliteValue>, InlineError> {
 fn run(
     conn: &rusqlite::Connection,
     sql: &str,
-    params: &[SqliteValue],
+    params: &[ValueRef<'_>],
 ) -> rusqlite::Result<Option<Vec<SqliteValue>>> {
     let mut statement = conn.prepare_cached(sql)?;
     let columns = statement.column_count();
-    let mut rows = statement.query(rusqlite::params_from_iter(params))?;
+    let mut rows = statement.query(rusqlite::params_from_iter(
+        params.iter().map(|&param| ToSqlOutput::Borrowed(param)),
+    ))?;
     let Some(row) = rows.next()? else {
         return Ok(None);
     };
@@ -802,8 +809,8 @@ fn unavailable(err: &rusqlite::Error) -> DbErr {
 
 /// The request path binds integers and text only; anything else is refused
 /// rather than guessed.
-fn to_sqlite(value: &Value) -> Result<SqliteValue, DbErr> {
-    let integer = |v: Option<i64>| v.map_or(SqliteValue::Null, SqliteValue::Integer);
+fn to_sqlite(value: &Value) -> Result<ValueRef<'_>, DbErr> {
+    let integer = |v: Option<i64>| v.map_or(ValueRef::Null, ValueRef::Integer);
     Ok(match value {
         Value::Bool(v) => integer(v.map(i64::from)),
         Value::TinyInt(v) => integer(v.map(i64::from)),
@@ -815,7 +822,7 @@ fn to_sqlite(value: &Value) -> Result<SqliteValue, DbErr> {
         Value::Unsigned(v) => integer(v.map(i64::from)),
         Value::String(v) => v
             .as_ref()
-            .map_or(SqliteValue::Null, |s| SqliteValue::Text(s.to_string())),
+            .map_or(ValueRef::Null, |s| ValueRef::Text(s.as_bytes())),
         other => {
             return Err(DbErr::Custom(format!(
                 "inline SQLite reader: unsupported parameter {other:?}"
@@ -1145,18 +1152,19 @@ mod tests {
     /// Different parameter lists never share a cache key.
     #[test]
     fn cache_keys_tell_parameter_lists_apart() {
-        use SqliteValue::{Integer, Null, Text};
+        use ValueRef::{Blob, Integer, Null, Text};
         let lists = [
             vec![Integer(1)],
-            vec![Text("1".into())],
-            vec![Text("a;".into()), Text("b".into())],
-            vec![Text("a".into()), Text(";b".into())],
-            vec![Text("a;t1:b".into())],
+            vec![Text(b"1")],
+            vec![Blob(b"1")],
+            vec![Text(b"a;"), Text(b"b")],
+            vec![Text(b"a"), Text(b";b")],
+            vec![Text(b"a;t1:b")],
             vec![Null],
-            vec![Text(String::new())],
+            vec![Text(b"")],
             vec![],
         ];
-        let keys: std::collections::HashSet<String> =
+        let keys: std::collections::HashSet<Vec<u8>> =
             lists.iter().map(|list| params_key(list)).collect();
         assert_eq!(keys.len(), lists.len());
         assert_eq!(params_key(&lists[2]), params_key(&lists[2].clone()));
