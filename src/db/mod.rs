@@ -28,7 +28,7 @@ use sea_orm::{
     Statement, StatementBuilder, Value,
 };
 
-pub use reader::{ReadRow, Reader};
+pub use reader::{ReadRow, Reader, is_busy_error, write_error};
 
 /// Pool and timeout settings of a connection.
 #[derive(Debug, Clone)]
@@ -160,8 +160,9 @@ pub async fn checkpoint_sqlite(db: &DatabaseConnection) -> Result<(i64, i64), Db
 
 /// Serializes this process's SQLite writes on the request path
 /// (completions), which queue here in order instead of polling the file lock
-/// in SQLite's busy handler; the background checkpoint takes it too when the
-/// write-ahead log must start over ([`checkpoint_sqlite_bounded`]).
+/// in SQLite's busy handler (which this process's writers then only meet
+/// when another process writes); the background checkpoint takes it too
+/// when the write-ahead log must start over ([`checkpoint_sqlite_bounded`]).
 pub static SQLITE_WRITER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Frames (pages) of write-ahead log above which the background checkpoint

@@ -22,8 +22,13 @@
 //! same (WAL recovery after a crashed writer, another process holding it
 //! exclusively), the read waits at most 10 ms and then goes to the pool,
 //! which waits without blocking the worker. A file that cannot be opened
-//! counts as unavailable (503), as on the pool. Writes keep going through
-//! the pool (and `SQLITE_WRITER`), so SQLite's single writer is unchanged.
+//! counts as unavailable (503), as on the pool.
+//!
+//! Completions write on one inline connection of their own in the same way
+//! ([`Reader::write_inline`]): in the calling thread, one at a time per
+//! process (`SQLITE_WRITER`, as before), handing over to the pool when
+//! another process holds the write lock for 10 ms. Everything else (the
+//! command line, migrations, token-use times) writes through the pool.
 //!
 //! The SQL is the same text the pool would run: the statements are built
 //! with sea-query and rendered once per backend (`CachedSql`); only the
@@ -135,6 +140,47 @@ impl Reader {
         if let Some(inline) = &self.inline {
             inline.lingering.before_write();
         }
+    }
+
+    /// On a SQLite file: runs `write` on this process's inline write
+    /// connection, in the calling thread, while this process's other
+    /// writers wait (`db::SQLITE_WRITER`). `None` elsewhere (PostgreSQL,
+    /// MariaDB, an in-memory database): the caller writes through the pool.
+    ///
+    /// The connection is set up as the pool's are (foreign keys on,
+    /// `synchronous = NORMAL`, no automatic checkpoints), except that it
+    /// waits at most 10 ms for another process's write lock: `write` then
+    /// fails with SQLITE_BUSY ([`is_busy_error`]) and should change
+    /// nothing, and the caller writes through the pool, which waits off the
+    /// async worker. After any other error, or when `write` left a
+    /// transaction open, the connection is closed.
+    ///
+    /// Nothing is awaited once `write` has begun, so a dropped request
+    /// (client gone, request timeout) never stops a write half-way: it
+    /// either has not started or runs to its end. What may block the worker
+    /// thread: that 10 ms wait while another process writes, and the sync
+    /// of the log's header when a write starts the log over after a
+    /// complete checkpoint (at most once per `serve` checkpoint, i.e. a
+    /// second), which sqlx's connection thread used to do instead.
+    pub async fn write_inline<T>(
+        &self,
+        write: impl FnOnce(&mut rusqlite::Connection) -> rusqlite::Result<T>,
+    ) -> Option<rusqlite::Result<T>> {
+        let inline = self.inline.as_ref()?;
+        let _writers = super::SQLITE_WRITER.lock().await;
+        Some(inline.write(write))
+    }
+
+    /// Inline writes that returned `Ok`, and that met another process's
+    /// write lock, so far.
+    #[cfg(test)]
+    pub fn inline_writes(&self) -> (usize, usize) {
+        self.inline.as_ref().map_or((0, 0), |inline| {
+            (
+                inline.writes_done.load(Ordering::Relaxed),
+                inline.writes_busy.load(Ordering::Relaxed),
+            )
+        })
     }
 
     /// The pool, for writes and everything off the request path.
@@ -333,6 +379,16 @@ pub struct InlineSqlite {
     free: Arc<Semaphore>,
     next_slot: AtomicUsize,
     lingering: Lingering,
+    /// The connection of inline writes ([`Reader::write_inline`]), opened
+    /// on first use; closed after a failed write, so the next one opens
+    /// afresh.
+    writer: Mutex<Option<rusqlite::Connection>>,
+    /// Inline writes that returned `Ok`, and that met another process's
+    /// lock (tests check which path ran).
+    #[cfg(test)]
+    writes_done: AtomicUsize,
+    #[cfg(test)]
+    writes_busy: AtomicUsize,
 }
 
 /// The last snapshot's read transaction, held open until the next snapshot
@@ -643,6 +699,11 @@ impl InlineSqlite {
             free: Arc::new(Semaphore::new(threads.clamp(2, 16) * 2)),
             next_slot: AtomicUsize::new(0),
             lingering: Lingering::default(),
+            writer: Mutex::new(None),
+            #[cfg(test)]
+            writes_done: AtomicUsize::new(0),
+            #[cfg(test)]
+            writes_busy: AtomicUsize::new(0),
         })
     }
 
@@ -721,6 +782,46 @@ impl InlineSqlite {
         })
     }
 
+    fn write<T>(
+        &self,
+        write: impl FnOnce(&mut rusqlite::Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        let mut slot = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let conn = match &mut *slot {
+            Some(conn) => conn,
+            empty => empty.insert(self.open_writer()?),
+        };
+        let result = write(conn);
+        // A transaction still open (its rollback failed) would keep the
+        // file's write lock: such a connection is closed too.
+        if !conn.is_autocommit() || result.as_ref().is_err_and(|err| !is_busy_error(err)) {
+            *slot = None;
+        }
+        #[cfg(test)]
+        match &result {
+            Ok(_) => self.writes_done.fetch_add(1, Ordering::Relaxed),
+            Err(err) if is_busy_error(err) => self.writes_busy.fetch_add(1, Ordering::Relaxed),
+            Err(_) => 0,
+        };
+        result
+    }
+
+    fn open_writer(&self) -> rusqlite::Result<rusqlite::Connection> {
+        let conn = rusqlite::Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )?;
+        conn.busy_timeout(INLINE_BUSY_TIMEOUT)?;
+        // As `db::connect` sets up the pool's connections.
+        conn.execute_batch(
+            "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;",
+        )?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        Ok(conn)
+    }
+
     fn open(&self) -> rusqlite::Result<rusqlite::Connection> {
         // Read-write without CREATE: the pool created the file and switched it
         // to WAL; `query_only` then refuses any write on this connection.
@@ -773,6 +874,24 @@ fn execute_cached(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
+/// True when `err` is SQLite's "locked by another connection" (after the
+/// busy timeout).
+pub fn is_busy_error(err: &rusqlite::Error) -> bool {
+    matches!(err, rusqlite::Error::SqliteFailure(failure, _) if is_busy(failure.code))
+}
+
+/// `err` of a write as the pool would report it: a file that cannot be
+/// opened or read is unavailable ([`super::is_unavailable`]), and so is a
+/// lock held too long by another process; anything else is a failed query.
+pub fn write_error(err: rusqlite::Error) -> DbErr {
+    if is_busy_error(&err) {
+        return DbErr::Conn(RuntimeErr::Internal(format!(
+            "SQLite file locked by another process: {err}"
+        )));
+    }
+    failure(err, false, "write")
+}
+
 fn is_busy(code: rusqlite::ErrorCode) -> bool {
     matches!(
         code,
@@ -784,20 +903,27 @@ fn is_busy(code: rusqlite::ErrorCode) -> bool {
 /// cannot be opened or read counts as unavailable (503), as a pool that
 /// cannot connect does; anything else is an internal error.
 fn classify(err: rusqlite::Error, opening: bool) -> InlineError {
+    if is_busy_error(&err) {
+        InlineError::Busy
+    } else {
+        InlineError::Failed(failure(err, opening, "read"))
+    }
+}
+
+fn failure(err: rusqlite::Error, opening: bool, doing: &str) -> DbErr {
     let code = match &err {
         rusqlite::Error::SqliteFailure(failure, _) => Some(failure.code),
         _ => None,
     };
     match code {
-        Some(code) if is_busy(code) => InlineError::Busy,
         Some(
             rusqlite::ErrorCode::CannotOpen
             | rusqlite::ErrorCode::SystemIoFailure
             | rusqlite::ErrorCode::NotADatabase
             | rusqlite::ErrorCode::DiskFull,
-        ) => InlineError::Failed(unavailable(&err)),
-        _ if opening => InlineError::Failed(unavailable(&err)),
-        _ => InlineError::Failed(DbErr::Custom(format!("SQLite read failed: {err}"))),
+        ) => unavailable(&err),
+        _ if opening => unavailable(&err),
+        _ => DbErr::Custom(format!("SQLite {doing} failed: {err}")),
     }
 }
 

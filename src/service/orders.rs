@@ -12,7 +12,11 @@
 //! On PostgreSQL the three steps are one statement (data-modifying CTEs),
 //! one round trip and one commit; when it fails, the classic transaction of
 //! separate statements runs to name the failing step (ORDER_UPDATE_FAILED or
-//! PAYMENT_PROCESSING_ERROR). See `docs/benchmarks.md` for what it bought.
+//! PAYMENT_PROCESSING_ERROR). On a SQLite file the classic transaction's
+//! statements run on the inline write connection (`Reader::write_inline`),
+//! without a thread hand-off per statement; through the pool only while
+//! another process holds the write lock. See `docs/benchmarks.md` for what
+//! each bought.
 
 use chrono::{DateTime, Utc};
 use entity::{balance, operation_log, payment_order};
@@ -25,7 +29,7 @@ use sea_orm::{
 
 use super::{AdminError, begin_write, now, servers, users, validate};
 use crate::{
-    db::{Reader, is_unavailable},
+    db::{Reader, is_busy_error, is_unavailable, write_error},
     money::Money,
 };
 
@@ -210,6 +214,11 @@ pub async fn complete(
 ) -> Result<CompletedOrder, CompleteError> {
     statements.before_write();
     let db = statements.pool();
+    if db.get_database_backend() == DbBackend::Sqlite
+        && let Some(done) = complete_inline_sqlite(statements, &request).await
+    {
+        return done;
+    }
     if db.get_database_backend() == DbBackend::Postgres {
         match complete_in_one_statement(statements, &request).await {
             Ok(Some(done)) => return Ok(done),
@@ -287,6 +296,158 @@ async fn complete_in_one_statement(
         completed_at,
         user_id: row.try_get_by_index(0)?,
         server_id: row.try_get_by_index(1)?,
+        balance_after: Money::from_cents(after).unwrap_or(Money::MAX),
+    }))
+}
+
+/// SQLite: the statements of [`complete_step_by_step`] on the inline write
+/// connection (`Reader::write_inline`), in the calling thread, in one
+/// IMMEDIATE transaction: no hand-off to sqlx's connection thread for each
+/// statement, BEGIN and COMMIT (about ten thread wake-ups per completion).
+/// `None` when there is no inline connection (an in-memory database) or
+/// another process held the write lock for 10 ms: then nothing was done,
+/// and the step-by-step transaction runs through the pool instead.
+async fn complete_inline_sqlite(
+    statements: &Reader,
+    request: &Completion,
+) -> Option<Result<CompletedOrder, CompleteError>> {
+    let mut step = SqliteStep::Begin;
+    let result = statements
+        .write_inline(|conn| complete_in_sqlite_transaction(conn, request, &mut step))
+        .await?;
+    let err = match result {
+        Ok(done) => return Some(done),
+        // BEGIN IMMEDIATE failed: nothing was done.
+        Err(err) if step == SqliteStep::Begin && is_busy_error(&err) => return None,
+        Err(err) => write_error(err),
+    };
+    // As `complete_step_by_step` answers: the failing step names the error.
+    Some(Err(match step {
+        SqliteStep::Begin => CompleteError::Unavailable(err),
+        SqliteStep::Update => CompleteError::UpdateFailed(err),
+        SqliteStep::Rest => CompleteError::ProcessingFailed(err),
+    }))
+}
+
+/// Where an inline SQLite completion failed, for its error code.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SqliteStep {
+    Begin,
+    Update,
+    Rest,
+}
+
+/// The status update of [`complete_step_by_step`] on SQLite. ?1 completed
+/// status, ?2 completion time, ?3 payment id, ?4 order id, ?5 project id,
+/// ?6 payment system.
+const SQLITE_UPDATE_ORDER: &str = r#"UPDATE "payment_orders" SET "status" = ?1, "completed_at" = ?2, "payment_id" = ?3
+WHERE "order_id" = ?4 AND "project_id" = ?5 AND "payment_system" = ?6 AND "status" <> ?1
+RETURNING "id", "user_id", "server_id", "amount_cents", "payment_id""#;
+
+/// Whether the order exists at all, when the update matched nothing.
+/// ?1 order id, ?2 project id, ?3 payment system.
+const SQLITE_FIND_ORDER: &str = r#"SELECT "id" FROM "payment_orders"
+WHERE "order_id" = ?1 AND "project_id" = ?2 AND "payment_system" = ?3"#;
+
+/// The credit (`balances::add_in_txn` on the main balance). ?1 user id,
+/// ?2 server id, ?3 amount, ?4 time.
+const SQLITE_CREDIT: &str = r#"INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at")
+VALUES (?1, ?2, ?3, 0, ?4)
+ON CONFLICT ("user_id", "server_id") DO UPDATE
+SET "main_cents" = "balances"."main_cents" + ?3, "updated_at" = ?4
+RETURNING "main_cents""#;
+
+/// The operation-log row. ?1 kind, ?2 order row id, ?3 user id, ?4 server
+/// id, ?5 amount, ?6 balance before, ?7 balance after, ?8 time.
+const SQLITE_LOG: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type",
+    "amount_cents", "balance_before_cents", "balance_after_cents", "created_at")
+VALUES (?1, ?2, ?3, ?4, 'main', ?5, ?6, ?7, ?8)"#;
+
+/// The body of [`complete_inline_sqlite`]; `step` tells where it failed.
+/// Returning early drops the transaction, which rolls it back.
+fn complete_in_sqlite_transaction(
+    conn: &mut rusqlite::Connection,
+    request: &Completion,
+    step: &mut SqliteStep,
+) -> rusqlite::Result<Result<CompletedOrder, CompleteError>> {
+    use rusqlite::{OptionalExtension, TransactionBehavior, params};
+    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // Once the write lock is held, as the pool's transaction does.
+    let completed_at = now();
+    *step = SqliteStep::Update;
+    // The time as sqlx writes a `DateTime<Utc>` to SQLite, so the column
+    // reads the same whichever path wrote it.
+    let at = completed_at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false);
+    let updated = txn
+        .prepare_cached(SQLITE_UPDATE_ORDER)?
+        .query_row(
+            params![
+                payment_order::STATUS_COMPLETED,
+                at,
+                request.payment_id,
+                request.order_id,
+                request.project_id,
+                request.payment_system,
+            ],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, Option<i64>>(2)?,
+                    row.get::<_, i64>(3)?,
+                    row.get::<_, Option<String>>(4)?,
+                ))
+            },
+        )
+        .optional()?;
+    *step = SqliteStep::Rest;
+    let Some((order_ref, user_id, server_id, amount_cents, payment_id)) = updated else {
+        let found = txn
+            .prepare_cached(SQLITE_FIND_ORDER)?
+            .query_row(
+                params![request.order_id, request.project_id, request.payment_system],
+                |_| Ok(()),
+            )
+            .optional()?;
+        return Ok(Err(match found {
+            None => CompleteError::OrderNotFound,
+            Some(()) => CompleteError::AlreadyCompleted,
+        }));
+    };
+    let amount = match Money::from_cents(amount_cents) {
+        Ok(amount) => amount,
+        Err(err) => {
+            return Ok(Err(CompleteError::ProcessingFailed(DbErr::Custom(
+                err.to_string(),
+            ))));
+        }
+    };
+    let server_id = server_id.unwrap_or(balance::GENERAL_ACCOUNT);
+    let after: i64 = txn
+        .prepare_cached(SQLITE_CREDIT)?
+        .query_row(params![user_id, server_id, amount_cents, at], |row| {
+            row.get(0)
+        })?;
+    let before = after - amount_cents;
+    txn.prepare_cached(SQLITE_LOG)?.execute(params![
+        operation_log::KIND_ORDER_CREDIT,
+        order_ref,
+        user_id,
+        server_id,
+        amount_cents,
+        before,
+        after,
+        at,
+    ])?;
+    txn.commit()?;
+    Ok(Ok(CompletedOrder {
+        order_id: request.order_id.clone(),
+        payment_system: request.payment_system.clone(),
+        payment_id,
+        amount,
+        completed_at,
+        user_id,
+        server_id,
         balance_after: Money::from_cents(after).unwrap_or(Money::MAX),
     }))
 }
@@ -444,4 +605,209 @@ pub async fn find(
         .filter(payment_order::Column::OrderId.eq(order_id))
         .one(db)
         .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+
+    use super::*;
+    use crate::{
+        db::PoolSettings,
+        service::{projects, users},
+    };
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        path: std::path::PathBuf,
+        db: DatabaseConnection,
+        reader: Reader,
+        project_id: i64,
+        user_id: i64,
+    }
+
+    /// A migrated SQLite file with one project and one user.
+    async fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("orders.db");
+        let url = format!("sqlite://{}", path.display());
+        let settings = PoolSettings::default();
+        let db = crate::db::connect(&url, &settings).await.expect("connect");
+        crate::db::migrate(&db).await.expect("migrate");
+        let project_id = projects::create(&db, "shop").await.unwrap().id;
+        let user_id = users::create(&db, project_id, "buyer@example.com")
+            .await
+            .unwrap()
+            .id;
+        Fixture {
+            reader: Reader::new(db.clone(), &url, &settings),
+            _dir: dir,
+            path,
+            db,
+            project_id,
+            user_id,
+        }
+    }
+
+    impl Fixture {
+        async fn order(&self, order_id: &str, cents: i64) -> Completion {
+            create(
+                &self.db,
+                NewOrder {
+                    project_id: self.project_id,
+                    user_id: self.user_id,
+                    server_id: None,
+                    amount: Money::from_cents(cents).unwrap(),
+                    payment_system: "cstm:paygate".into(),
+                    order_id: Some(order_id.into()),
+                },
+            )
+            .await
+            .unwrap();
+            Completion {
+                project_id: self.project_id,
+                order_id: order_id.into(),
+                payment_system: "cstm:paygate".into(),
+                payment_id: Some(format!("pay-{order_id}")),
+            }
+        }
+
+        /// `completed_at` as stored (text), and the order's log row.
+        async fn stored(&self, order_id: &str) -> (String, LogRow) {
+            let row = self
+                .db
+                .query_one_raw(Statement::from_sql_and_values(
+                    DbBackend::Sqlite,
+                    r#"SELECT o."completed_at", l."kind", l."user_id", l."server_id", l."balance_type",
+                        l."amount_cents", l."balance_before_cents", l."balance_after_cents", l."created_at"
+                    FROM "payment_orders" o JOIN "operation_log" l ON l."order_ref" = o."id"
+                    WHERE o."order_id" = ?"#,
+                    [Value::from(order_id)],
+                ))
+                .await
+                .unwrap()
+                .expect("completed and logged");
+            let text = |i| row.try_get_by_index::<String>(i).unwrap();
+            let int = |i| row.try_get_by_index::<i64>(i).unwrap();
+            let log = LogRow {
+                kind_user_server: (text(1), int(2), int(3), text(4)),
+                cents: (int(5), int(6), int(7)),
+                created_at: text(8),
+            };
+            (text(0), log)
+        }
+
+        /// The user's general-account main balance, in cents.
+        async fn main_cents(&self) -> i64 {
+            self.scalar(&format!(
+                r#"SELECT "main_cents" FROM "balances" WHERE "user_id" = {} AND "server_id" = 0"#,
+                self.user_id
+            ))
+            .await
+        }
+
+        async fn log_rows(&self) -> i64 {
+            self.scalar(r#"SELECT COUNT(*) FROM "operation_log""#).await
+        }
+
+        async fn scalar(&self, sql: &str) -> i64 {
+            let row = self
+                .db
+                .query_one_raw(Statement::from_string(DbBackend::Sqlite, sql))
+                .await
+                .unwrap()
+                .expect("one row");
+            row.try_get_by_index(0).unwrap()
+        }
+    }
+
+    /// An operation-log row: (kind, user, server, balance type), (amount,
+    /// before, after) in cents, and its time as stored.
+    struct LogRow {
+        kind_user_server: (String, i64, i64, String),
+        cents: (i64, i64, i64),
+        created_at: String,
+    }
+
+    /// On a SQLite file `complete` runs on the inline write connection, and
+    /// writes what the pool's transaction writes: the same status, credit
+    /// and log row, the time in sqlx's own text format; exactly once.
+    #[tokio::test]
+    async fn sqlite_completions_run_inline_and_write_what_the_pool_writes() {
+        let f = fixture().await;
+        let pooled = f.order("Order:pooled01", 1_000).await;
+        let inline = f.order("Order:inline01", 250).await;
+
+        let by_pool = complete_step_by_step(&f.db, pooled).await.unwrap();
+        assert_eq!(f.reader.inline_writes(), (0, 0));
+        let by_inline = complete(&f.reader, inline.clone()).await.unwrap();
+        assert_eq!(f.reader.inline_writes(), (1, 0), "the inline writer ran");
+        assert_eq!(by_pool.balance_after, Money::from_cents(1_000).unwrap());
+        assert_eq!(by_inline.balance_after, Money::from_cents(1_250).unwrap());
+        assert_eq!(by_inline.amount, Money::from_cents(250).unwrap());
+        assert_eq!(by_inline.payment_id.as_deref(), Some("pay-Order:inline01"));
+        assert_eq!(by_inline.user_id, f.user_id);
+        assert_eq!(by_inline.server_id, balance::GENERAL_ACCOUNT);
+
+        let (pool_at, pool_log) = f.stored("Order:pooled01").await;
+        let (inline_at, inline_log) = f.stored("Order:inline01").await;
+        let text = |at: DateTime<Utc>| at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false);
+        assert_eq!(pool_at, text(by_pool.completed_at), "sqlx's format");
+        assert_eq!(inline_at, text(by_inline.completed_at), "the same format");
+        assert_eq!(pool_log.kind_user_server, inline_log.kind_user_server);
+        assert_eq!(pool_log.cents, (1_000, 0, 1_000));
+        assert_eq!(inline_log.cents, (250, 1_000, 1_250));
+        assert_eq!(inline_log.created_at, inline_at);
+
+        let order = find(&f.db, "Order:inline01").await.unwrap().unwrap();
+        assert_eq!(order.status, payment_order::STATUS_COMPLETED);
+        assert_eq!(order.completed_at, Some(by_inline.completed_at));
+
+        // Exactly once: a duplicate changes nothing, a missing order is told
+        // apart.
+        assert!(matches!(
+            complete(&f.reader, inline.clone()).await,
+            Err(CompleteError::AlreadyCompleted)
+        ));
+        let mut missing = inline;
+        missing.order_id = "Order:missing1".into();
+        assert!(matches!(
+            complete(&f.reader, missing).await,
+            Err(CompleteError::OrderNotFound)
+        ));
+        assert_eq!(f.reader.inline_writes(), (3, 0));
+        assert_eq!(f.main_cents().await, 1_250);
+        assert_eq!(f.log_rows().await, 2);
+    }
+
+    /// While another process holds the write lock, the inline attempt
+    /// changes nothing and hands over, and the pool's transaction waits for
+    /// the lock and completes the order, once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_foreign_write_lock_sends_the_completion_through_the_pool() {
+        let f = fixture().await;
+        let request = f.order("Order:locked01", 500).await;
+        let other = rusqlite::Connection::open(&f.path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let reader = f.reader.clone();
+        let completion = tokio::spawn(async move { complete(&reader, request).await });
+        // Waits for the inline attempt to meet the lock; the bound only
+        // turns a path that never tries inline into a failure, not a hang.
+        for waited in 0.. {
+            if f.reader.inline_writes().1 > 0 {
+                break;
+            }
+            assert!(waited < 10_000, "the inline attempt never met the lock");
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let order = find(&f.db, "Order:locked01").await.unwrap().unwrap();
+        assert_eq!(order.status, payment_order::STATUS_PENDING);
+        other.execute_batch("ROLLBACK").unwrap();
+
+        let done = completion.await.unwrap().unwrap();
+        assert_eq!(done.balance_after, Money::from_cents(500).unwrap());
+        assert_eq!(f.reader.inline_writes(), (0, 1), "the pool completed it");
+        assert_eq!(f.main_cents().await, 500);
+        assert_eq!(f.log_rows().await, 1);
+    }
 }
