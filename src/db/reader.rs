@@ -806,25 +806,21 @@ impl InlineSqlite {
         result
     }
 
+    /// The write connection: set up as `db::connect` sets up the pool's.
     fn open_writer(&self) -> rusqlite::Result<rusqlite::Connection> {
-        let conn = rusqlite::Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_URI,
-        )?;
-        conn.busy_timeout(INLINE_BUSY_TIMEOUT)?;
-        // As `db::connect` sets up the pool's connections.
-        conn.execute_batch(
+        self.open_with(
             "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;",
-        )?;
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        Ok(conn)
+        )
     }
 
+    /// A read connection: `query_only` refuses any write on it.
     fn open(&self) -> rusqlite::Result<rusqlite::Connection> {
-        // Read-write without CREATE: the pool created the file and switched it
-        // to WAL; `query_only` then refuses any write on this connection.
+        self.open_with("PRAGMA query_only = ON;")
+    }
+
+    fn open_with(&self, pragmas: &str) -> rusqlite::Result<rusqlite::Connection> {
+        // Read-write without CREATE: the pool created the file and switched
+        // it to WAL.
         let conn = rusqlite::Connection::open_with_flags(
             &self.path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -832,7 +828,7 @@ impl InlineSqlite {
                 | OpenFlags::SQLITE_OPEN_URI,
         )?;
         conn.busy_timeout(INLINE_BUSY_TIMEOUT)?;
-        conn.pragma_update(None, "query_only", true)?;
+        conn.execute_batch(pragmas)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(conn)
     }
