@@ -137,7 +137,14 @@ pub async fn connect(url: &str, settings: &PoolSettings) -> Result<DatabaseConne
 }
 
 /// How often `serve` checkpoints a SQLite database (see the module docs).
-pub const SQLITE_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+/// A checkpoint that finds nothing to copy costs one pragma on a pooled
+/// connection. Since completions write inline (about 6 000 a second, 120 MB
+/// of log a second on the benchmark machine), a tick of a second let the
+/// log reach 110 to 213 MB, and the writers' wait for the copy at the
+/// bounded checkpoint made the tail; four ticks a second kept it at 38 to
+/// 73 MB with p99 26 to 120 ms instead of 30 to 175 (docs/benchmarks.md,
+/// step 18).
+pub const SQLITE_CHECKPOINT_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Copies what the write-ahead log holds back into the SQLite database file
 /// (`PRAGMA wal_checkpoint(PASSIVE)`: it waits for no reader and no writer,

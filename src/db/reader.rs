@@ -160,8 +160,9 @@ impl Reader {
     /// either has not started or runs to its end. What may block the worker
     /// thread: that 10 ms wait while another process writes, and the sync
     /// of the log's header when a write starts the log over after a
-    /// complete checkpoint (at most once per `serve` checkpoint, i.e. a
-    /// second), which sqlx's connection thread used to do instead.
+    /// complete checkpoint (at most once per `serve` checkpoint tick,
+    /// `db::SQLITE_CHECKPOINT_INTERVAL`), which sqlx's connection thread
+    /// used to do instead.
     pub async fn write_inline<T>(
         &self,
         write: impl FnOnce(&mut rusqlite::Connection) -> rusqlite::Result<T>,
@@ -419,7 +420,7 @@ pub struct InlineSqlite {
 /// ([`Reader::before_write`], which also stops it at once): while reads
 /// have the database to themselves. While writes go on, from this process
 /// or another, nothing lingers, as before this existed. It is best effort:
-/// a write that starts within a second of a quiet spell can find a
+/// a write that starts within a checkpoint tick of a quiet spell can find a
 /// transaction held, and the log then starts over a tick later.
 ///
 /// A request that finds every connection taken never waits for the held
