@@ -1,47 +1,119 @@
 #!/usr/bin/env python3
 """Turns bench/out/RUN/results.tsv into the Markdown summary bench/run prints.
 
-Ratios: an endpoint's requests/s over its ceiling's, measured in the same run:
-/healthz of the same binary (HTTP ceiling), and on PostgreSQL the pgbench run of
-the endpoint's own SQL (database ceiling). Targets are those of issue 6.
+results.tsv has one row per round of each target; a target's row here sums
+its rounds: requests/s is all its requests over all its seconds, and p50/p99
+are those of all its requests (the rounds' latency quantiles, in
+bench/out/RUN/latency/, merged). Ratios: an endpoint's requests/s over its
+ceiling's, measured in the same run, their rounds alternating: /healthz of the
+same binary (HTTP ceiling), and on PostgreSQL the pgbench run of the
+endpoint's own SQL (database ceiling). Beside each ratio, the lowest and
+highest of its rounds' ratios show how much the machine drifted. Targets are
+those of issue 6.
 """
 
 import csv
+import json
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 out = Path(sys.argv[1])
-rows = list(csv.DictReader(open(out / "results.tsv"), delimiter="\t"))
-by = {(r["backend"], r["size"], r["target"]): r for r in rows}
+raw = list(csv.DictReader(open(out / "results.tsv"), delimiter="\t"))
 
 
 def num(row, key):
     try:
         return float(row[key])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, KeyError):
         return None
+
+
+def merged_quantile(parts, p):
+    """The p-quantile of the union of several rounds, each given as its
+    request count and its 1000 quantiles (a round's requests spread evenly
+    over them)."""
+    points = []
+    for requests, q in parts:
+        if requests and q:
+            weight = requests / len(q)
+            points.extend((value, weight) for value in q)
+    if not points:
+        return None
+    points.sort()
+    total = sum(weight for _, weight in points)
+    seen = 0.0
+    for value, weight in points:
+        seen += weight
+        if seen >= p * total - 1e-9:
+            return value
+    return points[-1][0]
+
+
+rounds = defaultdict(list)
+for r in raw:
+    rounds[(r["backend"], r["size"], r["target"])].append(r)
+
+rows = []
+for (backend, size, target), parts in rounds.items():
+    requests = sum(num(r, "requests") or 0 for r in parts)
+    secs = sum(num(r, "secs") or 0 for r in parts)
+    latency = []
+    for r in parts:
+        path = out / "latency" / f"{backend}-{size}-{target}.r{r['round']}.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            latency.append((data["requests"], data["q"]))
+    p50, p99 = merged_quantile(latency, 0.50), merged_quantile(latency, 0.99)
+    rss = [num(r, "rss_mib") for r in parts if num(r, "rss_mib") is not None]
+    hwm = [num(r, "hwm_mib") for r in parts if num(r, "hwm_mib") is not None]
+    other = [num(r, "other_cpu") for r in parts if num(r, "other_cpu") is not None]
+    rows.append({
+        "backend": backend, "size": size, "target": target, "rounds": len(parts),
+        "rps": requests / secs if secs else 0.0,
+        "round_rps": [num(r, "rps") or 0.0 for r in parts],
+        "p50_ms": p50 / 1000 if p50 is not None else None,
+        "p99_ms": p99 / 1000 if p99 is not None else None,
+        "ok": sum(int(r["ok"]) for r in parts),
+        "status_409": sum(int(r["status_409"]) for r in parts),
+        "errors": sum(int(r["errors"]) for r in parts),
+        "rss_mib": rss[-1] if rss else None,
+        "hwm_mib": max(hwm) if hwm else None,
+        "load": max(num(r, "load") or 0 for r in parts),
+        "other_cpu": max(other) if other else None,
+    })
+by = {(r["backend"], r["size"], r["target"]): r for r in rows}
+
+
+def fmt(value, spec):
+    return "-" if value is None else format(value, spec)
 
 
 print(f"# masterpay benchmark {out.name}\n")
 print("```")
 print((out / "machine.txt").read_text().rstrip())
 print("```\n")
-print("| backend | size | target | req/s | p50 ms | p99 ms | 200 | 409 | errors | RSS MiB | peak RSS MiB | load1 | other CPU % |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| backend | size | target | req/s | rounds' req/s | p50 ms | p99 ms | 200 | 409 | errors "
+      "| RSS MiB | peak RSS MiB | load1 | other CPU % |")
+print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
+    spread = ", ".join(f"{x:.0f}" for x in r["round_rps"])
     print(
-        f"| {r['backend']} | {r['size']} | {r['target']} | {r['rps']} | {r['p50_ms']} | {r['p99_ms']} "
-        f"| {r['ok']} | {r['status_409']} | {r['errors']} | {r['rss_mib']} | {r['hwm_mib']} | {r['load']} "
-        f"| {r.get('other_cpu', '-')} |"
+        f"| {r['backend']} | {r['size']} | {r['target']} | {r['rps']:.0f} | {spread} "
+        f"| {fmt(r['p50_ms'], '.2f')} | {fmt(r['p99_ms'], '.2f')} | {r['ok']} | {r['status_409']} "
+        f"| {r['errors']} | {fmt(r['rss_mib'], '.1f')} | {fmt(r['hwm_mib'], '.1f')} "
+        f"| {r['load']:.2f} | {fmt(r['other_cpu'], '.0f')} |"
     )
 print(
-    "\nload1: the 1-minute load average just before the measurement (the benchmark itself keeps it"
-    " at 3 to 10); other CPU: share of all CPU time that processes outside the benchmark"
-    " (server, wrk/pgbench, PostgreSQL) used during it, i.e. how noisy the measurement is."
+    "\nreq/s: all of a target's requests over all its seconds; rounds' req/s: each round's, in"
+    " the order they ran; p50/p99: of all its requests. load1: the highest 1-minute load"
+    " average just before a round (the benchmark itself keeps it at 3 to 10); other CPU: the"
+    " highest share, in a round, of all CPU time that processes outside the benchmark (server,"
+    " wrk/pgbench, PostgreSQL) used, i.e. how noisy the measurement is."
 )
 
-print("\n| backend | size | endpoint | ceiling | ratio |")
-print("|---|---|---|---|---:|")
+print("\n| backend | size | endpoint | ceiling | ratio | rounds' ratios, lowest to highest |")
+print("|---|---|---|---|---:|---|")
 ratios = {}
 for (backend, size, target), r in by.items():
     if target not in ("balance", "complete"):
@@ -51,10 +123,13 @@ for (backend, size, target), r in by.items():
         ceilings.append((f"pgbench-{target}", f"pgbench {target}"))
     for key, label in ceilings:
         c = by.get((backend, size, key))
-        if c and num(c, "rps"):
-            ratio = num(r, "rps") / num(c, "rps")
+        if c and c["rps"]:
+            ratio = r["rps"] / c["rps"]
             ratios[(backend, size, target, key)] = ratio
-            print(f"| {backend} | {size} | {target} | {label} | {ratio:.2f} |")
+            # Round k of the endpoint against round k of its ceiling.
+            pairs = sorted(e / h for e, h in zip(r["round_rps"], c["round_rps"]) if h)
+            spread = f"{pairs[0]:.2f} to {pairs[-1]:.2f}" if pairs else "-"
+            print(f"| {backend} | {size} | {target} | {label} | {ratio:.2f} | {spread} |")
 
 # Issue 6 targets.
 checks = []
@@ -73,26 +148,27 @@ for size in sizes:
         ratio = ratios.get(("postgres", size, t, f"pgbench-{t}"))
         check(f"postgres {size}: {t} >= 0.80 x pgbench ({ratio:.2f})" if ratio else "", ratio and ratio >= 0.80)
     r = by.get(("sqlite", size, "balance"))
-    if r:
-        check(f"sqlite {size}: balance p99 <= 5 ms ({r['p99_ms']} ms)", num(r, "p99_ms") <= 5)
+    if r and r["p99_ms"] is not None:
+        check(f"sqlite {size}: balance p99 <= 5 ms ({r['p99_ms']:.2f} ms)", r["p99_ms"] <= 5)
     r = by.get(("postgres", size, "complete"))
-    if r:
-        check(f"postgres {size}: complete p99 <= 20 ms ({r['p99_ms']} ms)", num(r, "p99_ms") <= 20)
-errors = [f"{r['backend']} {r['size']} {r['target']}" for r in rows if r["errors"] not in ("0", "-")]
+    if r and r["p99_ms"] is not None:
+        check(f"postgres {size}: complete p99 <= 20 ms ({r['p99_ms']:.2f} ms)", r["p99_ms"] <= 20)
+errors = [f"{r['backend']} {r['size']} {r['target']}" for r in rows if r["errors"]]
 check("no errors" + (f" (errors in: {', '.join(errors)})" if errors else ""), not errors)
-hwm = [num(r, "hwm_mib") for r in rows if num(r, "hwm_mib") is not None]
+hwm = [r["hwm_mib"] for r in rows if r["hwm_mib"] is not None]
 if hwm:
     check(f"RSS <= 64 MiB (peak {max(hwm):.1f} MiB)", max(hwm) <= 64)
 if "1e3" in sizes and "1e6" in sizes:
     for backend in ("sqlite", "postgres"):
         for t in ("balance", "complete"):
             small, big = by.get((backend, "1e3", t)), by.get((backend, "1e6", t))
-            if small and big and num(small, "rps"):
-                ratio = num(big, "rps") / num(small, "rps")
+            if small and big and small["rps"]:
+                ratio = big["rps"] / small["rps"]
                 check(f"{backend} {t}: 1e6 within 10% of 1e3 ({ratio:.2f})", ratio >= 0.90)
-complete_rows = [r for r in rows if r["target"] == "complete"]
-for r in complete_rows:
-    ok, dup = int(r["ok"]), int(r["status_409"])
+for r in rows:
+    if r["target"] != "complete":
+        continue
+    ok, dup = r["ok"], r["status_409"]
     if ok + dup and dup > 0.05 * (ok + dup):
         check(f"{r['backend']} {r['size']} complete: mostly real completions ({dup} of {ok + dup} were 409)", False)
 

@@ -32,10 +32,17 @@ function done(summary, latency, requests)
     sother = sother + t:get("cother")
   end
   local e = summary.errors
+  -- The latency distribution as 1000 quantiles (0.1 %, 0.2 %, ..., 100 %),
+  -- so that bench/report.py can merge the rounds of one target.
+  local q = {}
+  for i = 1, 1000 do
+    q[i] = latency:percentile(i / 10)
+  end
   io.write(string.format(
     'RESULT {"requests":%d,"duration_us":%d,"rps":%.1f,"p50_us":%d,"p90_us":%d,"p99_us":%d,"max_us":%d,' ..
-    '"status_200":%d,"status_409":%d,"status_other":%d,"err_connect":%d,"err_read":%d,"err_write":%d,"err_timeout":%d}\n',
+    '"status_200":%d,"status_409":%d,"status_other":%d,"err_connect":%d,"err_read":%d,"err_write":%d,"err_timeout":%d,' ..
+    '"q":[%s]}\n',
     summary.requests, summary.duration, summary.requests / (summary.duration / 1e6),
     latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max,
-    s200, s409, sother, e.connect, e.read, e.write, e.timeout))
+    s200, s409, sother, e.connect, e.read, e.write, e.timeout, table.concat(q, ",")))
 end
