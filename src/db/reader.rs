@@ -184,6 +184,11 @@ impl Reader {
         })
     }
 
+    /// The SQLite database file, when the database is one (not in memory).
+    pub fn sqlite_file(&self) -> Option<&std::path::Path> {
+        self.inline.as_ref().map(|inline| inline.path.as_path())
+    }
+
     /// The pool, for writes and everything off the request path.
     pub fn pool(&self) -> &DatabaseConnection {
         &self.pool
