@@ -20,7 +20,12 @@
 mod direct_pg;
 mod reader;
 
-use std::{sync::OnceLock, time::Duration};
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, OnceLock, PoisonError},
+    time::Duration,
+};
 
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{
@@ -192,17 +197,18 @@ pub const SQLITE_WAL_RESTART_FRAMES: i64 = 4096;
 /// written at random places, and a sync) four times a second.
 ///
 /// SQLite syncs the database file only in a pass that copied the log to its
-/// end, so none of the passes before the last one syncs what it copied: the
-/// last pass's sync wrote all of it, thousands of pages at random places in
-/// the file (57 ms of a 100 ms wait, seen with `strace` at 10^6 rows). So
-/// `file`, the database file, is synced here before the writers wait (from
-/// a blocking thread; a failure only leaves the work to the last pass),
-/// then passive passes catch up with what was committed meanwhile, and
-/// the writers' wait holds only the last pass's own pages.
+/// very end, which under a stream of commits only the last pass does: its
+/// sync wrote everything the passes before it had copied, thousands of pages
+/// at random places in the file (57 ms of a 100 ms wait, seen with `strace`
+/// at 10^6 rows). So `file`, the database file, is synced here before the
+/// writers wait (from a blocking thread, see [`sync_file`]; a failure only
+/// leaves the work to the last pass), then passive passes catch up with
+/// what was committed meanwhile, and the writers' wait holds only the last
+/// pass's own pages.
 pub async fn checkpoint_sqlite_bounded(
     db: &DatabaseConnection,
     restart_frames: i64,
-    file: Option<&std::path::Path>,
+    file: Option<&Path>,
 ) -> Result<(i64, i64), DbErr> {
     let (frames, checkpointed) = checkpoint_sqlite(db).await?;
     if frames <= restart_frames {
@@ -227,7 +233,8 @@ pub async fn checkpoint_sqlite_bounded(
 
 /// Where the passive passes of a bounded checkpoint left off.
 enum Passes {
-    /// Close to the log's end, at this many frames.
+    /// They stopped (close to the log's end, or out of passes) with the log
+    /// this many frames long.
     Close(i64),
     /// The log started over (or could not be checkpointed): this pass's
     /// (frames, copied).
@@ -250,9 +257,10 @@ async fn passive_passes(db: &DatabaseConnection, mut frames: i64) -> Result<Pass
 }
 
 /// Writes a file's dirty pages to the disk (`fdatasync`), as any descriptor
-/// of it may; failures are logged and otherwise ignored.
-async fn sync_file(file: std::path::PathBuf) {
-    let synced = tokio::task::spawn_blocking(move || std::fs::File::open(file)?.sync_data()).await;
+/// of it may, through [`sync_descriptor`]; failures are logged and otherwise
+/// ignored.
+async fn sync_file(file: PathBuf) {
+    let synced = tokio::task::spawn_blocking(move || sync_descriptor(&file)?.sync_data()).await;
     match synced {
         Ok(Ok(())) => {}
         Ok(Err(err)) => {
@@ -260,6 +268,30 @@ async fn sync_file(file: std::path::PathBuf) {
         }
         Err(err) => tracing::debug!(error = %err, "SQLite file sync did not run"),
     }
+}
+
+/// Descriptors of SQLite database files opened by [`sync_file`], one per
+/// path, never closed while the process runs. Closing any descriptor of a
+/// file drops every `fcntl` lock the process holds on it, whichever
+/// descriptor took them (POSIX), SQLite's included: another process could
+/// then take the file as if this one had no connection to it, checkpoint it
+/// and delete its log under our connections
+/// (<https://www.sqlite.org/howtocorrupt.html>, section 2.2). SQLite's own
+/// files defer their closes for that reason; this one is simply kept.
+static SYNC_DESCRIPTORS: Mutex<Vec<(PathBuf, Arc<File>)>> = Mutex::new(Vec::new());
+
+/// The kept descriptor of `path` (see [`SYNC_DESCRIPTORS`]), opened
+/// read-only the first time.
+fn sync_descriptor(path: &Path) -> std::io::Result<Arc<File>> {
+    let mut kept = SYNC_DESCRIPTORS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, file)) = kept.iter().find(|(kept_path, _)| kept_path == path) {
+        return Ok(file.clone());
+    }
+    let file = Arc::new(File::open(path)?);
+    kept.push((path.to_path_buf(), file.clone()));
+    Ok(file)
 }
 
 /// Passive passes a bounded checkpoint makes, at most, before the writers
@@ -630,6 +662,29 @@ mod tests {
             .unwrap();
         assert!(frames > 10, "{frames} frames in the log");
         assert_eq!(copied, frames);
+    }
+
+    /// The descriptor that syncs a database file is opened once and kept:
+    /// closing it would drop this process's SQLite locks on the file.
+    #[tokio::test]
+    async fn the_sync_descriptor_of_a_file_is_kept_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.db");
+        std::fs::write(&path, b"").unwrap();
+        let kept = || {
+            SYNC_DESCRIPTORS
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(kept_path, _)| *kept_path == path)
+                .map(|(_, file)| Arc::strong_count(file))
+                .collect::<Vec<_>>()
+        };
+        assert!(kept().is_empty());
+        sync_file(path.clone()).await;
+        sync_file(path.clone()).await;
+        // One descriptor for the path, still open, held by the list only.
+        assert_eq!(kept(), vec![1]);
     }
 
     /// One PostgreSQL instance stays within `max_connections` (two when it
