@@ -601,11 +601,29 @@ mod tests {
         );
     }
 
+    /// A SQLite file at `path`, set up as the service's, whose log holds
+    /// `rows` commits of a 16 kB blob each (four pages or more).
+    async fn sqlite_with_blobs(path: &Path, rows: usize) -> DatabaseConnection {
+        let url = format!("sqlite://{}", path.display());
+        let db = connect(&url, &PoolSettings::default()).await.unwrap();
+        let one = |sql: &str| Statement::from_string(DbBackend::Sqlite, sql);
+        db.execute_raw(one("CREATE TABLE t (x BLOB)"))
+            .await
+            .unwrap();
+        for _ in 0..rows {
+            db.execute_raw(one("INSERT INTO t VALUES (randomblob(16000))"))
+                .await
+                .unwrap();
+        }
+        db
+    }
+
     #[tokio::test]
     async fn sqlite_checkpoints_only_when_asked() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("c.db").display());
-        let db = connect(&url, &PoolSettings::default()).await.unwrap();
+        // Over 1 000 pages of log, where SQLite's default would have
+        // checkpointed inside a commit.
+        let db = sqlite_with_blobs(&dir.path().join("c.db"), 300).await;
         let one = |sql: &str| Statement::from_string(DbBackend::Sqlite, sql);
         let auto = db
             .query_one_raw(one("PRAGMA wal_autocheckpoint"))
@@ -613,16 +631,6 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(auto.try_get_by_index::<i64>(0).unwrap(), 0);
-        db.execute_raw(one("CREATE TABLE t (x BLOB)"))
-            .await
-            .unwrap();
-        // Over 1 000 pages of log, where SQLite's default would have
-        // checkpointed inside a commit.
-        for _ in 0..300 {
-            db.execute_raw(one("INSERT INTO t VALUES (randomblob(16000))"))
-                .await
-                .unwrap();
-        }
         let (frames, checkpointed) = checkpoint_sqlite(&db).await.unwrap();
         assert!(frames > 1000, "{frames} frames in the log");
         assert_eq!(checkpointed, frames);
@@ -645,17 +653,7 @@ mod tests {
     #[tokio::test]
     async fn a_bounded_checkpoint_does_not_need_the_file_sync() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("s.db").display());
-        let db = connect(&url, &PoolSettings::default()).await.unwrap();
-        let one = |sql: &str| Statement::from_string(DbBackend::Sqlite, sql);
-        db.execute_raw(one("CREATE TABLE t (x BLOB)"))
-            .await
-            .unwrap();
-        for _ in 0..50 {
-            db.execute_raw(one("INSERT INTO t VALUES (randomblob(16000))"))
-                .await
-                .unwrap();
-        }
+        let db = sqlite_with_blobs(&dir.path().join("s.db"), 50).await;
         let missing = dir.path().join("no-such-file");
         let (frames, copied) = checkpoint_sqlite_bounded(&db, 10, Some(&missing))
             .await
