@@ -363,9 +363,8 @@ mod tests {
         use crate::{
             money::Money,
             service::{
-                balances, orders, projects, servers,
+                balances, orders, servers,
                 tokens::{self, Permission},
-                users,
             },
         };
         use poem::http::header;
@@ -375,15 +374,8 @@ mod tests {
             database_url: format!("sqlite://{}", dir.path().join("app.db").display()),
             ..Settings::default()
         };
-        let db = crate::db::connect(&settings.database_url, &settings.pool)
-            .await
-            .expect("connect");
-        crate::db::migrate(&db).await.expect("migrate");
-        let project = projects::create(&db, "shop").await.unwrap().id;
-        let user = users::create(&db, project, "a+b@example.com")
-            .await
-            .unwrap()
-            .id;
+        let (db, project, user) =
+            crate::service::testing::shop(&settings.database_url, "a+b@example.com").await;
         let server = servers::create(&db, project, "s1").await.unwrap().id;
         let cents = |c| Some(Money::from_cents(c).unwrap());
         balances::set(&db, user, None, cents(1_000), cents(100))

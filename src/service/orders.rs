@@ -612,10 +612,7 @@ mod tests {
     use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 
     use super::*;
-    use crate::{
-        db::PoolSettings,
-        service::{projects, users},
-    };
+    use crate::db::PoolSettings;
 
     struct Fixture {
         _dir: tempfile::TempDir,
@@ -631,16 +628,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("temporary directory");
         let path = dir.path().join("orders.db");
         let url = format!("sqlite://{}", path.display());
-        let settings = PoolSettings::default();
-        let db = crate::db::connect(&url, &settings).await.expect("connect");
-        crate::db::migrate(&db).await.expect("migrate");
-        let project_id = projects::create(&db, "shop").await.unwrap().id;
-        let user_id = users::create(&db, project_id, "buyer@example.com")
-            .await
-            .unwrap()
-            .id;
+        let (db, project_id, user_id) =
+            crate::service::testing::shop(&url, "buyer@example.com").await;
         Fixture {
-            reader: Reader::new(db.clone(), &url, &settings),
+            reader: Reader::new(db.clone(), &url, &PoolSettings::default()),
             _dir: dir,
             path,
             db,
