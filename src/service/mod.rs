@@ -14,27 +14,6 @@ pub mod tokens;
 pub mod users;
 pub mod validate;
 
-/// What the unit tests of several modules set up alike.
-#[cfg(test)]
-pub(crate) mod testing {
-    use sea_orm::DatabaseConnection;
-
-    use crate::db::PoolSettings;
-
-    /// A migrated SQLite database at `url` holding one project ("shop") and
-    /// one user of it with `email`: the connection, the project's id and
-    /// the user's.
-    pub(crate) async fn shop(url: &str, email: &str) -> (DatabaseConnection, i64, i64) {
-        let db = crate::db::connect(url, &PoolSettings::default())
-            .await
-            .expect("connect");
-        crate::db::migrate(&db).await.expect("migrate");
-        let project = super::projects::create(&db, "shop").await.unwrap().id;
-        let user = super::users::create(&db, project, email).await.unwrap().id;
-        (db, project, user)
-    }
-}
-
 use sea_orm::{
     DatabaseConnection, DatabaseTransaction, DbErr, SqlErr, SqliteTransactionMode,
     TransactionOptions, TransactionTrait,
@@ -85,4 +64,25 @@ pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction,
 pub fn now() -> chrono::DateTime<chrono::Utc> {
     use chrono::{SubsecRound, Utc};
     Utc::now().trunc_subsecs(6)
+}
+
+/// What the unit tests of several modules set up alike.
+#[cfg(test)]
+pub(crate) mod testing {
+    use sea_orm::DatabaseConnection;
+
+    use crate::db::PoolSettings;
+
+    /// A migrated SQLite database at `url` holding one project ("shop") and
+    /// one user of it with `email`: the connection, the project's id and
+    /// the user's.
+    pub(crate) async fn shop(url: &str, email: &str) -> (DatabaseConnection, i64, i64) {
+        let db = crate::db::connect(url, &PoolSettings::default())
+            .await
+            .expect("connect");
+        crate::db::migrate(&db).await.expect("migrate");
+        let project = super::projects::create(&db, "shop").await.unwrap().id;
+        let user = super::users::create(&db, project, email).await.unwrap().id;
+        (db, project, user)
+    }
 }
