@@ -17,10 +17,12 @@ connections / requests per second (a little less: the client's own time
 between an answer and the next request is not counted), and a p99 is above
 the mean. A p99 of at most L at C connections therefore needs about C / L
 requests per second or more, and the report prints that rate beside what the
-endpoint and its ceiling made, with the ceiling's own p99: where the ceiling
-(the database alone running the endpoint's SQL, or /healthz) is slower than
-that rate and its own p99 is above the target, the target is out of reach on
-that machine.
+endpoint and its ceiling made, with their mean, p99 and p99 / mean (the shape
+of the tail: for SQLite balance and /healthz on the 2-vCPU machine it stays
+near 2.5 to 3 whatever the rate, so there the p99 follows the rate). The ceiling's numbers are no bound on
+the endpoint's: the service holds 12 database connections where pgbench
+holds 64, so it can finish more completions per second than pgbench, with a
+shorter tail.
 """
 
 import csv
@@ -202,6 +204,16 @@ if checks:
 settings = re.search(r"(\d+) connections", (out / "machine.txt").read_text())
 connections = int(settings.group(1)) if settings else 64
 needs = []
+
+
+def latency(r):
+    shape = ""
+    if r["mean_ms"] and r["p99_ms"] is not None:
+        shape = f", p99 / mean {r['p99_ms'] / r['mean_ms']:.1f}"
+    return (f"{r['rps']:,.0f} (mean {fmt(r['mean_ms'], '.2f')} ms, "
+            f"p99 {fmt(r['p99_ms'], '.2f')} ms{shape})")
+
+
 for (backend, target, limit_ms, ceiling) in (
     ("sqlite", "balance", 5, "healthz"),
     ("postgres", "complete", 20, "pgbench-complete"),
@@ -212,18 +224,11 @@ for (backend, target, limit_ms, ceiling) in (
             continue
         need = connections / (limit_ms / 1000)
         line = (f"{backend} {size} {target}: p99 <= {limit_ms} ms at {connections} connections needs "
-                f"about {need:,.0f} req/s or more; it made {r['rps']:,.0f} (mean {fmt(r['mean_ms'], '.2f')} ms, "
-                f"p99 {r['p99_ms']:.2f} ms)")
+                f"about {need:,.0f} req/s or more; it made {latency(r)}")
         c = by.get((backend, size, ceiling))
         if c:
-            shape = ""
-            if c["mean_ms"] and c["p99_ms"] is not None:
-                shape = f", p99 / mean {c['p99_ms'] / c['mean_ms']:.1f}"
             name = "/healthz" if ceiling == "healthz" else "pgbench with the same SQL"
-            line += (f"; {name} made {c['rps']:,.0f} (mean {fmt(c['mean_ms'], '.2f')} ms, "
-                     f"p99 {fmt(c['p99_ms'], '.2f')} ms{shape})")
-            if c["rps"] < need and c["p99_ms"] is not None and c["p99_ms"] > limit_ms:
-                line += ": the ceiling itself misses the target, so it is out of reach on this machine"
+            line += f"; {name} made {latency(c)}"
         needs.append(line)
 if needs:
     print("\nWhat the latency targets need (Little's law; see bench/report.py):\n")
