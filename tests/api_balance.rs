@@ -4,6 +4,14 @@
 mod common;
 
 use common::TestApp;
+use masterpay::{
+    db::Reader,
+    service::{
+        balances::{self, LookupRequest, UserRef},
+        servers,
+        tokens::{self, UsageRecorder},
+    },
+};
 use serde_json::json;
 
 on_every_backend!(
@@ -28,6 +36,8 @@ on_every_backend!(
     user_is_resolved_before_server,
     account_without_balance_row_reads_zero,
     large_balances_are_exact_decimal_strings,
+    the_lookup_read_with_the_token_is_the_lookup_read_alone,
+    a_prefetched_lookup_answers_only_the_same_lookup,
 );
 
 async fn omitted_balance_type_returns_success_main_and_bonus(app: TestApp) {
@@ -296,4 +306,128 @@ async fn large_balances_are_exact_decimal_strings(app: TestApp) {
         r.text.contains("\"123456789012345.67\""),
         "a string, not a number"
     );
+}
+
+/// Where reads go to the database (PostgreSQL, MySQL), a balance request's
+/// lookup is read in the token's statement (`tokens::authenticate` with a
+/// lookup). On every backend, that joined read must find exactly what the
+/// lookup finds alone, for every shape: by id, by e-mail, both, the general
+/// account or a server, found or not, and another project's user or server.
+async fn the_lookup_read_with_the_token_is_the_lookup_read_alone(app: TestApp) {
+    let token = app.full_token().await;
+    let alice = app.user("alice@example.com").await;
+    let bob = app.user("bob@example.com").await;
+    let server = app.server("eu-1").await;
+    app.set_balance(alice, None, "1250.5", "25").await;
+    app.set_balance(alice, Some(server), "7.01", "0").await;
+    let other = app.project("Other").await;
+    let stranger = app.user_in(other, "carol@example.com").await;
+    let foreign_server = servers::create(&app.db, other, "us-1")
+        .await
+        .expect("server")
+        .id;
+
+    let reader = Reader::new(app.db.clone(), &app.database.url, &common::test_pool());
+    let usage = UsageRecorder::default();
+    let who = |user_id: Option<i64>, email: Option<&str>| UserRef {
+        user_id,
+        email: email.map(str::to_owned),
+    };
+    let mut cases = Vec::new();
+    for server_id in [0, server, foreign_server, 987_654] {
+        for person in [
+            who(Some(alice), None),
+            who(None, Some("ALICE@example.com")),
+            who(Some(alice), Some("alice@example.com")),
+            who(Some(alice), Some("bob@example.com")),
+            who(Some(bob), None),
+            who(Some(stranger), None),
+            who(None, Some("carol@example.com")),
+            who(Some(987_654), None),
+        ] {
+            cases.push(LookupRequest {
+                who: person,
+                server_id,
+            });
+        }
+    }
+    for request in &cases {
+        let alone = balances::lookup(&reader, app.project_id, request, None).await;
+        let (principal, prefetched) = tokens::authenticate(&reader, &usage, &token, Some(request))
+            .await
+            .expect("token");
+        assert_eq!(principal.project_id, app.project_id);
+        let prefetched = prefetched.expect("the lookup read with the token");
+        let joined = balances::lookup(&reader, app.project_id, request, Some(&prefetched)).await;
+        assert_eq!(outcome(&joined), outcome(&alone), "{request:?}");
+    }
+    // The cases are not all alike: both answers and both misses occur.
+    let outcomes: std::collections::BTreeSet<String> = {
+        let mut seen = std::collections::BTreeSet::new();
+        for request in &cases {
+            seen.insert(outcome(
+                &balances::lookup(&reader, app.project_id, request, None).await,
+            ));
+        }
+        seen
+    };
+    assert!(outcomes.contains("1250.50/25.00"), "{outcomes:?}");
+    assert!(outcomes.contains("7.01/0.00"), "{outcomes:?}");
+    assert!(outcomes.contains("0.00/0.00"), "{outcomes:?}");
+    assert!(outcomes.contains("user not found"), "{outcomes:?}");
+    assert!(outcomes.contains("server not found"), "{outcomes:?}");
+}
+
+/// A lookup read with the token answers only that lookup for that project:
+/// another user, server or project makes the endpoint read for itself.
+async fn a_prefetched_lookup_answers_only_the_same_lookup(app: TestApp) {
+    let token = app.full_token().await;
+    let alice = app.user("alice@example.com").await;
+    let bob = app.user("bob@example.com").await;
+    app.set_balance(alice, None, "1", "2").await;
+    app.set_balance(bob, None, "3", "4").await;
+    let reader = Reader::new(app.db.clone(), &app.database.url, &common::test_pool());
+    let usage = UsageRecorder::default();
+    let for_alice = LookupRequest {
+        who: UserRef {
+            user_id: Some(alice),
+            email: None,
+        },
+        server_id: 0,
+    };
+    let (_, prefetched) = tokens::authenticate(&reader, &usage, &token, Some(&for_alice))
+        .await
+        .expect("token");
+    let prefetched = prefetched.expect("prefetched");
+    let for_bob = LookupRequest {
+        who: UserRef {
+            user_id: Some(bob),
+            email: None,
+        },
+        server_id: 0,
+    };
+    let read = |request: LookupRequest, project: i64| {
+        let (reader, prefetched) = (&reader, &prefetched);
+        async move { outcome(&balances::lookup(reader, project, &request, Some(prefetched)).await) }
+    };
+    assert_eq!(read(for_alice.clone(), app.project_id).await, "1.00/2.00");
+    assert_eq!(read(for_bob, app.project_id).await, "3.00/4.00");
+    // Another project has no such user: the row read for this project must
+    // not answer for it.
+    let other = app.project("Other").await;
+    assert_eq!(read(for_alice, other).await, "user not found");
+    // No lookup asked, none read.
+    let (_, none) = tokens::authenticate(&reader, &usage, &token, None)
+        .await
+        .expect("token");
+    assert!(none.is_none());
+}
+
+fn outcome(result: &Result<balances::AccountBalance, balances::BalanceLookupError>) -> String {
+    match result {
+        Ok(balance) => format!("{}/{}", balance.main, balance.bonus),
+        Err(balances::BalanceLookupError::UserNotFound) => "user not found".into(),
+        Err(balances::BalanceLookupError::ServerNotFound) => "server not found".into(),
+        Err(err) => panic!("lookup failed: {err}"),
+    }
 }

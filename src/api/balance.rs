@@ -1,7 +1,11 @@
 //! `GET /v2/master-account/balance` (seed section 4.1).
 
 use poem_openapi::{
-    ApiResponse, Object, OpenApi, param::Query, payload::Json, registry::MetaSchema, types::Example,
+    ApiResponse, Object, OpenApi,
+    param::Query,
+    payload::Json,
+    registry::MetaSchema,
+    types::{Example, ParseFromParameter},
 };
 use serde::Serialize;
 use serde_json::json;
@@ -19,7 +23,7 @@ use super::{
 use crate::{
     db::is_unavailable,
     service::{
-        balances::{self, BalanceLookupError, UserRef},
+        balances::{self, BalanceLookupError, LookupRequest, UserRef},
         validate,
     },
 };
@@ -260,6 +264,42 @@ fn validate_query(
     }
 }
 
+/// The path of this endpoint.
+const PATH: &str = "/v2/master-account/balance";
+
+/// The lookup a request for `path` with `query` asks for, read as the
+/// endpoint reads its parameters, when it is a valid balance query: what
+/// `security` reads together with the token. A request the router or the
+/// endpoint would read differently only misses the prefetched row (the
+/// endpoint compares it with its own validated lookup), never gets another's.
+pub fn requested_lookup(path: &str, query: Option<&str>) -> Option<LookupRequest> {
+    if path != PATH {
+        return None;
+    }
+    let (mut server_id, mut user_id, mut email, mut balance_type) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match name.as_ref() {
+            "server_id" => server_id.push(value),
+            "user_id" => user_id.push(value),
+            "email" => email.push(value),
+            "balance_type" => balance_type.push(value),
+            _ => {}
+        }
+    }
+    let query = validate_query(
+        &RawParam::parse_from_parameters(server_id).ok()?,
+        &RawParam::parse_from_parameters(user_id).ok()?,
+        &RawParam::parse_from_parameters(email).ok()?,
+        &RawParam::parse_from_parameters(balance_type).ok()?,
+    )
+    .ok()?;
+    Some(LookupRequest {
+        who: query.who,
+        server_id: query.server_id,
+    })
+}
+
 /// A plain decimal integer: optional minus sign and digits, nothing else
 /// (no `+`, spaces, exponent or fraction), within `i64`.
 fn parse_integer(text: &str) -> Option<i64> {
@@ -303,11 +343,15 @@ impl BalanceApi {
             Ok(query) => query,
             Err(errors) => return BalanceReply::BadRequest(Json(ValidationErrorBody::new(errors))),
         };
+        let lookup = LookupRequest {
+            who: query.who,
+            server_id: query.server_id,
+        };
         match balances::lookup(
             &request.reader,
             auth.0.project_id,
-            &query.who,
-            query.server_id,
+            &lookup,
+            request.prefetched.as_ref(),
         )
         .await
         {

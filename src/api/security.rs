@@ -30,11 +30,14 @@ use poem::{
 };
 use poem_openapi::{SecurityScheme, auth::Bearer};
 
-use super::error::ApiError;
+use super::{balance, error::ApiError};
 use crate::{
     app::AppState,
     db::Reader,
-    service::tokens::{self, Permission, Principal},
+    service::{
+        balances::Prefetched,
+        tokens::{self, Permission, Principal},
+    },
 };
 
 /// What the middleware learned about an authenticated v2 request: who is
@@ -45,6 +48,10 @@ use crate::{
 pub struct Authenticated {
     pub principal: Principal,
     pub reader: Reader,
+    /// The balance a balance request's query asks for, read in the token's
+    /// statement where reads go to the database (see
+    /// `tokens::authenticate`); `None` elsewhere.
+    pub prefetched: Option<Prefetched>,
 }
 
 /// The middleware of step 1; see the module docs.
@@ -94,10 +101,24 @@ async fn authenticate(req: &Request) -> Result<Authenticated, ApiError> {
     } else {
         state.reader.clone()
     };
-    let principal = tokens::authenticate(&reader, &state.token_usage, token)
-        .await
-        .map_err(ApiError::from)?;
-    Ok(Authenticated { principal, reader })
+    // Where the token is read from the database on every request, a balance
+    // request's lookup rides along in the same statement. The query is read
+    // here as the endpoint reads it; the endpoint still checks everything
+    // itself and uses the row only for exactly the lookup it validated.
+    let lookup = if !reader.is_inline() && req.method() == Method::GET {
+        balance::requested_lookup(req.uri().path(), req.uri().query())
+    } else {
+        None
+    };
+    let (principal, prefetched) =
+        tokens::authenticate(&reader, &state.token_usage, token, lookup.as_ref())
+            .await
+            .map_err(ApiError::from)?;
+    Ok(Authenticated {
+        principal,
+        reader,
+        prefetched,
+    })
 }
 
 /// Step 2: the principal of step 1 (or, should the scheme ever be mounted

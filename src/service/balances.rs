@@ -6,19 +6,19 @@ use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, QueryFilter, Value,
-    sea_query::{Expr, ExprTrait, OnConflict, Query, SelectStatement},
+    EntityTrait, QueryFilter, Statement, Value,
+    sea_query::{DynIden, Expr, ExprTrait, OnConflict, Query, SelectStatement},
 };
 
 use super::{AdminError, begin_write, now, servers, users};
 use crate::{
-    db::{CachedSql, Reader},
+    db::{CachedSql, ReadRow, Reader},
     money::Money,
 };
 
 /// How the caller names the user: by id, by e-mail, or both (then both must
 /// name the same user of the project).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UserRef {
     pub user_id: Option<i64>,
     /// Already validated as an e-mail address.
@@ -42,51 +42,169 @@ pub enum BalanceLookupError {
     Db(#[from] DbErr),
 }
 
+/// One balance lookup: whose, and on which server (0 = general account).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupRequest {
+    pub who: UserRef,
+    pub server_id: i64,
+}
+
+/// A lookup read in the token's own statement (see
+/// [`super::tokens::authenticate`]): the project it was read for, what was
+/// asked, and what was found.
+#[derive(Debug, Clone)]
+pub struct Prefetched {
+    project_id: i64,
+    request: LookupRequest,
+    found: Result<AccountBalance, Missing>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Missing {
+    User,
+    Server,
+}
+
+impl Prefetched {
+    /// The answer to `request` for `project_id`, when this is it.
+    fn answer(
+        &self,
+        project_id: i64,
+        request: &LookupRequest,
+    ) -> Option<Result<AccountBalance, BalanceLookupError>> {
+        (self.project_id == project_id && self.request == *request).then(|| {
+            self.found.map_err(|missing| match missing {
+                Missing::User => BalanceLookupError::UserNotFound,
+                Missing::Server => BalanceLookupError::ServerNotFound,
+            })
+        })
+    }
+}
+
 /// The balance of a user of `project_id` on `server_id` (0 = general account).
 /// The user is resolved before the server, so USER_NOT_FOUND wins when both
 /// are missing. An account that never had a balance reads as zero.
 ///
 /// One statement: the user, left-joined with its balance row and (for a
 /// server other than the general account) with the project's server, so a
-/// lookup is one round trip instead of three.
+/// lookup is one round trip instead of three. When `prefetched` holds this
+/// very lookup, already read with the token, no statement runs at all.
 pub async fn lookup(
     db: &Reader,
     project_id: i64,
-    who: &UserRef,
-    server_id: i64,
+    request: &LookupRequest,
+    prefetched: Option<&Prefetched>,
 ) -> Result<AccountBalance, BalanceLookupError> {
-    let general = server_id == balance::GENERAL_ACCOUNT;
+    if let Some(answer) = prefetched.and_then(|p| p.answer(project_id, request)) {
+        return answer;
+    }
+    let Some((shape, params)) = lookup_params(request) else {
+        return Err(BalanceLookupError::UserNotFound);
+    };
+    let mut all = vec![Value::from(project_id)];
+    all.extend(params);
+    let stmt = LOOKUP_SQL[shape.index()]
+        .statement(db.backend(), all, |params| lookup_query(shape, params));
+    match db.one(stmt).await? {
+        None => Err(BalanceLookupError::UserNotFound),
+        Some(row) => lookup_result(&row, 0, shape.general),
+    }
+}
+
+/// The shape of `request`'s statement and its parameters after the project:
+/// the server id, then the user id and the normalized e-mail when given.
+/// `None` when it names no user.
+fn lookup_params(request: &LookupRequest) -> Option<(LookupShape, Vec<Value>)> {
+    let who = &request.who;
     let email = who.email.as_deref().map(super::validate::normalize_email);
     let shape = LookupShape {
         by_id: who.user_id.is_some(),
         by_email: email.is_some(),
-        general,
+        general: request.server_id == balance::GENERAL_ACCOUNT,
     };
     if !shape.by_id && !shape.by_email {
-        return Err(BalanceLookupError::UserNotFound);
+        return None;
     }
-    let mut params = vec![Value::from(project_id), Value::from(server_id)];
+    let mut params = vec![Value::from(request.server_id)];
     params.extend(who.user_id.map(Value::from));
     params.extend(email.map(Value::from));
-    let stmt = LOOKUP_SQL[shape.index()]
-        .statement(db.backend(), params, |params| lookup_query(shape, params));
-    let row = db
-        .one(stmt)
-        .await?
-        .ok_or(BalanceLookupError::UserNotFound)?;
-    if !general && row.opt_i64(3)?.is_none() {
+    Some((shape, params))
+}
+
+/// The lookup's columns of `row` from `first` on: the user's id (NULL when
+/// no such user), the main and bonus cents (NULL without a balance row) and,
+/// unless `general`, the server's id (NULL when the project has no such
+/// server).
+fn lookup_result(
+    row: &ReadRow,
+    first: usize,
+    general: bool,
+) -> Result<AccountBalance, BalanceLookupError> {
+    if row.opt_i64(first)?.is_none() {
+        return Err(BalanceLookupError::UserNotFound);
+    }
+    if !general && row.opt_i64(first + 3)?.is_none() {
         return Err(BalanceLookupError::ServerNotFound);
     }
-    let main = row.opt_i64(1)?;
-    let bonus = row.opt_i64(2)?;
+    let main = row.opt_i64(first + 1)?;
+    let bonus = row.opt_i64(first + 2)?;
     Ok(AccountBalance {
         main: cents(main.unwrap_or(0))?,
         bonus: cents(bonus.unwrap_or(0))?,
     })
 }
 
+/// The token statement `token_query` builds from `token_params`, with
+/// `request`'s lookup joined to it for the token's project (the
+/// `project` column of the token's row): one statement, one round trip, one
+/// snapshot for both. `None` when `request` names no user.
+pub(crate) fn joined_statement(
+    backend: DbBackend,
+    token_params: Vec<Value>,
+    token_query: fn(Vec<Value>) -> SelectStatement,
+    project: (DynIden, DynIden),
+    request: &LookupRequest,
+) -> Option<Statement> {
+    let (shape, params) = lookup_params(request)?;
+    let split = token_params.len();
+    let mut all = token_params;
+    all.extend(params);
+    Some(
+        JOINED_SQL[shape.index()].statement(backend, all, |mut params| {
+            let lookup = params.split_off(split);
+            let mut query = token_query(params);
+            join_lookup(&mut query, shape, project, lookup);
+            query
+        }),
+    )
+}
+
+/// Reads the lookup's columns of a row of [`joined_statement`], which
+/// start at `first`.
+pub(crate) fn prefetched(
+    row: &ReadRow,
+    first: usize,
+    project_id: i64,
+    request: &LookupRequest,
+) -> Result<Prefetched, DbErr> {
+    let general = request.server_id == balance::GENERAL_ACCOUNT;
+    let found = match lookup_result(row, first, general) {
+        Ok(balance) => Ok(balance),
+        Err(BalanceLookupError::UserNotFound) => Err(Missing::User),
+        Err(BalanceLookupError::ServerNotFound) => Err(Missing::Server),
+        Err(BalanceLookupError::Db(err)) => return Err(err),
+    };
+    Ok(Prefetched {
+        project_id,
+        request: request.clone(),
+        found,
+    })
+}
+
 /// The rendered lookup statements, one per [`LookupShape`].
 static LOOKUP_SQL: [CachedSql; 8] = [const { CachedSql::new() }; 8];
+/// The rendered token statements with a lookup joined, one per shape.
+static JOINED_SQL: [CachedSql; 8] = [const { CachedSql::new() }; 8];
 
 /// Which conditions a lookup has; each shape is its own SQL text.
 #[derive(Clone, Copy)]
@@ -99,6 +217,55 @@ struct LookupShape {
 impl LookupShape {
     fn index(self) -> usize {
         usize::from(self.by_id) | usize::from(self.by_email) << 1 | usize::from(self.general) << 2
+    }
+}
+
+/// Joins the lookup to `query`, a statement over one row that has the
+/// project's id in its column `project`: the project's user (by id, e-mail or
+/// both), its balance row on the server, and unless the shape is the general
+/// account the project's server; the same columns, in the same order, as
+/// [`lookup_query`]. All left joins, so the row stays when nothing is found.
+/// `params`: server id, then the user id and the e-mail when the shape has
+/// them.
+fn join_lookup(
+    query: &mut SelectStatement,
+    shape: LookupShape,
+    project: (DynIden, DynIden),
+    params: Vec<Value>,
+) {
+    let mut params = params.into_iter();
+    let mut next = || params.next().expect("lookup parameter");
+    let server_id = next();
+    let mut user = Expr::col((user::Entity, user::Column::ProjectId)).equals(project);
+    if shape.by_id {
+        user = user.and(Expr::col((user::Entity, user::Column::Id)).eq(next()));
+    }
+    if shape.by_email {
+        user = user.and(Expr::col((user::Entity, user::Column::Email)).eq(next()));
+    }
+    query
+        .column((user::Entity, user::Column::Id))
+        .column((balance::Entity, balance::Column::MainCents))
+        .column((balance::Entity, balance::Column::BonusCents))
+        .left_join(user::Entity, user)
+        .left_join(
+            balance::Entity,
+            Expr::col((balance::Entity, balance::Column::UserId))
+                .equals((user::Entity, user::Column::Id))
+                .and(Expr::col((balance::Entity, balance::Column::ServerId)).eq(server_id.clone())),
+        );
+    if !shape.general {
+        query
+            .column((server::Entity, server::Column::Id))
+            .left_join(
+                server::Entity,
+                Expr::col((server::Entity, server::Column::Id))
+                    .eq(server_id)
+                    .and(
+                        Expr::col((server::Entity, server::Column::ProjectId))
+                            .equals((user::Entity, user::Column::ProjectId)),
+                    ),
+            );
     }
 }
 

@@ -22,11 +22,15 @@ use sea_orm::{
     ActiveValue::Set,
     ColumnTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
     Statement, TransactionTrait, Value,
-    sea_query::{Asterisk, Expr, ExprTrait, Func, Query, SelectStatement},
+    sea_query::{Asterisk, Expr, ExprTrait, Func, IntoIden, Query, SelectStatement},
 };
 use sha2::{Digest, Sha256};
 
-use super::{AdminError, now, projects, validate};
+use super::{
+    AdminError,
+    balances::{self, LookupRequest, Prefetched},
+    now, projects, validate,
+};
 use crate::db::{CachedSql, Reader};
 
 /// Length of a token value.
@@ -360,15 +364,43 @@ pub fn bearer_token(header: Option<&str>) -> Result<&str, AuthError> {
 /// every backend a change made with the command line holds from the next
 /// request.
 /// A successful authentication records the token's use through `usage`.
+///
+/// With `lookup`, the statement also reads that balance of the token's
+/// project (`balances::joined_statement`): a balance request then costs one
+/// round trip to the database and one statement instead of two. It is read
+/// whatever the token turns out to be, and returned only with a principal;
+/// the endpoint uses it only for exactly this lookup of this project, after
+/// its own checks (`balances::lookup`). Used where every read goes to the
+/// database (PostgreSQL, MySQL); on SQLite the token alone is read, from a
+/// per-connection cache that a joined read would always miss.
 pub async fn authenticate(
     db: &Reader,
     usage: &UsageRecorder,
     token: &str,
-) -> Result<Principal, AuthError> {
-    let row = db
-        .one_cached(auth_statement(db.backend(), hash(token)))
-        .await?
-        .ok_or(AuthError::TokenNotFound)?;
+    lookup: Option<&LookupRequest>,
+) -> Result<(Principal, Option<Prefetched>), AuthError> {
+    let joined = lookup.and_then(|request| {
+        let project = (
+            app_token::Entity.into_iden(),
+            app_token::Column::ProjectId.into_iden(),
+        );
+        let stmt = balances::joined_statement(
+            db.backend(),
+            auth_params(hash(token)),
+            auth_query,
+            project,
+            request,
+        )?;
+        Some((stmt, request))
+    });
+    let (row, lookup) = match joined {
+        Some((stmt, request)) => (db.one(stmt).await?, Some(request)),
+        None => {
+            let stmt = auth_statement(db.backend(), hash(token));
+            (db.one_cached(stmt).await?, None)
+        }
+    };
+    let row = row.ok_or(AuthError::TokenNotFound)?;
     let token_id = row.i64(0)?;
     let project_id = row.i64(1)?;
     let active = row.bool(2)?;
@@ -389,11 +421,19 @@ pub async fn authenticate(
         return Err(AuthError::ProjectNotFound);
     }
     usage.record(db.pool(), token_id, last_used_at);
-    Ok(Principal {
+    let prefetched = match lookup {
+        Some(request) => {
+            let first = AUTH_PERMISSION_COLUMNS + Permission::ALL.len();
+            Some(balances::prefetched(&row, first, project_id, request)?)
+        }
+        None => None,
+    };
+    let principal = Principal {
         token_id,
         project_id,
         granted,
-    })
+    };
+    Ok((principal, prefetched))
 }
 
 /// Index of the first permission column of [`auth_statement`].
