@@ -397,6 +397,57 @@ mod tests {
 
     use super::*;
 
+    /// The lookup the middleware reads with the token is the one the
+    /// endpoint validates from the same query (as poem hands it the values:
+    /// percent-decoded, `+` as a space); invalid queries and other paths ask
+    /// for none, so they never read one.
+    #[test]
+    fn the_requested_lookup_is_the_endpoints() {
+        let lookup = |user_id: Option<i64>, email: Option<&str>, server_id| LookupRequest {
+            who: UserRef {
+                user_id,
+                email: email.map(str::to_owned),
+            },
+            server_id,
+        };
+        let asked = |query: &str| requested_lookup(PATH, Some(query));
+        assert_eq!(
+            asked("server_id=0&user_id=7"),
+            Some(lookup(Some(7), None, 0))
+        );
+        assert_eq!(
+            asked("user_id=7&server_id=12&balance_type=bonus&unknown=1"),
+            Some(lookup(Some(7), None, 12))
+        );
+        assert_eq!(
+            asked("server_id=0&email=Alice%40Example.com"),
+            Some(lookup(None, Some("Alice@Example.com"), 0))
+        );
+        assert_eq!(
+            asked("server_id=0&user_id=&email=a%2Bb@example.com"),
+            Some(lookup(None, Some("a+b@example.com"), 0))
+        );
+        assert_eq!(
+            asked("server_id=0&user_id=3&email=c@example.com"),
+            Some(lookup(Some(3), Some("c@example.com"), 0))
+        );
+        for invalid in [
+            "",
+            "user_id=7",
+            "server_id=0",
+            "server_id=-1&user_id=7",
+            "server_id=0&user_id=0",
+            "server_id=0&user_id=7&user_id=7",
+            "server_id=0&email=a+b@example.com",
+            "server_id=0&user_id=7&balance_type=gold",
+        ] {
+            assert_eq!(asked(invalid), None, "{invalid}");
+        }
+        let other = "/v2/payment/order/complete";
+        assert_eq!(requested_lookup(other, Some("server_id=0&user_id=7")), None);
+        assert_eq!(requested_lookup(PATH, None), None);
+    }
+
     /// The reply is written by `serde` but documented by poem-openapi: every
     /// shape it takes (main, bonus, both) must read the same both ways.
     #[test]

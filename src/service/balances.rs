@@ -6,7 +6,7 @@ use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, QueryFilter, Statement, Value,
+    EntityTrait, QueryFilter, Value,
     sea_query::{DynIden, Expr, ExprTrait, OnConflict, Query, SelectStatement},
 };
 
@@ -59,6 +59,7 @@ pub struct Prefetched {
     found: Result<AccountBalance, Missing>,
 }
 
+/// Which of the two a lookup did not find.
 #[derive(Debug, Clone, Copy)]
 enum Missing {
     User,
@@ -113,8 +114,9 @@ pub async fn lookup(
 
 /// The shape of `request`'s statement and its parameters after the project:
 /// the server id, then the user id and the normalized e-mail when given.
-/// `None` when it names no user.
-fn lookup_params(request: &LookupRequest) -> Option<(LookupShape, Vec<Value>)> {
+/// `None` when it names no user. Also what joining the lookup to another
+/// statement takes ([`join_lookup`]).
+pub(crate) fn lookup_params(request: &LookupRequest) -> Option<(LookupShape, Vec<Value>)> {
     let who = &request.who;
     let email = who.email.as_deref().map(super::validate::normalize_email);
     let shape = LookupShape {
@@ -154,33 +156,8 @@ fn lookup_result(
     })
 }
 
-/// The token statement `token_query` builds from `token_params`, with
-/// `request`'s lookup joined to it for the token's project (the
-/// `project` column of the token's row): one statement, one round trip, one
-/// snapshot for both. `None` when `request` names no user.
-pub(crate) fn joined_statement(
-    backend: DbBackend,
-    token_params: Vec<Value>,
-    token_query: fn(Vec<Value>) -> SelectStatement,
-    project: (DynIden, DynIden),
-    request: &LookupRequest,
-) -> Option<Statement> {
-    let (shape, params) = lookup_params(request)?;
-    let split = token_params.len();
-    let mut all = token_params;
-    all.extend(params);
-    Some(
-        JOINED_SQL[shape.index()].statement(backend, all, |mut params| {
-            let lookup = params.split_off(split);
-            let mut query = token_query(params);
-            join_lookup(&mut query, shape, project, lookup);
-            query
-        }),
-    )
-}
-
-/// Reads the lookup's columns of a row of [`joined_statement`], which
-/// start at `first`.
+/// Reads the lookup's columns, which start at `first`, of a row of a
+/// statement that [`join_lookup`] extended.
 pub(crate) fn prefetched(
     row: &ReadRow,
     first: usize,
@@ -202,20 +179,22 @@ pub(crate) fn prefetched(
 }
 
 /// The rendered lookup statements, one per [`LookupShape`].
-static LOOKUP_SQL: [CachedSql; 8] = [const { CachedSql::new() }; 8];
-/// The rendered token statements with a lookup joined, one per shape.
-static JOINED_SQL: [CachedSql; 8] = [const { CachedSql::new() }; 8];
+static LOOKUP_SQL: [CachedSql; LookupShape::COUNT] =
+    [const { CachedSql::new() }; LookupShape::COUNT];
 
 /// Which conditions a lookup has; each shape is its own SQL text.
 #[derive(Clone, Copy)]
-struct LookupShape {
+pub(crate) struct LookupShape {
     by_id: bool,
     by_email: bool,
     general: bool,
 }
 
 impl LookupShape {
-    fn index(self) -> usize {
+    /// How many shapes there are: [`LookupShape::index`] is below it.
+    pub(crate) const COUNT: usize = 8;
+
+    pub(crate) fn index(self) -> usize {
         usize::from(self.by_id) | usize::from(self.by_email) << 1 | usize::from(self.general) << 2
     }
 }
@@ -227,7 +206,7 @@ impl LookupShape {
 /// [`lookup_query`]. All left joins, so the row stays when nothing is found.
 /// `params`: server id, then the user id and the e-mail when the shape has
 /// them.
-fn join_lookup(
+pub(crate) fn join_lookup(
     query: &mut SelectStatement,
     shape: LookupShape,
     project: (DynIden, DynIden),
