@@ -22,7 +22,11 @@
 //! The middleware also hands the endpoint the reader it authenticated with
 //! ([`Authenticated`]). For a GET, which only reads, that reader holds one
 //! read transaction for the whole request on SQLite (`db::Reader::with_snapshot`):
-//! the token and the balance are read from one state of the database.
+//! the token and the balance are read from one state of the database. Where
+//! every read goes to the database (PostgreSQL, MySQL), a balance request's
+//! lookup is read in the token's own statement instead, and handed over with
+//! it ([`Authenticated::prefetched`]); the endpoint answers from it only
+//! after its own checks, and only for exactly the lookup it validated.
 
 use poem::{
     Endpoint, Middleware, Request, Result,
