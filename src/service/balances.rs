@@ -224,9 +224,17 @@ pub(crate) fn join_lookup(
     }
     query
         .column((user::Entity, user::Column::Id))
+        .left_join(user::Entity, user);
+    join_balance_and_server(query, shape, server_id);
+}
+
+/// What a lookup reads after the user, in both of its forms: the main and
+/// bonus cents of the user's balance row on `server_id`, and unless the
+/// shape is the general account the id of the user's project's server.
+fn join_balance_and_server(query: &mut SelectStatement, shape: LookupShape, server_id: Value) {
+    query
         .column((balance::Entity, balance::Column::MainCents))
         .column((balance::Entity, balance::Column::BonusCents))
-        .left_join(user::Entity, user)
         .left_join(
             balance::Entity,
             Expr::col((balance::Entity, balance::Column::UserId))
@@ -257,28 +265,8 @@ fn lookup_query(shape: LookupShape, params: Vec<Value>) -> SelectStatement {
     let mut query = Query::select();
     query
         .column((user::Entity, user::Column::Id))
-        .column((balance::Entity, balance::Column::MainCents))
-        .column((balance::Entity, balance::Column::BonusCents))
-        .from(user::Entity)
-        .left_join(
-            balance::Entity,
-            Expr::col((balance::Entity, balance::Column::UserId))
-                .equals((user::Entity, user::Column::Id))
-                .and(Expr::col((balance::Entity, balance::Column::ServerId)).eq(server_id.clone())),
-        );
-    if !shape.general {
-        query
-            .column((server::Entity, server::Column::Id))
-            .left_join(
-                server::Entity,
-                Expr::col((server::Entity, server::Column::Id))
-                    .eq(server_id)
-                    .and(
-                        Expr::col((server::Entity, server::Column::ProjectId))
-                            .equals((user::Entity, user::Column::ProjectId)),
-                    ),
-            );
-    }
+        .from(user::Entity);
+    join_balance_and_server(&mut query, shape, server_id);
     query.and_where(Expr::col((user::Entity, user::Column::ProjectId)).eq(project_id));
     if shape.by_id {
         query.and_where(Expr::col((user::Entity, user::Column::Id)).eq(next()));
