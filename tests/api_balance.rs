@@ -354,9 +354,10 @@ async fn the_lookup_read_with_the_token_is_the_lookup_read_alone(app: TestApp) {
     let mut outcomes = std::collections::BTreeSet::new();
     for request in &cases {
         let alone = outcome(&balances::lookup(&reader, app.project_id, request, None).await);
-        let (principal, prefetched) = tokens::authenticate(&reader, &usage, &token, Some(request))
-            .await
-            .expect("token");
+        let (principal, prefetched) =
+            tokens::authenticate(&reader, &usage, &token, Some(request.clone()))
+                .await
+                .expect("token");
         assert_eq!(principal.project_id, app.project_id);
         let prefetched = prefetched.expect("the lookup read with the token");
         let joined = balances::lookup(&reader, app.project_id, request, Some(&prefetched)).await;
@@ -388,7 +389,7 @@ async fn a_prefetched_lookup_answers_only_the_same_lookup(app: TestApp) {
         },
         server_id: 0,
     };
-    let (_, prefetched) = tokens::authenticate(&reader, &usage, &token, Some(&for_alice))
+    let (_, prefetched) = tokens::authenticate(&reader, &usage, &token, Some(for_alice.clone()))
         .await
         .expect("token");
     let prefetched = prefetched.expect("prefetched");

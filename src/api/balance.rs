@@ -166,10 +166,10 @@ enum BalanceType {
     Both,
 }
 
-/// The query after validation.
+/// The query after validation: the lookup it asks for, and which of its
+/// balances to answer with.
 struct BalanceQuery {
-    server_id: i64,
-    who: UserRef,
+    lookup: LookupRequest,
     balance_type: BalanceType,
 }
 
@@ -253,10 +253,12 @@ fn validate_query(
 
     match (server, kind) {
         (Some(server_id), Some(balance_type)) if errors.is_empty() => Ok(BalanceQuery {
-            server_id,
-            who: UserRef {
-                user_id: user,
-                email: mail,
+            lookup: LookupRequest {
+                who: UserRef {
+                    user_id: user,
+                    email: mail,
+                },
+                server_id,
             },
             balance_type,
         }),
@@ -294,10 +296,7 @@ pub fn requested_lookup(path: &str, query: Option<&str>) -> Option<LookupRequest
         &RawParam::parse_from_parameters(balance_type).ok()?,
     )
     .ok()?;
-    Some(LookupRequest {
-        who: query.who,
-        server_id: query.server_id,
-    })
+    Some(query.lookup)
 }
 
 /// A plain decimal integer: optional minus sign and digits, nothing else
@@ -343,14 +342,10 @@ impl BalanceApi {
             Ok(query) => query,
             Err(errors) => return BalanceReply::BadRequest(Json(ValidationErrorBody::new(errors))),
         };
-        let lookup = LookupRequest {
-            who: query.who,
-            server_id: query.server_id,
-        };
         match balances::lookup(
             &request.reader,
             auth.0.project_id,
-            &lookup,
+            &query.lookup,
             request.prefetched.as_ref(),
         )
         .await

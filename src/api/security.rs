@@ -114,10 +114,9 @@ async fn authenticate(req: &Request) -> Result<Authenticated, ApiError> {
     } else {
         None
     };
-    let (principal, prefetched) =
-        tokens::authenticate(&reader, &state.token_usage, token, lookup.as_ref())
-            .await
-            .map_err(ApiError::from)?;
+    let (principal, prefetched) = tokens::authenticate(&reader, &state.token_usage, token, lookup)
+        .await
+        .map_err(ApiError::from)?;
     Ok(Authenticated {
         principal,
         reader,

@@ -162,7 +162,7 @@ pub(crate) fn prefetched(
     row: &ReadRow,
     first: usize,
     project_id: i64,
-    request: &LookupRequest,
+    request: LookupRequest,
 ) -> Result<Prefetched, DbErr> {
     let general = request.server_id == balance::GENERAL_ACCOUNT;
     let found = match lookup_result(row, first, general) {
@@ -173,7 +173,7 @@ pub(crate) fn prefetched(
     };
     Ok(Prefetched {
         project_id,
-        request: request.clone(),
+        request,
         found,
     })
 }

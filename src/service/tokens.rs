@@ -383,10 +383,10 @@ pub async fn authenticate(
     db: &Reader,
     usage: &UsageRecorder,
     token: &str,
-    lookup: Option<&LookupRequest>,
+    lookup: Option<LookupRequest>,
 ) -> Result<(Principal, Option<Prefetched>), AuthError> {
     let joined = lookup.and_then(|request| {
-        let stmt = auth_statement_with_lookup(db.backend(), hash(token), request)?;
+        let stmt = auth_statement_with_lookup(db.backend(), hash(token), &request)?;
         Some((stmt, request))
     });
     let (row, lookup) = match joined {
