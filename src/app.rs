@@ -29,7 +29,7 @@ use crate::{
     db::Reader,
     metrics::Metrics,
     middleware::{RequestContext, RequestTimeout},
-    service::tokens::UsageRecorder,
+    service::{completion_queue::CompletionQueue, tokens::UsageRecorder},
 };
 
 /// What every request handler may reach.
@@ -41,6 +41,9 @@ pub struct AppState {
     /// When tokens were last used (recorded at most once a minute).
     pub token_usage: Arc<UsageRecorder>,
     pub metrics: Arc<Metrics>,
+    /// Completions waiting to be written together (PostgreSQL; see
+    /// `service::completion_queue`).
+    pub completions: Arc<CompletionQueue>,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
     /// How long a request body may take to arrive (408 after).
@@ -49,11 +52,13 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(db: DatabaseConnection, settings: &Settings) -> AppState {
+        let metrics = Arc::new(Metrics::new());
         AppState {
             reader: Reader::new(db.clone(), &settings.database_url, &settings.pool),
             token_usage: Arc::default(),
             db,
-            metrics: Arc::new(Metrics::new()),
+            completions: Arc::new(CompletionQueue::new(metrics.completion_batch_sizes())),
+            metrics,
             max_body_bytes: settings.max_body_bytes,
             // Shorter than the request timeout, so that a slow client gets
             // its own 408 rather than the generic 503.

@@ -43,6 +43,7 @@ pub struct Metrics {
     completions: Family<OutcomeLabels, Counter>,
     pool: Family<PoolLabels, Gauge>,
     pool_max: Gauge,
+    completion_batch_sizes: Histogram,
 }
 
 impl Metrics {
@@ -82,6 +83,12 @@ impl Metrics {
             "Configured size of the database pool",
             max.clone(),
         );
+        let completion_batch_sizes = crate::service::completion_queue::batch_size_histogram();
+        registry.register(
+            "order_completion_batch_size",
+            "Order completions written per database statement (PostgreSQL group commit; 1 when alone)",
+            completion_batch_sizes.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             requests,
@@ -89,7 +96,13 @@ impl Metrics {
             completions,
             pool,
             pool_max: max,
+            completion_batch_sizes,
         }
+    }
+
+    /// The histogram the completion queue records its batch sizes in.
+    pub fn completion_batch_sizes(&self) -> Histogram {
+        self.completion_batch_sizes.clone()
     }
 
     pub fn record_request(&self, labels: RequestLabels, elapsed: Duration) {

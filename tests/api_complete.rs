@@ -3,9 +3,19 @@
 
 mod common;
 
-use common::{Backend, TestApp};
+use std::{collections::HashMap, sync::Arc};
+
+use sea_orm::ConnectionTrait;
+
+use common::{Backend, TestApp, test_pool};
 use entity::payment_order;
-use masterpay::service::orders;
+use masterpay::{
+    db::Reader,
+    service::{
+        completion_queue::CompletionQueue,
+        orders::{self, CompleteError, CompletedOrder, Completion},
+    },
+};
 use serde_json::{Value, json};
 
 on_every_backend!(
@@ -28,6 +38,9 @@ on_every_backend!(
     failing_status_update_is_order_update_failed_and_changes_nothing,
     failing_operation_log_is_payment_processing_error_and_rolls_back,
     credit_past_the_balance_ceiling_is_payment_processing_error_and_rolls_back,
+    completions_queued_together_are_credited_in_turn,
+    a_failing_order_fails_alone_in_its_batch,
+    duplicate_webhooks_for_many_orders_at_once_credit_each_once,
 );
 
 fn body(order_id: &str, payment_system: &str) -> Value {
@@ -448,4 +461,245 @@ async fn credit_past_the_balance_ceiling_is_payment_processing_error_and_rolls_b
         "999999999999999.99"
     );
     assert_eq!(log_rows(&app).await, 0);
+}
+
+/// (balance before, balance after) of the operation-log row of `order_id`.
+async fn logged_credit(app: &TestApp, order_id: &str) -> (i64, i64) {
+    let sql = format!(
+        "SELECT l.balance_before_cents, l.balance_after_cents FROM operation_log l \
+         JOIN payment_orders p ON p.id = l.order_ref WHERE p.order_id = '{order_id}'"
+    );
+    let row = app
+        .db
+        .query_one_raw(sea_orm::Statement::from_string(app.backend_kind(), sql))
+        .await
+        .unwrap()
+        .expect("a log row");
+    (
+        row.try_get_by_index(0).unwrap(),
+        row.try_get_by_index(1).unwrap(),
+    )
+}
+
+/// The service's own reader and a fresh completion queue on the test database.
+fn queue_on(app: &TestApp) -> (Reader, Arc<CompletionQueue>) {
+    let reader = Reader::new(app.db.clone(), &app.database.url, &test_pool());
+    (reader, Arc::new(CompletionQueue::default()))
+}
+
+fn completion(app: &TestApp, order_id: &str, payment_system: &str) -> Completion {
+    Completion {
+        project_id: app.project_id,
+        order_id: order_id.into(),
+        payment_system: payment_system.into(),
+        payment_id: Some(format!("pay-{order_id}")),
+    }
+}
+
+fn balance_after(answer: &Result<CompletedOrder, CompleteError>) -> String {
+    match answer {
+        Ok(done) => done.balance_after.to_string(),
+        Err(err) => panic!("not completed: {err}"),
+    }
+}
+
+/// Several completions queued at once, as concurrent webhooks are: on
+/// PostgreSQL they are written by one statement (group commit). Each is
+/// answered as if it ran alone, and two orders of one account are credited
+/// one after the other, in the order they were queued.
+async fn completions_queued_together_are_credited_in_turn(app: TestApp) {
+    let token = app.full_token().await;
+    let alice = app.user("alice@example.com").await;
+    let bob = app.user("bob@example.com").await;
+    let server = app.server("Main").await;
+    app.set_balance(alice, None, "1.00", "0").await;
+    let a = app.order(alice, None, "2.00", "cstm:paygate").await;
+    let b = app.order(alice, None, "3.00", "cstm:paygate").await;
+    let c = app.order(alice, Some(server), "4.00", "cstm:paygate").await;
+    let d = app.order(bob, None, "5.00", "cstm:paygate").await;
+    let done_before = app.order(bob, None, "6.00", "cstm:paygate").await;
+    assert_eq!(
+        app.complete_order(&token, &done_before, "cstm:paygate")
+            .await
+            .status,
+        200
+    );
+    let other_system = app.order(bob, None, "7.00", "cstm:otherpay").await;
+
+    let (reader, queue) = queue_on(&app);
+    let answers = queue
+        .complete_all(
+            &reader,
+            vec![
+                completion(&app, &a, "cstm:paygate"),
+                completion(&app, &b, "cstm:paygate"),
+                completion(&app, &c, "cstm:paygate"),
+                completion(&app, &d, "cstm:paygate"),
+                completion(&app, "Order:NoSuchOne", "cstm:paygate"),
+                completion(&app, &done_before, "cstm:paygate"),
+                completion(&app, &other_system, "cstm:paygate"),
+                // The same webhook twice: one completion.
+                completion(&app, &a, "cstm:paygate"),
+                // The same order under another payment system: not found.
+                completion(&app, &a, "cstm:otherpay"),
+            ],
+        )
+        .await;
+    assert_eq!(answers.len(), 9);
+    assert_eq!(balance_after(&answers[0]), "3.00");
+    assert_eq!(balance_after(&answers[1]), "6.00");
+    assert_eq!(balance_after(&answers[2]), "4.00");
+    assert_eq!(balance_after(&answers[3]), "11.00");
+    let done = answers[0].as_ref().unwrap();
+    assert_eq!(
+        (done.user_id, done.server_id, done.amount.to_string()),
+        (alice, 0, "2.00".into())
+    );
+    assert_eq!(
+        done.payment_id.as_deref(),
+        Some(format!("pay-{a}").as_str())
+    );
+    assert_eq!(answers[2].as_ref().unwrap().server_id, server);
+    assert!(matches!(answers[4], Err(CompleteError::OrderNotFound)));
+    assert!(matches!(answers[5], Err(CompleteError::AlreadyCompleted)));
+    assert!(matches!(answers[6], Err(CompleteError::OrderNotFound)));
+    assert!(matches!(answers[7], Err(CompleteError::AlreadyCompleted)));
+    assert!(matches!(answers[8], Err(CompleteError::OrderNotFound)));
+
+    assert_eq!(app.main_balance(alice, 0).await.to_string(), "6.00");
+    assert_eq!(app.main_balance(alice, server).await.to_string(), "4.00");
+    assert_eq!(app.main_balance(bob, 0).await.to_string(), "11.00");
+    assert_eq!(logged_credit(&app, &a).await, (100, 300));
+    assert_eq!(logged_credit(&app, &b).await, (300, 600));
+    assert_eq!(logged_credit(&app, &c).await, (0, 400));
+    assert_eq!(logged_credit(&app, &d).await, (600, 1100));
+    assert_eq!(log_rows(&app).await, 5);
+    for (order, payment_id) in [(&a, format!("pay-{a}")), (&d, format!("pay-{d}"))] {
+        let row = order_row(&app, order).await;
+        assert_eq!(row.status, "completed");
+        assert_eq!(row.payment_id, Some(payment_id));
+    }
+    assert_eq!(order_row(&app, &other_system).await.status, "pending");
+    if app.backend == Backend::Postgres {
+        // One statement for the first eight (the repeated webhook rides
+        // along), one for the order under another payment system.
+        assert_eq!(queue.statements_run(), (2, 8));
+    }
+}
+
+/// A completion that cannot be credited (the balance would pass its
+/// ceiling) fails the statement it is in; the others in it are completed
+/// all the same, each on its own, and the failing one changes nothing.
+async fn a_failing_order_fails_alone_in_its_batch(app: TestApp) {
+    let whale = app.user("whale@example.com").await;
+    let bob = app.user("bob@example.com").await;
+    app.set_balance(whale, None, "999999999999999.99", "0")
+        .await;
+    let too_much = app.order(whale, None, "0.01", "cstm:paygate").await;
+    let first = app.order(bob, None, "1.00", "cstm:paygate").await;
+    let second = app.order(bob, None, "2.00", "cstm:paygate").await;
+
+    let (reader, queue) = queue_on(&app);
+    let answers = queue
+        .complete_all(
+            &reader,
+            vec![
+                completion(&app, &first, "cstm:paygate"),
+                completion(&app, &too_much, "cstm:paygate"),
+                completion(&app, &second, "cstm:paygate"),
+            ],
+        )
+        .await;
+    assert_eq!(balance_after(&answers[0]), "1.00");
+    assert!(
+        matches!(answers[1], Err(CompleteError::ProcessingFailed(_))),
+        "{:?}",
+        answers[1]
+    );
+    assert_eq!(balance_after(&answers[2]), "3.00");
+    assert_eq!(order_row(&app, &too_much).await.status, "pending");
+    assert_eq!(
+        app.main_balance(whale, 0).await.to_string(),
+        "999999999999999.99"
+    );
+    assert_eq!(app.main_balance(bob, 0).await.to_string(), "3.00");
+    assert_eq!(logged_credit(&app, &first).await, (0, 100));
+    assert_eq!(logged_credit(&app, &second).await, (100, 300));
+    assert_eq!(log_rows(&app).await, 2);
+    if app.backend == Backend::Postgres {
+        // The three were tried in one statement first.
+        assert_eq!(queue.statements_run(), (1, 3));
+    }
+}
+
+/// Gateways resend webhooks: every order of three users, sent three times
+/// at once over HTTP. Each order is completed once, every other copy is
+/// 409, and each account's log is one unbroken chain of credits.
+async fn duplicate_webhooks_for_many_orders_at_once_credit_each_once(app: TestApp) {
+    let token = app.full_token().await;
+    let server = app.server("Main").await;
+    let mut orders = Vec::new();
+    for (n, email) in ["a@example.com", "b@example.com", "c@example.com"]
+        .into_iter()
+        .enumerate()
+    {
+        let user = app.user(email).await;
+        for i in 0..8 {
+            let target = if i % 2 == 0 { None } else { Some(server) };
+            let amount = format!("{}.{:02}", n + 1, i + 1);
+            let order = app.order(user, target, &amount, "cstm:paygate").await;
+            orders.push((order, user, target.unwrap_or(0), amount));
+        }
+    }
+    let (app_ref, token_ref) = (&app, &token);
+    let replies = futures::future::join_all(
+        orders
+            .iter()
+            .flat_map(|(order, ..)| [order, order, order])
+            .map(|order| async move {
+                let reply = app_ref
+                    .complete_order(token_ref, order, "cstm:paygate")
+                    .await;
+                (order, reply)
+            }),
+    )
+    .await;
+    let mut statuses: HashMap<&String, Vec<u16>> = HashMap::new();
+    for (order, reply) in &replies {
+        statuses.entry(*order).or_default().push(reply.status);
+        if reply.status == 409 {
+            assert_eq!(reply.code(), "ORDER_ALREADY_COMPLETED");
+        }
+    }
+    for (order, ..) in &orders {
+        let mut got = statuses[order].clone();
+        got.sort_unstable();
+        assert_eq!(got, [200, 409, 409], "order {order}");
+    }
+    let mut expected: HashMap<(i64, i64), i64> = HashMap::new();
+    for (order, user, account, amount) in &orders {
+        let cents = amount.replace('.', "").parse::<i64>().unwrap();
+        *expected.entry((*user, *account)).or_default() += cents;
+        assert_eq!(order_row(&app, order).await.status, "completed");
+    }
+    for ((user, account), total) in &expected {
+        let balance = app.main_balance(*user, *account).await;
+        assert_eq!(balance.cents(), *total, "user {user}, account {account}");
+        // The account's log rows, by balance before: each starts where the
+        // one before ended, from 0 to the final balance.
+        let mut chain = Vec::new();
+        for (order, u, a, _) in &orders {
+            if (u, a) == (user, account) {
+                chain.push(logged_credit(&app, order).await);
+            }
+        }
+        chain.sort_unstable();
+        let mut at = 0;
+        for (before, after) in chain {
+            assert_eq!(before, at, "user {user}, account {account}");
+            at = after;
+        }
+        assert_eq!(at, *total);
+    }
+    assert_eq!(log_rows(&app).await, 24);
 }

@@ -23,7 +23,7 @@ use super::{
 use crate::{
     app::AppState,
     service::{
-        orders::{self, CompleteError, Completion},
+        orders::{CompleteError, Completion},
         validate,
     },
 };
@@ -306,7 +306,7 @@ impl CompleteApi {
             payment_system,
             payment_id,
         };
-        let result = orders::complete(&state.reader, completion).await;
+        let result = state.completions.complete(&state.reader, completion).await;
         state.metrics.record_completion(match &result {
             Ok(_) => "completed",
             Err(CompleteError::OrderNotFound) => "order_not_found",

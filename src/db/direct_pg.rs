@@ -164,6 +164,27 @@ impl Checkout {
         &mut self.live.as_mut().expect("checked out").connection
     }
 
+    /// Puts the connection back after its statement's `result` (see the
+    /// module docs) and turns an error into the pool's kind of error.
+    fn settle<T>(self, result: Result<T, sqlx::Error>) -> Result<T, DbErr> {
+        match result {
+            Ok(value) => {
+                self.finish(true);
+                Ok(value)
+            }
+            Err(err) => {
+                let session = session_state(&err);
+                self.finish(session == Session::Usable);
+                let err = RuntimeErr::SqlxError(Arc::new(err));
+                Err(match session {
+                    // Reported like a pool that cannot reach the server.
+                    Session::Ended => DbErr::Conn(err),
+                    Session::Usable | Session::Broken => DbErr::Query(err),
+                })
+            }
+        }
+    }
+
     /// The statement came back: the connection goes back when `reuse`, and
     /// is closed otherwise; the slot is free either way.
     fn finish(mut self, reuse: bool) {
@@ -207,22 +228,17 @@ impl DirectPg {
         let result = sqlx::query_with(sqlx::AssertSqlSafe(stmt.sql.as_str()), SqlxValues(values))
             .fetch_optional(checkout.connection())
             .await;
-        match result {
-            Ok(row) => {
-                checkout.finish(true);
-                Ok(row.map(QueryResult::from))
-            }
-            Err(err) => {
-                let session = session_state(&err);
-                checkout.finish(session == Session::Usable);
-                let err = RuntimeErr::SqlxError(Arc::new(err));
-                Err(match session {
-                    // Reported like a pool that cannot reach the server.
-                    Session::Ended => DbErr::Conn(err),
-                    Session::Usable | Session::Broken => DbErr::Query(err),
-                })
-            }
-        }
+        checkout.settle(result.map(|row| row.map(QueryResult::from)))
+    }
+
+    /// Every row of `stmt`, a statement complete on its own.
+    pub async fn all(self: &Arc<Self>, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
+        let mut checkout = self.checkout().await?;
+        let values = stmt.values.unwrap_or(Values(Vec::new()));
+        let result = sqlx::query_with(sqlx::AssertSqlSafe(stmt.sql.as_str()), SqlxValues(values))
+            .fetch_all(checkout.connection())
+            .await;
+        checkout.settle(result.map(|rows| rows.into_iter().map(QueryResult::from).collect()))
     }
 
     /// A slot and an idle connection (pinged first when it sat idle), or a

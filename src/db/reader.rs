@@ -254,6 +254,14 @@ impl Reader {
             None => self.pool.query_one_raw(stmt).await,
         }
     }
+
+    /// Every row of such a statement; see [`Reader::autocommit_one`].
+    pub async fn autocommit_all(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
+        match &self.direct {
+            Some(direct) => direct.all(stmt).await,
+            None => self.pool.query_all_raw(stmt).await,
+        }
+    }
 }
 
 /// One row read by a [`Reader`], with the few typed accessors the request

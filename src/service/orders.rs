@@ -265,7 +265,7 @@ const PG_COMPLETE: &str = r#"WITH o AS (
 SELECT o."user_id", o."server_id", o."amount_cents", o."payment_id", b."main_cents" FROM o, b"#;
 
 /// Runs [`PG_COMPLETE`]; `None` when no order was updated.
-async fn complete_in_one_statement(
+pub(super) async fn complete_in_one_statement(
     statements: &Reader,
     request: &Completion,
 ) -> Result<Option<CompletedOrder>, DbErr> {
@@ -454,7 +454,7 @@ fn complete_in_sqlite_transaction(
 
 /// Why an order the update did not match was not completed: it is missing
 /// (or foreign, or of another payment system), or completed already.
-async fn not_completed(
+pub(super) async fn not_completed(
     statements: &Reader,
     request: &Completion,
 ) -> Result<CompleteError, CompleteError> {
@@ -478,7 +478,7 @@ async fn not_completed(
 /// (an upsert, likewise returning the new balance), the log insert, COMMIT.
 /// MariaDB/MySQL, which have no `UPDATE ... RETURNING`, read the order and
 /// the balance back instead.
-async fn complete_step_by_step(
+pub(super) async fn complete_step_by_step(
     db: &DatabaseConnection,
     request: Completion,
 ) -> Result<CompletedOrder, CompleteError> {
