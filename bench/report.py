@@ -234,3 +234,19 @@ if needs:
     print("\nWhat the latency targets need (Little's law; see bench/report.py):\n")
     for line in needs:
         print(f"- {line}")
+
+# PostgreSQL writes concurrent completions in groups (the warm-up's and
+# every round's): the mean group, from the server's own histogram. pgbench's
+# complete ceiling runs one completion per statement, as each request alone
+# would (docs/benchmarks.md, step 26).
+batches = out / "batches.tsv"
+if batches.exists():
+    lines = []
+    for backend, size, statements, completions in csv.reader(open(batches), delimiter="\t"):
+        if int(statements):
+            lines.append(f"{backend} {size}: {int(completions):,} completions in {int(statements):,} "
+                         f"statements, {int(completions) / int(statements):.1f} per statement")
+    if lines:
+        print("\nCompletions per statement (PostgreSQL group commit; pgbench's ceiling writes one per statement):\n")
+        for line in lines:
+            print(f"- {line}")
