@@ -83,7 +83,7 @@ impl Metrics {
             "Configured size of the database pool",
             max.clone(),
         );
-        let completion_batch_sizes = crate::service::completion_queue::batch_size_histogram();
+        let completion_batch_sizes = crate::service::batching::batch_size_histogram();
         registry.register(
             "order_completion_batch_size",
             "Order completions written per database statement (PostgreSQL group commit; 1 when alone)",

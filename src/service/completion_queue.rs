@@ -40,20 +40,15 @@
 //! (`orders::complete`): SQLite has one writer at a time, and MySQL has no
 //! `UPDATE ... RETURNING` to build the statement from.
 
-use std::{
-    collections::VecDeque,
-    sync::{
-        Arc, Mutex, OnceLock, PoisonError,
-        atomic::{AtomicU64, Ordering},
-    },
-};
+use std::sync::{Arc, OnceLock};
 
 use entity::{operation_log, payment_order};
-use prometheus_client::metrics::histogram::Histogram;
 use sea_orm::{DbBackend, DbErr, QueryResult, Statement, Value};
-use tokio::sync::oneshot;
 
-use super::orders::{self, CompleteError, CompletedOrder, Completion};
+use super::{
+    batching::{Admission, BatchKind, Batcher},
+    orders::{self, CompleteError, CompletedOrder, Completion},
+};
 use crate::{
     db::{Reader, is_unavailable},
     money::Money,
@@ -70,34 +65,14 @@ pub const MAX_RUNNING: usize = 2;
 
 /// The queue of completions waiting for a statement; one per instance
 /// (see the module docs).
-pub struct CompletionQueue {
-    state: Mutex<QueueState>,
-    /// Completions per statement run, exported as a metric.
-    batch_sizes: Histogram,
-    /// Statements run, and the completions they held.
-    statements: AtomicU64,
-    batched: AtomicU64,
-    /// Statements that failed (each of their completions then ran step by
-    /// step).
-    failed: AtomicU64,
-}
+pub type CompletionQueue = Batcher<Completions>;
 
-#[derive(Default)]
-struct QueueState {
-    waiting: VecDeque<Job>,
-    /// Runner tasks alive, at most [`MAX_RUNNING`].
-    running: usize,
-}
-
-/// One waiting completion and where its outcome goes.
-struct Job {
-    request: Completion,
-    reply: oneshot::Sender<Outcome>,
-}
+/// Completions, as a kind of batched request (see the module docs).
+pub struct Completions;
 
 /// What a batch did for one of its completions.
 #[derive(Debug)]
-enum Outcome {
+pub enum Outcome {
     Completed(CompletedOrder),
     /// The update matched no pending order: missing, foreign, of another
     /// payment system, or completed already.
@@ -108,37 +83,45 @@ enum Outcome {
     Failed,
 }
 
-/// A completion of the batch being built, with the identical requests that
-/// ride along with it.
-struct Member {
-    job: Job,
-    duplicates: Vec<oneshot::Sender<Outcome>>,
-}
+impl BatchKind for Completions {
+    type Request = Completion;
+    type Outcome = Outcome;
+    const MAX_BATCH: usize = MAX_BATCH;
+    const MAX_RUNNING: usize = MAX_RUNNING;
 
-/// The buckets of [`CompletionQueue`]'s batch sizes.
-pub fn batch_size_histogram() -> Histogram {
-    Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
-}
-
-impl Default for CompletionQueue {
-    fn default() -> Self {
-        CompletionQueue::new(batch_size_histogram())
-    }
-}
-
-impl CompletionQueue {
-    /// A queue that records each statement's number of completions in
-    /// `batch_sizes`.
-    pub fn new(batch_sizes: Histogram) -> CompletionQueue {
-        CompletionQueue {
-            state: Mutex::default(),
-            batch_sizes,
-            statements: AtomicU64::new(0),
-            batched: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
+    /// Each order once: an identical request rides along, one for the same
+    /// order under another project or payment system waits.
+    fn admit(batch: &[&Completion], request: &Completion) -> Admission {
+        match batch
+            .iter()
+            .position(|other| other.order_id == request.order_id)
+        {
+            None => Admission::Join,
+            Some(at) if identical(batch[at], request) => Admission::RideAlong(at),
+            Some(_) => Admission::Later,
         }
     }
 
+    /// A duplicate is answered as a duplicate would be alone: the order is
+    /// read afterwards (409, or 404 when the first did not match either).
+    fn rider_outcome(leader: &Outcome) -> Outcome {
+        match leader {
+            Outcome::Completed(_) | Outcome::NotUpdated => Outcome::NotUpdated,
+            Outcome::Unavailable(err) => Outcome::Unavailable(err.clone()),
+            Outcome::Failed => Outcome::Failed,
+        }
+    }
+
+    fn failed(outcome: &Outcome) -> bool {
+        matches!(outcome, Outcome::Failed)
+    }
+
+    async fn run(statements: &Reader, requests: &[&Completion]) -> Vec<Outcome> {
+        complete_batch(statements, requests).await
+    }
+}
+
+impl Batcher<Completions> {
     /// Completes `request` exactly once: in a batch on PostgreSQL, as
     /// `orders::complete` elsewhere.
     pub async fn complete(
@@ -151,12 +134,12 @@ impl CompletionQueue {
         }
         let mut outcomes = self.enqueue(statements, std::slice::from_ref(&request));
         let outcome = outcomes.pop().expect("one outcome per request");
-        resolve(statements, request, outcome).await
+        resolve(statements, request, outcome.await).await
     }
 
-    /// Completes `requests` as [`CompletionQueue::complete`] completes each,
-    /// queued together: on PostgreSQL, as many as the rules of the module
-    /// docs allow go into one statement. Answers in their order.
+    /// Completes `requests` as [`Batcher::complete`] completes each, queued
+    /// together: on PostgreSQL, as many as the rules of the module docs
+    /// allow go into one statement. Answers in their order.
     pub async fn complete_all(
         self: &Arc<Self>,
         statements: &Reader,
@@ -171,108 +154,21 @@ impl CompletionQueue {
         }
         let outcomes = self.enqueue(statements, &requests);
         for (request, outcome) in requests.into_iter().zip(outcomes) {
-            answers.push(resolve(statements, request, outcome).await);
+            answers.push(resolve(statements, request, outcome.await).await);
         }
         answers
-    }
-
-    /// Statements run so far, the completions they held, and how many of
-    /// the statements failed (their completions then ran step by step).
-    pub fn statements_run(&self) -> (u64, u64, u64) {
-        (
-            self.statements.load(Ordering::Relaxed),
-            self.batched.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
-        )
-    }
-
-    /// Queues `requests` at once (under one lock, so that a runner started
-    /// now finds them all) and starts a runner if one more may run.
-    fn enqueue(
-        self: &Arc<Self>,
-        statements: &Reader,
-        requests: &[Completion],
-    ) -> Vec<oneshot::Receiver<Outcome>> {
-        let mut outcomes = Vec::with_capacity(requests.len());
-        let start_runner = {
-            let mut state = self.lock();
-            for request in requests {
-                let (reply, outcome) = oneshot::channel();
-                state.waiting.push_back(Job {
-                    request: request.clone(),
-                    reply,
-                });
-                outcomes.push(outcome);
-            }
-            state.start_runner()
-        };
-        if start_runner {
-            tokio::spawn(run(Runner::new(self.clone(), statements.clone())));
-        }
-        outcomes
-    }
-
-    fn record(&self, batch: usize) {
-        self.batch_sizes.observe(batch as f64);
-        self.statements.fetch_add(1, Ordering::Relaxed);
-        self.batched.fetch_add(batch as u64, Ordering::Relaxed);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Takes the next batch off the queue (see the module docs); empty when
-    /// nothing waits.
-    fn take_batch(&self) -> Vec<Member> {
-        let mut state = self.lock();
-        let mut batch: Vec<Member> = Vec::new();
-        let mut index = 0;
-        while index < state.waiting.len() && batch.len() < MAX_BATCH {
-            let job = &state.waiting[index];
-            if job.reply.is_closed() {
-                // Its caller went away before anything was done.
-                state.waiting.remove(index);
-                continue;
-            }
-            let same_order = batch
-                .iter()
-                .position(|member| member.job.request.order_id == job.request.order_id);
-            match same_order {
-                None => {
-                    let job = state.waiting.remove(index).expect("index is in range");
-                    batch.push(Member {
-                        job,
-                        duplicates: Vec::new(),
-                    });
-                }
-                Some(at) if identical(&batch[at].job.request, &job.request) => {
-                    let job = state.waiting.remove(index).expect("index is in range");
-                    batch[at].duplicates.push(job.reply);
-                }
-                // Same order, other project or payment system: next batch.
-                Some(_) => index += 1,
-            }
-        }
-        batch
-    }
-
-    /// Completions waiting, for tests.
-    #[cfg(test)]
-    fn waiting(&self) -> usize {
-        self.lock().waiting.len()
     }
 }
 
 /// Turns a batch's outcome into the answer `orders::complete` would give.
+/// No outcome at all: the completion was not run (shutdown, or its runner
+/// panicked), so nothing was changed.
 async fn resolve(
     statements: &Reader,
     request: Completion,
-    outcome: oneshot::Receiver<Outcome>,
+    outcome: Result<Outcome, tokio::sync::oneshot::error::RecvError>,
 ) -> Result<CompletedOrder, CompleteError> {
-    // The runner never drops a job without an answer unless it panicked or
-    // the runtime is shutting down.
-    let outcome = outcome.await.unwrap_or_else(|_| {
+    let outcome = outcome.unwrap_or_else(|_| {
         Outcome::Unavailable(DbErr::Custom("the completion was not run".into()))
     });
     match outcome {
@@ -283,105 +179,10 @@ async fn resolve(
     }
 }
 
-impl QueueState {
-    /// Counts a new runner in when one more may run.
-    fn start_runner(&mut self) -> bool {
-        if self.running < MAX_RUNNING {
-            self.running += 1;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// Whether `b` asks exactly what `a` asks, but for the payment id (a
 /// duplicate's payment id is not recorded: the order is completed once).
 fn identical(a: &Completion, b: &Completion) -> bool {
     a.order_id == b.order_id && a.project_id == b.project_id && a.payment_system == b.payment_system
-}
-
-/// A runner task's hold on the queue. Dropped when the task ends, however
-/// it ends: it counts the runner out and, unless the task was cancelled,
-/// starts another if completions still wait (one may have been queued
-/// after the runner found the queue empty, or a panic ended it), so that
-/// none is left behind. A cancelled task means the runtime is shutting
-/// down: the completions still waiting are dropped unrun (their callers
-/// are answered 503, and nothing was changed), and no runner is started,
-/// since a task spawned now would be dropped at once, and with it its
-/// runner, again and again.
-struct Runner {
-    queue: Arc<CompletionQueue>,
-    statements: Reader,
-    /// Set when `run` returned: the queue was empty.
-    finished: bool,
-}
-
-impl Runner {
-    fn new(queue: Arc<CompletionQueue>, statements: Reader) -> Runner {
-        Runner {
-            queue,
-            statements,
-            finished: false,
-        }
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        let cancelled = !self.finished && !std::thread::panicking();
-        let restart = {
-            let mut state = self.queue.lock();
-            state.running -= 1;
-            if cancelled {
-                state.waiting.clear();
-            }
-            !state.waiting.is_empty() && state.start_runner()
-        };
-        if !restart {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(run(Runner::new(
-                    self.queue.clone(),
-                    self.statements.clone(),
-                )));
-            }
-            Err(_) => self.queue.lock().running -= 1,
-        }
-    }
-}
-
-/// Runs batches until the queue is empty.
-async fn run(mut runner: Runner) {
-    loop {
-        let batch = runner.queue.take_batch();
-        if batch.is_empty() {
-            runner.finished = true;
-            return;
-        }
-        let requests: Vec<&Completion> = batch.iter().map(|m| &m.job.request).collect();
-        runner.queue.record(requests.len());
-        let outcomes = complete_batch(&runner.statements, &requests).await;
-        if outcomes
-            .iter()
-            .any(|outcome| matches!(outcome, Outcome::Failed))
-        {
-            runner.queue.failed.fetch_add(1, Ordering::Relaxed);
-        }
-        for (member, outcome) in batch.into_iter().zip(outcomes) {
-            for duplicate in member.duplicates {
-                let _ = duplicate.send(match &outcome {
-                    Outcome::Completed(_) | Outcome::NotUpdated => Outcome::NotUpdated,
-                    Outcome::Unavailable(err) => Outcome::Unavailable(err.clone()),
-                    Outcome::Failed => Outcome::Failed,
-                });
-            }
-            // The caller may have gone away meanwhile; the work is done.
-            let _ = member.job.reply.send(outcome);
-        }
-    }
 }
 
 /// Runs `requests` (distinct orders) as one statement; one outcome each, in
@@ -565,89 +366,50 @@ mod tests {
         }
     }
 
-    fn enqueue(queue: &CompletionQueue, request: Completion) -> oneshot::Receiver<Outcome> {
-        let (reply, outcome) = oneshot::channel();
-        queue.lock().waiting.push_back(Job { request, reply });
-        outcome
-    }
-
     #[test]
     fn a_batch_names_each_order_once_and_identical_requests_ride_along() {
-        let queue = CompletionQueue::default();
-        let _a = enqueue(&queue, request("Order:AAAAAAAA", 1, "cstm:paygate"));
-        let _b = enqueue(&queue, request("Order:BBBBBBBB", 1, "cstm:paygate"));
-        let _a_again = enqueue(&queue, request("Order:AAAAAAAA", 1, "cstm:paygate"));
-        let _a_other_system = enqueue(&queue, request("Order:AAAAAAAA", 1, "cstm:other"));
-        let _a_other_project = enqueue(&queue, request("Order:AAAAAAAA", 2, "cstm:paygate"));
-        let batch = queue.take_batch();
-        let orders: Vec<_> = batch
-            .iter()
-            .map(|m| m.job.request.order_id.as_str())
-            .collect();
-        assert_eq!(orders, ["Order:AAAAAAAA", "Order:BBBBBBBB"]);
-        assert_eq!(batch[0].duplicates.len(), 1);
-        assert_eq!(batch[1].duplicates.len(), 0);
-        // The two that differ wait, one per batch, in their order.
-        assert_eq!(queue.waiting(), 2);
-        let next = queue.take_batch();
-        assert_eq!(next.len(), 1);
-        assert_eq!(next[0].job.request.payment_system, "cstm:other");
-        let last = queue.take_batch();
-        assert_eq!(last[0].job.request.project_id, 2);
-        assert!(queue.take_batch().is_empty());
+        let a = request("Order:AAAAAAAA", 1, "cstm:paygate");
+        let b = request("Order:BBBBBBBB", 1, "cstm:paygate");
+        let batch = [&a, &b];
+        let mut again = request("Order:AAAAAAAA", 1, "cstm:paygate");
+        again.payment_id = Some("other".into());
+        assert!(matches!(
+            Completions::admit(&batch, &again),
+            Admission::RideAlong(0)
+        ));
+        for other in [
+            request("Order:AAAAAAAA", 1, "cstm:other"),
+            request("Order:AAAAAAAA", 2, "cstm:paygate"),
+        ] {
+            assert!(matches!(
+                Completions::admit(&batch, &other),
+                Admission::Later
+            ));
+        }
+        let c = request("Order:CCCCCCCC", 2, "cstm:other");
+        assert!(matches!(Completions::admit(&batch, &c), Admission::Join));
     }
 
     #[test]
-    fn a_request_whose_caller_went_away_is_left_out() {
-        let queue = CompletionQueue::default();
-        let gone = enqueue(&queue, request("Order:AAAAAAAA", 1, "cstm:paygate"));
-        let _kept = enqueue(&queue, request("Order:BBBBBBBB", 1, "cstm:paygate"));
-        drop(gone);
-        let batch = queue.take_batch();
-        assert_eq!(batch.len(), 1);
-        assert_eq!(batch[0].job.request.order_id, "Order:BBBBBBBB");
-        assert_eq!(queue.waiting(), 0);
-    }
-
-    #[test]
-    fn a_batch_holds_at_most_max_batch() {
-        let queue = CompletionQueue::default();
-        let _outcomes: Vec<_> = (0..MAX_BATCH + 3)
-            .map(|i| enqueue(&queue, request(&format!("Order:{i:08}"), 1, "cstm:paygate")))
-            .collect();
-        assert_eq!(queue.take_batch().len(), MAX_BATCH);
-        assert_eq!(queue.take_batch().len(), 3);
-    }
-
-    /// At shutdown the runtime drops the runner's task: what waits is
-    /// dropped unrun (its caller hears so), and no runner is started on a
-    /// runtime that would drop it at once (which recursed until the stack
-    /// overflowed).
-    #[tokio::test]
-    async fn a_runner_cancelled_at_shutdown_drops_what_waits_and_starts_none() {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let url = format!("sqlite://{}", dir.path().join("queue.db").display());
-        let (db, _, _) = crate::service::testing::shop(&url, "buyer@example.com").await;
-        let reader = Reader::new(db, &url, &crate::db::PoolSettings::default());
-        let queue = Arc::new(CompletionQueue::default());
-        let outcome = enqueue(&queue, request("Order:AAAAAAAA", 1, "cstm:paygate"));
-        assert!(queue.lock().start_runner());
-        let runner = Runner::new(queue.clone(), reader);
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .expect("runtime");
-            runtime.spawn(async move {
-                let _runner = runner;
-                std::future::pending::<()>().await
-            });
-            drop(runtime);
-        })
-        .join()
-        .expect("the runtime shuts down");
-        assert_eq!(queue.waiting(), 0);
-        assert_eq!(queue.lock().running, 0);
-        assert!(outcome.await.is_err(), "the caller hears it was not run");
+    fn a_duplicate_is_answered_as_a_duplicate() {
+        let done = Outcome::Completed(CompletedOrder {
+            order_id: "Order:AAAAAAAA".into(),
+            payment_system: "cstm:paygate".into(),
+            payment_id: None,
+            amount: Money::from_cents(100).unwrap(),
+            completed_at: chrono::Utc::now(),
+            user_id: 1,
+            server_id: 0,
+            balance_after: Money::from_cents(100).unwrap(),
+        });
+        assert!(matches!(
+            Completions::rider_outcome(&done),
+            Outcome::NotUpdated
+        ));
+        assert!(matches!(
+            Completions::rider_outcome(&Outcome::Failed),
+            Outcome::Failed
+        ));
     }
 
     #[test]

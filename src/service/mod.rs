@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod balances;
+pub mod batching;
 pub mod completion_queue;
 pub mod orders;
 pub mod projects;
