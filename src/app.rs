@@ -29,7 +29,9 @@ use crate::{
     db::Reader,
     metrics::Metrics,
     middleware::{RequestContext, RequestTimeout},
-    service::{completion_queue::CompletionQueue, tokens::UsageRecorder},
+    service::{
+        balance_reads::BalanceReadQueue, completion_queue::CompletionQueue, tokens::UsageRecorder,
+    },
 };
 
 /// What every request handler may reach.
@@ -44,6 +46,9 @@ pub struct AppState {
     /// Completions waiting to be written together (PostgreSQL; see
     /// `service::completion_queue`).
     pub completions: Arc<CompletionQueue>,
+    /// Balance requests' reads waiting to be read together (PostgreSQL; see
+    /// `service::balance_reads`).
+    pub balance_reads: Arc<BalanceReadQueue>,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
     /// How long a request body may take to arrive (408 after).
@@ -58,6 +63,7 @@ impl AppState {
             token_usage: Arc::default(),
             db,
             completions: Arc::new(CompletionQueue::new(metrics.completion_batch_sizes())),
+            balance_reads: Arc::new(BalanceReadQueue::new(metrics.balance_read_batch_sizes())),
             metrics,
             max_body_bytes: settings.max_body_bytes,
             // Shorter than the request timeout, so that a slow client gets

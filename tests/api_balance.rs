@@ -3,13 +3,16 @@
 
 mod common;
 
-use common::TestApp;
+use std::sync::Arc;
+
+use common::{Backend, TestApp};
 use masterpay::{
     db::Reader,
     service::{
+        balance_reads::BalanceReadQueue,
         balances::{self, LookupRequest, UserRef},
         servers,
-        tokens::{self, UsageRecorder},
+        tokens::{self, AuthError, Permission, UsageRecorder},
     },
 };
 use serde_json::json;
@@ -355,7 +358,7 @@ async fn the_lookup_read_with_the_token_is_the_lookup_read_alone(app: TestApp) {
     for request in &cases {
         let alone = outcome(&balances::lookup(&reader, app.project_id, request, None).await);
         let (principal, prefetched) =
-            tokens::authenticate(&reader, &usage, &token, Some(request.clone()))
+            tokens::authenticate(&reader, &usage, None, &token, Some(request.clone()))
                 .await
                 .expect("token");
         assert_eq!(principal.project_id, app.project_id);
@@ -389,9 +392,10 @@ async fn a_prefetched_lookup_answers_only_the_same_lookup(app: TestApp) {
         },
         server_id: 0,
     };
-    let (_, prefetched) = tokens::authenticate(&reader, &usage, &token, Some(for_alice.clone()))
-        .await
-        .expect("token");
+    let (_, prefetched) =
+        tokens::authenticate(&reader, &usage, None, &token, Some(for_alice.clone()))
+            .await
+            .expect("token");
     let prefetched = prefetched.expect("prefetched");
     let for_bob = LookupRequest {
         who: UserRef {
@@ -411,10 +415,126 @@ async fn a_prefetched_lookup_answers_only_the_same_lookup(app: TestApp) {
     let other = app.project("Other").await;
     assert_eq!(read(for_alice, other).await, "user not found");
     // No lookup asked, none read.
-    let (_, none) = tokens::authenticate(&reader, &usage, &token, None)
+    let (_, none) = tokens::authenticate(&reader, &usage, None, &token, None)
         .await
         .expect("token");
     assert!(none.is_none());
+}
+
+/// Balance requests' reads queued together (`BalanceReadQueue`), as
+/// concurrent requests are: on PostgreSQL one statement reads all of one
+/// shape. Each must authenticate and find exactly what it finds alone,
+/// next to an unknown token and a disabled one in the same statement.
+///
+/// On one thread (`current_thread`), so that every read is queued before a
+/// runner takes any: then the statements are exactly one per shape.
+async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
+    let active = app.full_token().await;
+    let (disabled_id, disabled) = app.token(&[Permission::Balance]).await;
+    tokens::set_active(&app.db, disabled_id, false)
+        .await
+        .expect("disable");
+    let unknown = "Z".repeat(64);
+    let alice = app.user("alice@example.com").await;
+    let bob = app.user("bob@example.com").await;
+    let server = app.server("eu-1").await;
+    app.set_balance(alice, None, "1250.5", "25").await;
+    app.set_balance(alice, Some(server), "7.01", "0").await;
+    app.set_balance(bob, None, "3", "4").await;
+    let other = app.project("Other").await;
+    let stranger = app.user_in(other, "carol@example.com").await;
+
+    let reader = Reader::new(app.db.clone(), &app.database.url, &common::test_pool());
+    let usage = UsageRecorder::default();
+    let queue = Arc::new(BalanceReadQueue::default());
+    let who = |user_id: Option<i64>, email: Option<&str>| UserRef {
+        user_id,
+        email: email.map(str::to_owned),
+    };
+    let mut cases = Vec::new();
+    for server_id in [0, server, 987_654] {
+        for person in [
+            who(Some(alice), None),
+            who(Some(bob), None),
+            who(Some(stranger), None),
+            who(None, Some("ALICE@example.com")),
+            who(None, Some("bob@example.com")),
+            who(Some(alice), Some("alice@example.com")),
+            who(Some(alice), Some("bob@example.com")),
+        ] {
+            for token in [&active, &disabled, &unknown] {
+                cases.push((
+                    token.as_str(),
+                    LookupRequest {
+                        who: person.clone(),
+                        server_id,
+                    },
+                ));
+            }
+        }
+    }
+    let together = futures::future::join_all(cases.iter().map(|(token, request)| {
+        tokens::authenticate(&reader, &usage, Some(&queue), token, Some(request.clone()))
+    }))
+    .await;
+    let mut outcomes = std::collections::BTreeSet::new();
+    for ((token, request), read) in cases.iter().zip(together) {
+        let (principal, prefetched) = match read {
+            Ok(read) => read,
+            Err(AuthError::TokenDisabled) if *token == disabled => continue,
+            Err(AuthError::TokenNotFound) if *token == unknown => continue,
+            Err(err) => panic!("{request:?}: {err}"),
+        };
+        assert_eq!(*token, active, "only the active token authenticates");
+        assert_eq!(principal.project_id, app.project_id);
+        let alone = outcome(&balances::lookup(&reader, app.project_id, request, None).await);
+        let prefetched = prefetched.expect("the lookup read with the token");
+        let joined = balances::lookup(&reader, app.project_id, request, Some(&prefetched)).await;
+        assert_eq!(outcome(&joined), alone, "{request:?}");
+        outcomes.insert(alone);
+    }
+    assert!(outcomes.contains("1250.50/25.00"), "{outcomes:?}");
+    assert!(outcomes.contains("7.01/0.00"), "{outcomes:?}");
+    assert!(outcomes.contains("3.00/4.00"), "{outcomes:?}");
+    assert!(outcomes.contains("0.00/0.00"), "{outcomes:?}");
+    assert!(outcomes.contains("user not found"), "{outcomes:?}");
+    assert!(outcomes.contains("server not found"), "{outcomes:?}");
+    if app.backend == Backend::Postgres {
+        // 63 reads of six shapes (by id, by e-mail or both; the general
+        // account or a server): six statements, none failed.
+        assert_eq!(queue.statements_run(), (6, 63, 0));
+    }
+}
+
+mod read_together {
+    use super::*;
+
+    #[tokio::test]
+    async fn sqlite() {
+        common::run(
+            Backend::Sqlite,
+            lookups_read_together_are_each_the_lookup_read_alone,
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn postgres() {
+        common::run(
+            Backend::Postgres,
+            lookups_read_together_are_each_the_lookup_read_alone,
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn mysql() {
+        common::run(
+            Backend::MySql,
+            lookups_read_together_are_each_the_lookup_read_alone,
+        )
+        .await
+    }
 }
 
 fn outcome(result: &Result<balances::AccountBalance, balances::BalanceLookupError>) -> String {

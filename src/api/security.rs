@@ -114,9 +114,15 @@ async fn authenticate(req: &Request) -> Result<Authenticated, ApiError> {
     } else {
         None
     };
-    let (principal, prefetched) = tokens::authenticate(&reader, &state.token_usage, token, lookup)
-        .await
-        .map_err(ApiError::from)?;
+    let (principal, prefetched) = tokens::authenticate(
+        &reader,
+        &state.token_usage,
+        Some(&state.balance_reads),
+        token,
+        lookup,
+    )
+    .await
+    .map_err(ApiError::from)?;
     Ok(Authenticated {
         principal,
         reader,

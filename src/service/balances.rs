@@ -197,6 +197,21 @@ impl LookupShape {
     pub(crate) fn index(self) -> usize {
         usize::from(self.by_id) | usize::from(self.by_email) << 1 | usize::from(self.general) << 2
     }
+
+    /// Whether the user is named by id.
+    pub(crate) fn by_id(self) -> bool {
+        self.by_id
+    }
+
+    /// Whether the user is named by e-mail.
+    pub(crate) fn by_email(self) -> bool {
+        self.by_email
+    }
+
+    /// Whether the lookup is of the general account (no server to find).
+    pub(crate) fn general(self) -> bool {
+        self.general
+    }
 }
 
 /// Joins the lookup to `query`, a statement over one row that has the

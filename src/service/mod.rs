@@ -6,6 +6,7 @@
 //! more than one row runs in one transaction.
 
 pub mod audit;
+pub mod balance_reads;
 pub mod balances;
 pub mod batching;
 pub mod completion_queue;

@@ -16,7 +16,7 @@ use std::{
     collections::HashMap,
     fmt,
     str::FromStr,
-    sync::{Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError},
 };
 
 use chrono::{DateTime, Utc};
@@ -34,10 +34,11 @@ use sha2::{Digest, Sha256};
 
 use super::{
     AdminError,
+    balance_reads::{BalanceRead, BalanceReadQueue},
     balances::{self, LookupRequest, LookupShape, Prefetched},
     now, projects, validate,
 };
-use crate::db::{CachedSql, Reader};
+use crate::db::{CachedSql, ReadRow, Reader};
 
 /// Length of a token value.
 pub const TOKEN_LEN: usize = 64;
@@ -379,9 +380,13 @@ pub fn bearer_token(header: Option<&str>) -> Result<&str, AuthError> {
 /// its own checks (`balances::lookup`). Used where every read goes to the
 /// database (PostgreSQL, MySQL); on SQLite the token alone is read, from a
 /// per-connection cache that a joined read would always miss.
+///
+/// With `reads` on PostgreSQL, that joined statement is read together with
+/// other balance requests' (`balance_reads`): one statement for many.
 pub async fn authenticate(
     db: &Reader,
     usage: &UsageRecorder,
+    reads: Option<&Arc<BalanceReadQueue>>,
     token: &str,
     lookup: Option<LookupRequest>,
 ) -> Result<(Principal, Option<Prefetched>), AuthError> {
@@ -389,9 +394,17 @@ pub async fn authenticate(
         let stmt = auth_statement_with_lookup(db.backend(), hash(token), &request)?;
         Some((stmt, request))
     });
-    let (row, lookup) = match joined {
-        Some((stmt, request)) => (db.one(stmt).await?, Some(request)),
-        None => {
+    let (row, lookup) = match (joined, reads) {
+        (Some((_, request)), Some(reads)) if db.backend() == DbBackend::Postgres => {
+            let read = BalanceRead {
+                token_hash: hash(token),
+                request,
+            };
+            let row = reads.read(db, read.clone()).await?;
+            (row.map(ReadRow::Sqlx), Some(read.request))
+        }
+        (Some((stmt, request)), _) => (db.one(stmt).await?, Some(request)),
+        (None, _) => {
             let stmt = auth_statement(db.backend(), hash(token));
             (db.one_cached(stmt).await?, None)
         }
@@ -433,7 +446,7 @@ pub async fn authenticate(
 }
 
 /// Index of the first permission column of [`auth_statement`].
-const AUTH_PERMISSION_COLUMNS: usize = 5;
+pub(crate) const AUTH_PERMISSION_COLUMNS: usize = 5;
 
 /// The statement behind [`authenticate`]: the token by its hash, its
 /// project's state (left-joined: NULL when the project is gone), and for
@@ -446,7 +459,7 @@ fn auth_statement(backend: DbBackend, token_hash: String) -> Statement {
 /// [`auth_statement`] with `request`'s balance lookup joined to it for the
 /// token's project (`balances::join_lookup`): one statement, one round trip
 /// and one snapshot for both. `None` when `request` names no user.
-fn auth_statement_with_lookup(
+pub(crate) fn auth_statement_with_lookup(
     backend: DbBackend,
     token_hash: String,
     request: &LookupRequest,

@@ -1,0 +1,306 @@
+//! Balance requests' reads on PostgreSQL, many in one statement.
+//!
+//! Since step 25 a balance request on PostgreSQL is one statement: its token
+//! with the requested balance joined to it (`tokens::authenticate`). What
+//! that costs is mostly the statement itself (the round trip, the wake-ups
+//! of the service and of PostgreSQL, the executor's start), not its few
+//! index lookups: pgbench made 27 400 to 30 400 such statements a second at
+//! 64 clients, and 8 800 to 9 300 statements of 16 lookups each at 4
+//! clients, 140 000 lookups a second (docs/benchmarks.md, step 27). So the
+//! reads of concurrent balance requests queue (`service::batching`), and a
+//! runner reads up to [`MAX_BATCH`] of them with one statement: the
+//! requests as a `VALUES` list, each left-joined to its token, the token's
+//! project and permissions, and the requested user, balance and server,
+//! exactly as the single statement joins them, one row per request.
+//!
+//! What does not change: a request's token is read by a statement that
+//! starts after the request arrived, so a token change holds from the next
+//! request; the endpoint still checks everything itself and uses the row
+//! only for exactly the lookup it validated (`balances::lookup`); a read
+//! that finds a runner free goes at once, alone, as the single statement.
+//! Reads of one shape (by id, e-mail or both; general account or a server)
+//! share a statement; another shape waits for the next one.
+
+use sea_orm::{DbBackend, DbErr, QueryResult, Statement, Value};
+use std::sync::OnceLock;
+
+use super::{
+    balances::{self, LookupRequest, LookupShape},
+    batching::{Admission, BatchKind, Batcher},
+    tokens::{self, Permission},
+};
+use crate::db::Reader;
+
+/// Most reads in one statement.
+pub const MAX_BATCH: usize = 32;
+/// Most statements in flight at once, per instance.
+pub const MAX_RUNNING: usize = 2;
+
+/// The queue of balance reads waiting for a statement; one per instance.
+pub type BalanceReadQueue = Batcher<BalanceReads>;
+
+/// Balance requests' token-and-balance reads, as a kind of batched request.
+pub struct BalanceReads;
+
+/// One balance request's read: the token's hash and the lookup it asks.
+#[derive(Debug, Clone)]
+pub struct BalanceRead {
+    pub token_hash: String,
+    pub request: LookupRequest,
+}
+
+/// The row of the token's statement joined with the lookup
+/// (`tokens::auth_statement_with_lookup`'s columns), `None` when no token
+/// has that hash, or the error of the statement.
+pub type ReadOutcome = Result<Option<QueryResult>, DbErr>;
+
+impl BatchKind for BalanceReads {
+    type Request = BalanceRead;
+    type Outcome = ReadOutcome;
+    const MAX_BATCH: usize = MAX_BATCH;
+    const MAX_RUNNING: usize = MAX_RUNNING;
+
+    /// One shape per statement.
+    fn admit(batch: &[&BalanceRead], read: &BalanceRead) -> Admission {
+        match batch.first() {
+            Some(first) if shape_index(first) != shape_index(read) => Admission::Later,
+            _ => Admission::Join,
+        }
+    }
+
+    /// Never asked: [`BalanceReads::admit`] lets no read ride along.
+    fn rider_outcome(leader: &ReadOutcome) -> ReadOutcome {
+        match leader {
+            Err(err) => Err(err.clone()),
+            Ok(_) => Err(DbErr::Custom("a balance read rode along".into())),
+        }
+    }
+
+    fn failed(outcome: &ReadOutcome) -> bool {
+        outcome.is_err()
+    }
+
+    async fn run(statements: &Reader, reads: &[&BalanceRead]) -> Vec<ReadOutcome> {
+        read_batch(statements, reads).await
+    }
+}
+
+impl Batcher<BalanceReads> {
+    /// The token row of `read`, with its lookup joined, read together with
+    /// other balance requests' on PostgreSQL.
+    pub async fn read(
+        self: &std::sync::Arc<Self>,
+        statements: &Reader,
+        read: BalanceRead,
+    ) -> ReadOutcome {
+        let mut outcomes = self.enqueue(statements, std::slice::from_ref(&read));
+        let outcome = outcomes.pop().expect("one outcome per read");
+        outcome
+            .await
+            .unwrap_or_else(|_| Err(DbErr::Custom("the read was not run".into())))
+    }
+}
+
+/// The statement shape of `read` (`None` when it names no user: such a
+/// request never comes here, `tokens::authenticate` reads its token alone).
+fn shape_index(read: &BalanceRead) -> Option<usize> {
+    balances::lookup_params(&read.request).map(|(shape, _)| shape.index())
+}
+
+/// Reads `reads` (one shape) with one statement; one outcome each, in
+/// their order. One read alone is the single statement of step 25.
+async fn read_batch(statements: &Reader, reads: &[&BalanceRead]) -> Vec<ReadOutcome> {
+    let all = |err: DbErr| reads.iter().map(|_| Err(err.clone())).collect();
+    if let [read] = reads {
+        let Some(stmt) = tokens::auth_statement_with_lookup(
+            DbBackend::Postgres,
+            read.token_hash.clone(),
+            &read.request,
+        ) else {
+            return vec![Err(DbErr::Custom("a balance read names no user".into()))];
+        };
+        return vec![statements.autocommit_one(stmt).await];
+    }
+    let Some((shape, _)) = balances::lookup_params(&reads[0].request) else {
+        return all(DbErr::Custom("a balance read names no user".into()));
+    };
+    let mut values: Vec<Value> = Permission::ALL
+        .iter()
+        .map(|permission| Value::from(permission.as_str()))
+        .collect();
+    for read in reads {
+        let Some((_, lookup)) = balances::lookup_params(&read.request) else {
+            return all(DbErr::Custom("a balance read names no user".into()));
+        };
+        values.push(Value::from(read.token_hash.as_str()));
+        values.extend(lookup);
+    }
+    let stmt =
+        Statement::from_sql_and_values(DbBackend::Postgres, batch_sql(shape, reads.len()), values);
+    let rows = match statements.autocommit_all(stmt).await {
+        Ok(rows) => rows,
+        Err(err) => return all(err),
+    };
+    // One row per read (every join is on a unique key); the index is the
+    // last column. A read without its row is answered with an error, never
+    // with another read's row.
+    let index_column = shape_columns(shape) - 1;
+    let mut outcomes: Vec<ReadOutcome> = reads
+        .iter()
+        .map(|_| Err(DbErr::Custom("no row for a balance read".into())))
+        .collect();
+    for row in rows {
+        let index = row
+            .try_get_by_index::<i32>(index_column)
+            .ok()
+            .and_then(|index| usize::try_from(index).ok());
+        let Some(outcome) = index.and_then(|index| outcomes.get_mut(index)) else {
+            continue;
+        };
+        // A token id of NULL: no token has the hash (the single statement
+        // returns no row then).
+        *outcome = match row.try_get_by_index::<Option<i64>>(0) {
+            Ok(Some(_)) => Ok(Some(row)),
+            Ok(None) => Ok(None),
+            Err(err) => Err(err),
+        };
+    }
+    outcomes
+}
+
+/// How many columns a row of [`batch_sql`] has for `shape`: the token's,
+/// one per permission, the lookup's (user, main, bonus, and the server
+/// unless it is the general account), and the read's index.
+fn shape_columns(shape: LookupShape) -> usize {
+    tokens::AUTH_PERMISSION_COLUMNS + Permission::ALL.len() + 3 + usize::from(!shape.general()) + 1
+}
+
+/// The statement for `count` reads of `shape` (2 ..= [`MAX_BATCH`]), built
+/// once per shape and count. Its columns are those of
+/// `tokens::auth_statement_with_lookup`, in the same order, then the read's
+/// index. Parameters: the name of each of [`Permission::ALL`], then per
+/// read its token's hash, the server id, and the user id and e-mail when
+/// the shape has them (`balances::lookup_params`).
+fn batch_sql(shape: LookupShape, count: usize) -> &'static str {
+    debug_assert!((2..=MAX_BATCH).contains(&count), "batch of {count}");
+    static SQL: [OnceLock<Vec<String>>; LookupShape::COUNT] =
+        [const { OnceLock::new() }; LookupShape::COUNT];
+    let all = SQL[shape.index()].get_or_init(|| {
+        (0..=MAX_BATCH)
+            .map(|count| build_batch_sql(shape, count))
+            .collect()
+    });
+    all[count.min(MAX_BATCH)].as_str()
+}
+
+fn build_batch_sql(shape: LookupShape, count: usize) -> String {
+    let permissions = Permission::ALL.len();
+    let mut names = vec!["\"token_hash\"", "\"server_id\""];
+    if shape.by_id() {
+        names.push("\"user_id\"");
+    }
+    if shape.by_email() {
+        names.push("\"email\"");
+    }
+    let rows: Vec<String> = (0..count)
+        .map(|index| {
+            let first = permissions + 1 + index * names.len();
+            let params: Vec<String> = (0..names.len())
+                .map(|i| format!("${}", first + i))
+                .collect();
+            format!("({index}, {})", params.join(", "))
+        })
+        .collect();
+    let granted: Vec<String> = (1..=permissions)
+        .map(|i| {
+            format!(
+                "(SELECT COUNT(*) FROM \"token_permissions\" \
+                 WHERE \"token_permissions\".\"token_id\" = \"app_tokens\".\"id\" \
+                 AND \"token_permissions\".\"permission\" = ${i})"
+            )
+        })
+        .collect();
+    let mut user = String::from("\"users\".\"project_id\" = \"app_tokens\".\"project_id\"");
+    if shape.by_id() {
+        user.push_str(" AND \"users\".\"id\" = \"r\".\"user_id\"");
+    }
+    if shape.by_email() {
+        user.push_str(" AND \"users\".\"email\" = \"r\".\"email\"");
+    }
+    let (server_column, server_join) = if shape.general() {
+        ("", String::new())
+    } else {
+        (
+            ", \"servers\".\"id\"",
+            " LEFT JOIN \"servers\" ON \"servers\".\"id\" = \"r\".\"server_id\" \
+             AND \"servers\".\"project_id\" = \"users\".\"project_id\""
+                .to_owned(),
+        )
+    };
+    format!(
+        "WITH \"r\" (\"idx\", {names}) AS (VALUES {rows}) \
+         SELECT \"app_tokens\".\"id\", \"app_tokens\".\"project_id\", \"app_tokens\".\"active\", \
+         \"app_tokens\".\"last_used_at\", \"projects\".\"active\", {granted}, \
+         \"users\".\"id\", \"balances\".\"main_cents\", \"balances\".\"bonus_cents\"{server_column}, \
+         \"r\".\"idx\" \
+         FROM \"r\" \
+         LEFT JOIN \"app_tokens\" ON \"app_tokens\".\"token_hash\" = \"r\".\"token_hash\" \
+         LEFT JOIN \"projects\" ON \"projects\".\"id\" = \"app_tokens\".\"project_id\" \
+         LEFT JOIN \"users\" ON {user} \
+         LEFT JOIN \"balances\" ON \"balances\".\"user_id\" = \"users\".\"id\" \
+         AND \"balances\".\"server_id\" = \"r\".\"server_id\"{server_join}",
+        names = names.join(", "),
+        rows = rows.join(", "),
+        granted = granted.join(", "),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::balances::UserRef;
+
+    fn read(user_id: Option<i64>, email: Option<&str>, server_id: i64) -> BalanceRead {
+        BalanceRead {
+            token_hash: "h".into(),
+            request: LookupRequest {
+                who: UserRef {
+                    user_id,
+                    email: email.map(str::to_owned),
+                },
+                server_id,
+            },
+        }
+    }
+
+    #[test]
+    fn a_statement_holds_one_shape() {
+        let by_id = read(Some(1), None, 0);
+        let batch = [&by_id];
+        assert!(matches!(
+            BalanceReads::admit(&batch, &read(Some(2), None, 0)),
+            Admission::Join
+        ));
+        for other in [
+            read(Some(2), None, 5),
+            read(None, Some("a@example.com"), 0),
+            read(Some(2), Some("a@example.com"), 0),
+        ] {
+            assert!(matches!(
+                BalanceReads::admit(&batch, &other),
+                Admission::Later
+            ));
+        }
+    }
+
+    #[test]
+    fn the_statement_numbers_its_parameters_per_read() {
+        let (shape, _) = balances::lookup_params(&read(Some(1), Some("a@example.com"), 3).request)
+            .expect("a user");
+        let sql = batch_sql(shape, 2);
+        assert!(sql.contains("VALUES (0, $3, $4, $5, $6), (1, $7, $8, $9, $10)"));
+        assert!(!sql.contains("$11"));
+        assert!(sql.contains("\"servers\".\"id\", \"r\".\"idx\""));
+        assert_eq!(shape_columns(shape), 12);
+    }
+}
