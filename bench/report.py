@@ -235,18 +235,18 @@ if needs:
     for line in needs:
         print(f"- {line}")
 
-# PostgreSQL writes concurrent completions in groups (the warm-up's and
-# every round's): the mean group, from the server's own histogram. pgbench's
-# complete ceiling runs one completion per statement, as each request alone
-# would (docs/benchmarks.md, step 26).
+# PostgreSQL reads and writes concurrent requests in groups (the warm-up's
+# and every round's): the mean group, from the server's own histograms.
+# pgbench's ceilings run one request per statement, as each request alone
+# would (docs/benchmarks.md, steps 26 and 27).
 batches = out / "batches.tsv"
 if batches.exists():
     lines = []
-    for backend, size, statements, completions in csv.reader(open(batches), delimiter="\t"):
+    for backend, size, kind, statements, requests in csv.reader(open(batches), delimiter="\t"):
         if int(statements):
-            lines.append(f"{backend} {size}: {int(completions):,} completions in {int(statements):,} "
-                         f"statements, {int(completions) / int(statements):.1f} per statement")
+            lines.append(f"{backend} {size} {kind}: {int(requests):,} in {int(statements):,} "
+                         f"statements, {int(requests) / int(statements):.1f} per statement")
     if lines:
-        print("\nCompletions per statement (PostgreSQL group commit; pgbench's ceiling writes one per statement):\n")
+        print("\nRequests per statement (PostgreSQL groups; pgbench's ceilings run one per statement):\n")
         for line in lines:
             print(f"- {line}")

@@ -11,8 +11,8 @@ use masterpay::{
     service::{
         balance_reads::BalanceReadQueue,
         balances::{self, LookupRequest, UserRef},
-        servers,
-        tokens::{self, AuthError, Permission, UsageRecorder},
+        projects, servers,
+        tokens::{self, Permission, UsageRecorder},
     },
 };
 use serde_json::json;
@@ -423,13 +423,17 @@ async fn a_prefetched_lookup_answers_only_the_same_lookup(app: TestApp) {
 
 /// Balance requests' reads queued together (`BalanceReadQueue`), as
 /// concurrent requests are: on PostgreSQL one statement reads all of one
-/// shape. Each must authenticate and find exactly what it finds alone,
-/// next to an unknown token and a disabled one in the same statement.
+/// shape. Each must authenticate exactly as it does alone (the token, its
+/// permissions, its project, or the refusal) and find exactly what the
+/// lookup alone finds, with tokens of every kind and two projects mixed in
+/// the same statements.
 ///
 /// On one thread (`current_thread`), so that every read is queued before a
 /// runner takes any: then the statements are exactly one per shape.
 async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
-    let active = app.full_token().await;
+    let full = app.full_token().await;
+    let (_, balance_only) = app.token(&[Permission::Balance]).await;
+    let (_, complete_only) = app.token(&[Permission::Complete]).await;
     let (disabled_id, disabled) = app.token(&[Permission::Balance]).await;
     tokens::set_active(&app.db, disabled_id, false)
         .await
@@ -443,6 +447,13 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
     app.set_balance(bob, None, "3", "4").await;
     let other = app.project("Other").await;
     let stranger = app.user_in(other, "carol@example.com").await;
+    app.set_balance(stranger, None, "9", "0").await;
+    let (_, others) = app.token_in(other, &[Permission::Balance]).await;
+    let closed = app.project("Closed").await;
+    let (_, of_closed) = app.token_in(closed, &Permission::ALL).await;
+    projects::set_active(&app.db, closed, false)
+        .await
+        .expect("close");
 
     let reader = Reader::new(app.db.clone(), &app.database.url, &common::test_pool());
     let usage = UsageRecorder::default();
@@ -451,18 +462,26 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
         user_id,
         email: email.map(str::to_owned),
     };
+    let tokens_used = [
+        &full,
+        &balance_only,
+        &complete_only,
+        &disabled,
+        &unknown,
+        &others,
+        &of_closed,
+    ];
     let mut cases = Vec::new();
-    for server_id in [0, server, 987_654] {
+    for server_id in [0, server] {
         for person in [
             who(Some(alice), None),
-            who(Some(bob), None),
             who(Some(stranger), None),
             who(None, Some("ALICE@example.com")),
-            who(None, Some("bob@example.com")),
+            who(None, Some("carol@example.com")),
             who(Some(alice), Some("alice@example.com")),
-            who(Some(alice), Some("bob@example.com")),
+            who(Some(bob), Some("alice@example.com")),
         ] {
-            for token in [&active, &disabled, &unknown] {
+            for token in tokens_used {
                 cases.push((
                     token.as_str(),
                     LookupRequest {
@@ -479,31 +498,56 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
     .await;
     let mut outcomes = std::collections::BTreeSet::new();
     for ((token, request), read) in cases.iter().zip(together) {
-        let (principal, prefetched) = match read {
-            Ok(read) => read,
-            Err(AuthError::TokenDisabled) if *token == disabled => continue,
-            Err(AuthError::TokenNotFound) if *token == unknown => continue,
-            Err(err) => panic!("{request:?}: {err}"),
+        let alone = tokens::authenticate(&reader, &usage, None, token, Some(request.clone())).await;
+        let (principal, prefetched) = match (read, alone) {
+            (Ok(read), Ok((principal, _))) => {
+                assert_eq!(
+                    described(&read.0),
+                    described(&principal),
+                    "{token} {request:?}"
+                );
+                read
+            }
+            (Err(read), Err(alone)) => {
+                assert_eq!(read.to_string(), alone.to_string(), "{request:?}");
+                outcomes.insert(read.to_string());
+                continue;
+            }
+            (read, alone) => panic!("{request:?}: together {read:?}, alone {alone:?}"),
         };
-        assert_eq!(*token, active, "only the active token authenticates");
-        assert_eq!(principal.project_id, app.project_id);
-        let alone = outcome(&balances::lookup(&reader, app.project_id, request, None).await);
+        let project = principal.project_id;
+        let alone = outcome(&balances::lookup(&reader, project, request, None).await);
         let prefetched = prefetched.expect("the lookup read with the token");
-        let joined = balances::lookup(&reader, app.project_id, request, Some(&prefetched)).await;
+        let joined = balances::lookup(&reader, project, request, Some(&prefetched)).await;
         assert_eq!(outcome(&joined), alone, "{request:?}");
         outcomes.insert(alone);
     }
-    assert!(outcomes.contains("1250.50/25.00"), "{outcomes:?}");
-    assert!(outcomes.contains("7.01/0.00"), "{outcomes:?}");
-    assert!(outcomes.contains("3.00/4.00"), "{outcomes:?}");
-    assert!(outcomes.contains("0.00/0.00"), "{outcomes:?}");
-    assert!(outcomes.contains("user not found"), "{outcomes:?}");
-    assert!(outcomes.contains("server not found"), "{outcomes:?}");
-    if app.backend == Backend::Postgres {
-        // 63 reads of six shapes (by id, by e-mail or both; the general
-        // account or a server): six statements, none failed.
-        assert_eq!(queue.statements_run(), (6, 63, 0));
+    for expected in [
+        "1250.50/25.00",
+        "7.01/0.00",
+        "9.00/0.00",
+        "user not found",
+        "server not found",
+        "token disabled",
+        "token not found",
+        "project missing or inactive",
+    ] {
+        assert!(outcomes.contains(expected), "{expected}: {outcomes:?}");
     }
+    if app.backend == Backend::Postgres {
+        // 84 reads of six shapes (by id, by e-mail or both; the general
+        // account or a server): six statements, none failed.
+        assert_eq!(queue.statements_run(), (6, 84, 0));
+    }
+}
+
+/// A principal as the tests compare it: token, project and permissions.
+fn described(principal: &tokens::Principal) -> (i64, i64, Vec<bool>) {
+    (
+        principal.token_id,
+        principal.project_id,
+        Permission::ALL.iter().map(|p| principal.may(*p)).collect(),
+    )
 }
 
 mod read_together {

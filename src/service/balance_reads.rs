@@ -26,7 +26,7 @@ use std::sync::OnceLock;
 
 use super::{
     balances::{self, LookupRequest, LookupShape},
-    batching::{Admission, BatchKind, Batcher},
+    batching::{Admission, BatchKind, Batcher, padded_size},
     tokens::{self, Permission},
 };
 use crate::db::Reader;
@@ -42,11 +42,32 @@ pub type BalanceReadQueue = Batcher<BalanceReads>;
 /// Balance requests' token-and-balance reads, as a kind of batched request.
 pub struct BalanceReads;
 
-/// One balance request's read: the token's hash and the lookup it asks.
+/// One balance request's read: the token's hash and the lookup it asks,
+/// with the lookup's statement shape and values (`balances::lookup_params`)
+/// worked out once.
 #[derive(Debug, Clone)]
 pub struct BalanceRead {
-    pub token_hash: String,
-    pub request: LookupRequest,
+    token_hash: String,
+    request: LookupRequest,
+    shape: LookupShape,
+    lookup: Vec<Value>,
+}
+
+impl BalanceRead {
+    /// `None` when `request` names no user (then the token is read alone).
+    pub fn new(token_hash: String, request: LookupRequest) -> Option<BalanceRead> {
+        let (shape, lookup) = balances::lookup_params(&request)?;
+        Some(BalanceRead {
+            token_hash,
+            request,
+            shape,
+            lookup,
+        })
+    }
+
+    pub fn into_request(self) -> LookupRequest {
+        self.request
+    }
 }
 
 /// The row of the token's statement joined with the lookup
@@ -63,7 +84,7 @@ impl BatchKind for BalanceReads {
     /// One shape per statement.
     fn admit(batch: &[&BalanceRead], read: &BalanceRead) -> Admission {
         match batch.first() {
-            Some(first) if shape_index(first) != shape_index(read) => Admission::Later,
+            Some(first) if first.shape.index() != read.shape.index() => Admission::Later,
             _ => Admission::Join,
         }
     }
@@ -87,59 +108,60 @@ impl BatchKind for BalanceReads {
 
 impl Batcher<BalanceReads> {
     /// The token row of `read`, with its lookup joined, read together with
-    /// other balance requests' on PostgreSQL.
+    /// other balance requests' on PostgreSQL; and the lookup it asked.
     pub async fn read(
         self: &std::sync::Arc<Self>,
         statements: &Reader,
         read: BalanceRead,
-    ) -> ReadOutcome {
+    ) -> (ReadOutcome, LookupRequest) {
         let mut outcomes = self.enqueue(statements, std::slice::from_ref(&read));
         let outcome = outcomes.pop().expect("one outcome per read");
-        outcome
+        let outcome = outcome
             .await
-            .unwrap_or_else(|_| Err(DbErr::Custom("the read was not run".into())))
+            .unwrap_or_else(|_| Err(DbErr::Custom("the read was not run".into())));
+        (outcome, read.into_request())
     }
-}
-
-/// The statement shape of `read` (`None` when it names no user: such a
-/// request never comes here, `tokens::authenticate` reads its token alone).
-fn shape_index(read: &BalanceRead) -> Option<usize> {
-    balances::lookup_params(&read.request).map(|(shape, _)| shape.index())
 }
 
 /// Reads `reads` (one shape) with one statement; one outcome each, in
 /// their order. One read alone is the single statement of step 25.
 async fn read_batch(statements: &Reader, reads: &[&BalanceRead]) -> Vec<ReadOutcome> {
-    let all = |err: DbErr| reads.iter().map(|_| Err(err.clone())).collect();
     if let [read] = reads {
-        let Some(stmt) = tokens::auth_statement_with_lookup(
+        let stmt = tokens::auth_statement_with_lookup(
             DbBackend::Postgres,
             read.token_hash.clone(),
             &read.request,
-        ) else {
-            return vec![Err(DbErr::Custom("a balance read names no user".into()))];
-        };
-        return vec![statements.autocommit_one(stmt).await];
+        );
+        return vec![match stmt {
+            Some(stmt) => statements.autocommit_one(stmt).await,
+            None => Err(DbErr::Custom("a balance read names no user".into())),
+        }];
     }
-    let Some((shape, _)) = balances::lookup_params(&reads[0].request) else {
-        return all(DbErr::Custom("a balance read names no user".into()));
-    };
+    let shape = reads[0].shape;
+    let size = padded_size(reads.len(), MAX_BATCH);
     let mut values: Vec<Value> = Permission::ALL
         .iter()
         .map(|permission| Value::from(permission.as_str()))
         .collect();
     for read in reads {
-        let Some((_, lookup)) = balances::lookup_params(&read.request) else {
-            return all(DbErr::Custom("a balance read names no user".into()));
-        };
         values.push(Value::from(read.token_hash.as_str()));
-        values.extend(lookup);
+        values.extend(read.lookup.iter().cloned());
     }
-    let stmt =
-        Statement::from_sql_and_values(DbBackend::Postgres, batch_sql(shape, reads.len()), values);
+    // Padding rows of NULLs, which find no token.
+    for _ in reads.len()..size {
+        values.push(Value::String(None));
+        values.push(Value::BigInt(None));
+        if shape.by_id() {
+            values.push(Value::BigInt(None));
+        }
+        if shape.by_email() {
+            values.push(Value::String(None));
+        }
+    }
+    let stmt = Statement::from_sql_and_values(DbBackend::Postgres, batch_sql(shape, size), values);
     let rows = match statements.autocommit_all(stmt).await {
         Ok(rows) => rows,
-        Err(err) => return all(err),
+        Err(err) => return reads.iter().map(|_| Err(err.clone())).collect(),
     };
     // One row per read (every join is on a unique key); the index is the
     // last column. A read without its row is answered with an error, never
@@ -176,7 +198,8 @@ fn shape_columns(shape: LookupShape) -> usize {
 }
 
 /// The statement for `count` reads of `shape` (2 ..= [`MAX_BATCH`]), built
-/// once per shape and count. Its columns are those of
+/// once per shape and count (only the padded sizes are used,
+/// `batching::padded_size`). Its columns are those of
 /// `tokens::auth_statement_with_lookup`, in the same order, then the read's
 /// index. Parameters: the name of each of [`Permission::ALL`], then per
 /// read its token's hash, the server id, and the user id and e-mail when
@@ -195,22 +218,27 @@ fn batch_sql(shape: LookupShape, count: usize) -> &'static str {
 
 fn build_batch_sql(shape: LookupShape, count: usize) -> String {
     let permissions = Permission::ALL.len();
-    let mut names = vec!["\"token_hash\"", "\"server_id\""];
+    // Each value is cast to its column's type, so that the statement means
+    // the same however its parameters are sent.
+    let mut columns = vec![("\"token_hash\"", "text"), ("\"server_id\"", "int8")];
     if shape.by_id() {
-        names.push("\"user_id\"");
+        columns.push(("\"user_id\"", "int8"));
     }
     if shape.by_email() {
-        names.push("\"email\"");
+        columns.push(("\"email\"", "text"));
     }
     let rows: Vec<String> = (0..count)
         .map(|index| {
-            let first = permissions + 1 + index * names.len();
-            let params: Vec<String> = (0..names.len())
-                .map(|i| format!("${}", first + i))
+            let first = permissions + 1 + index * columns.len();
+            let params: Vec<String> = columns
+                .iter()
+                .enumerate()
+                .map(|(i, (_, ty))| format!("${}::{ty}", first + i))
                 .collect();
             format!("({index}, {})", params.join(", "))
         })
         .collect();
+    let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
     let granted: Vec<String> = (1..=permissions)
         .map(|i| {
             format!(
@@ -261,16 +289,14 @@ mod tests {
     use crate::service::balances::UserRef;
 
     fn read(user_id: Option<i64>, email: Option<&str>, server_id: i64) -> BalanceRead {
-        BalanceRead {
-            token_hash: "h".into(),
-            request: LookupRequest {
-                who: UserRef {
-                    user_id,
-                    email: email.map(str::to_owned),
-                },
-                server_id,
+        let request = LookupRequest {
+            who: UserRef {
+                user_id,
+                email: email.map(str::to_owned),
             },
-        }
+            server_id,
+        };
+        BalanceRead::new("h".into(), request).expect("a user")
     }
 
     #[test]
@@ -295,10 +321,11 @@ mod tests {
 
     #[test]
     fn the_statement_numbers_its_parameters_per_read() {
-        let (shape, _) = balances::lookup_params(&read(Some(1), Some("a@example.com"), 3).request)
-            .expect("a user");
+        let shape = read(Some(1), Some("a@example.com"), 3).shape;
         let sql = batch_sql(shape, 2);
-        assert!(sql.contains("VALUES (0, $3, $4, $5, $6), (1, $7, $8, $9, $10)"));
+        assert!(sql.contains(
+            "VALUES (0, $3::text, $4::int8, $5::int8, $6::text), (1, $7::text, $8::int8, $9::int8, $10::text)"
+        ));
         assert!(!sql.contains("$11"));
         assert!(sql.contains("\"servers\".\"id\", \"r\".\"idx\""));
         assert_eq!(shape_columns(shape), 12);

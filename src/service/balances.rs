@@ -183,7 +183,7 @@ static LOOKUP_SQL: [CachedSql; LookupShape::COUNT] =
     [const { CachedSql::new() }; LookupShape::COUNT];
 
 /// Which conditions a lookup has; each shape is its own SQL text.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct LookupShape {
     by_id: bool,
     by_email: bool,

@@ -1,7 +1,7 @@
 //! Requests that wait to go to PostgreSQL together, one statement for many:
 //! the queue and its runner tasks. What may share a statement, and how that
 //! statement runs, is each kind's own ([`BatchKind`]): the completions of
-//! `completion_queue` and the balance reads of `tokens::JoinedReads`.
+//! `completion_queue` and the balance reads of `balance_reads`.
 //!
 //! Why: what a statement costs PostgreSQL and the service (the round trip,
 //! the wake-ups on both sides, the executor's start and, for a write, the
@@ -16,16 +16,22 @@
 //! requests wait for one another only while statements are in flight.
 //! A request whose caller went away before its statement started is left
 //! out of it: nothing was done for it.
+//!
+//! Each kind pads its batches to a few sizes ([`padded_size`]): every size
+//! is its own SQL text and prepared statement, and sqlx keeps 100 of them
+//! per connection.
 
 use std::{
     collections::VecDeque,
     future::Future,
+    panic::AssertUnwindSafe,
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
 };
 
+use futures_util::FutureExt;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::oneshot;
 
@@ -225,14 +231,21 @@ impl<K: BatchKind> QueueState<K> {
     }
 }
 
-/// A runner task's hold on the queue. Dropped when the task ends, however
-/// it ends: it counts the runner out and, unless the task was cancelled,
-/// starts another if requests still wait (one may have been queued after
-/// the runner found the queue empty, or a panic ended it), so that none is
-/// left behind. A cancelled task means the runtime is shutting down: the
-/// requests still waiting are dropped unrun (their callers hear so), and no
-/// runner is started, since a task spawned now would be dropped at once,
-/// and with it its runner, again and again.
+/// The size a batch of `count` requests is run at: the next power of two
+/// (at most `max`), so that a kind has a handful of statements, not one per
+/// count. The padding rows match nothing.
+pub fn padded_size(count: usize, max: usize) -> usize {
+    count.next_power_of_two().min(max)
+}
+
+/// A runner task's hold on the queue. Dropped when the task ends: it counts
+/// the runner out and, when `run` returned, starts another if requests
+/// still wait (one may have been queued after the runner found the queue
+/// empty). Otherwise the task was cancelled (a panic in a statement is
+/// caught in `run`): the runtime is shutting down, the requests still
+/// waiting are dropped unrun (their callers hear so), and no runner is
+/// started, since a task spawned now would be dropped at once, and with it
+/// its runner, again and again.
 struct Runner<K: BatchKind> {
     queue: Arc<Batcher<K>>,
     statements: Reader,
@@ -252,7 +265,7 @@ impl<K: BatchKind> Runner<K> {
 
 impl<K: BatchKind> Drop for Runner<K> {
     fn drop(&mut self) {
-        let cancelled = !self.finished && !std::thread::panicking();
+        let cancelled = !self.finished;
         let restart = {
             let mut state = self.queue.lock();
             state.running -= 1;
@@ -286,7 +299,16 @@ async fn run<K: BatchKind>(mut runner: Runner<K>) {
         }
         let requests: Vec<&K::Request> = batch.iter().map(|m| &m.job.request).collect();
         runner.queue.record(requests.len());
-        let outcomes = K::run(&runner.statements, &requests).await;
+        let outcomes = AssertUnwindSafe(K::run(&runner.statements, &requests))
+            .catch_unwind()
+            .await;
+        let Ok(outcomes) = outcomes else {
+            // Its requests are dropped unanswered: their callers hear that
+            // they were not run.
+            tracing::error!("a batch statement panicked");
+            runner.queue.failed.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
         if outcomes.iter().any(K::failed) {
             runner.queue.failed.fetch_add(1, Ordering::Relaxed);
         }
@@ -332,7 +354,9 @@ mod tests {
             false
         }
 
+        /// Panics on 13.
         async fn run(_: &Reader, requests: &[&u32]) -> Vec<u32> {
+            assert!(!requests.contains(&&13), "unlucky");
             requests.iter().map(|n| **n * 10).collect()
         }
     }
@@ -421,5 +445,25 @@ mod tests {
         assert_eq!(got, [20, 1020, 30, 40, 60, 80]);
         // [2 (+2), 4, 6], then [3, 8].
         assert_eq!(queue.statements_run(), (2, 5, 0));
+    }
+
+    /// A statement that panics leaves its requests unanswered (their
+    /// callers hear they were not run), and the runner goes on.
+    #[tokio::test]
+    async fn a_panicking_statement_fails_its_requests_only() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("queue.db").display());
+        let (db, _, _) = crate::service::testing::shop(&url, "buyer@example.com").await;
+        let reader = Reader::new(db, &url, &crate::db::PoolSettings::default());
+        let queue = Arc::new(Batcher::<Numbers>::default());
+        let outcomes = queue.enqueue(&reader, &[13, 15, 2, 4]);
+        let mut got = Vec::new();
+        for outcome in outcomes {
+            got.push(outcome.await.ok());
+        }
+        // [13, 15, 2] panicked; [4] ran.
+        assert_eq!(got, [None, None, None, Some(40)]);
+        assert_eq!(queue.statements_run(), (2, 4, 1));
+        assert_eq!(queue.lock().running, 0);
     }
 }

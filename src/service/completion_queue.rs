@@ -46,7 +46,7 @@ use entity::{operation_log, payment_order};
 use sea_orm::{DbBackend, DbErr, QueryResult, Statement, Value};
 
 use super::{
-    batching::{Admission, BatchKind, Batcher},
+    batching::{Admission, BatchKind, Batcher, padded_size},
     orders::{self, CompleteError, CompletedOrder, Completion},
 };
 use crate::{
@@ -263,13 +263,15 @@ fn completed_row(
     ))
 }
 
-/// The statement for `requests`: [`batch_sql`] of their number, and its
-/// values.
+/// The statement for `requests`: [`batch_sql`] of their number padded
+/// (`batching::padded_size`) with rows of NULLs, which name no order, and
+/// its values.
 fn batch_statement(
     requests: &[&Completion],
     completed_at: chrono::DateTime<chrono::Utc>,
 ) -> Statement {
-    let mut values = Vec::with_capacity(3 + 4 * requests.len());
+    let size = padded_size(requests.len(), MAX_BATCH);
+    let mut values = Vec::with_capacity(3 + 4 * size);
     values.push(Value::from(payment_order::STATUS_COMPLETED));
     values.push(Value::from(completed_at));
     values.push(Value::from(operation_log::KIND_ORDER_CREDIT));
@@ -279,11 +281,19 @@ fn batch_statement(
         values.push(Value::from(request.payment_system.as_str()));
         values.push(Value::from(request.payment_id.clone()));
     }
-    Statement::from_sql_and_values(DbBackend::Postgres, batch_sql(requests.len()), values)
+    for _ in requests.len()..size {
+        values.push(Value::String(None));
+        values.push(Value::BigInt(None));
+        values.push(Value::String(None));
+        values.push(Value::String(None));
+    }
+    Statement::from_sql_and_values(DbBackend::Postgres, batch_sql(size), values)
 }
 
 /// The batch statement for `count` completions (2 ..= [`MAX_BATCH`]),
-/// built once per count (each count is its own prepared statement).
+/// built once per count (each count is its own prepared statement; only
+/// the padded sizes are used). Each value is cast to its column's type, so
+/// that the statement means the same however its parameters are sent.
 ///
 /// `r` lists the requests with their index; `k` locks the pending orders
 /// they name in the order of their ids (the lock an update takes); `o` completes them (the same guard
@@ -305,7 +315,7 @@ fn build_batch_sql(count: usize) -> String {
         .map(|index| {
             let first = 4 + 4 * index;
             format!(
-                "({index}, ${}, ${}, ${}, ${})",
+                "({index}, ${}::text, ${}::int8, ${}::text, ${}::text)",
                 first,
                 first + 1,
                 first + 2,
@@ -416,8 +426,20 @@ mod tests {
     fn the_statement_numbers_its_parameters_per_request() {
         let sql = batch_sql(3);
         assert!(sql.contains(
-            "VALUES (0, $4, $5, $6, $7), (1, $8, $9, $10, $11), (2, $12, $13, $14, $15)"
+            "VALUES (0, $4::text, $5::int8, $6::text, $7::text), (1, $8::text, $9::int8, $10::text, $11::text), (2, $12::text"
         ));
         assert!(!sql.contains("$16"));
+        let requests = [
+            request("Order:AAAAAAAA", 1, "cstm:paygate"),
+            request("Order:BBBBBBBB", 1, "cstm:paygate"),
+            request("Order:CCCCCCCC", 1, "cstm:paygate"),
+        ];
+        let refs: Vec<&Completion> = requests.iter().collect();
+        // Three run as four, the fourth of NULLs.
+        let stmt = batch_statement(&refs, chrono::Utc::now());
+        assert_eq!(stmt.sql, batch_sql(4));
+        let values = stmt.values.expect("values").0;
+        assert_eq!(values.len(), 3 + 4 * 4);
+        assert_eq!(values[15], Value::String(None));
     }
 }

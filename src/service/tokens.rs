@@ -390,24 +390,35 @@ pub async fn authenticate(
     token: &str,
     lookup: Option<LookupRequest>,
 ) -> Result<(Principal, Option<Prefetched>), AuthError> {
-    let joined = lookup.and_then(|request| {
-        let stmt = auth_statement_with_lookup(db.backend(), hash(token), &request)?;
-        Some((stmt, request))
-    });
-    let (row, lookup) = match (joined, reads) {
-        (Some((_, request)), Some(reads)) if db.backend() == DbBackend::Postgres => {
-            let read = BalanceRead {
-                token_hash: hash(token),
-                request,
-            };
-            let row = reads.read(db, read.clone()).await?;
-            (row.map(ReadRow::Sqlx), Some(read.request))
+    let token_hash = hash(token);
+    let reads = reads.filter(|_| db.backend() == DbBackend::Postgres);
+    let (row, lookup) = match (lookup, reads) {
+        (Some(request), Some(reads)) => match BalanceRead::new(token_hash.clone(), request) {
+            Some(read) => {
+                let (row, request) = reads.read(db, read).await;
+                (row?.map(ReadRow::Sqlx), Some(request))
+            }
+            None => (
+                db.one_cached(auth_statement(db.backend(), token_hash))
+                    .await?,
+                None,
+            ),
+        },
+        (Some(request), None) => {
+            match auth_statement_with_lookup(db.backend(), token_hash.clone(), &request) {
+                Some(stmt) => (db.one(stmt).await?, Some(request)),
+                None => (
+                    db.one_cached(auth_statement(db.backend(), token_hash))
+                        .await?,
+                    None,
+                ),
+            }
         }
-        (Some((stmt, request)), _) => (db.one(stmt).await?, Some(request)),
-        (None, _) => {
-            let stmt = auth_statement(db.backend(), hash(token));
-            (db.one_cached(stmt).await?, None)
-        }
+        (None, _) => (
+            db.one_cached(auth_statement(db.backend(), token_hash))
+                .await?,
+            None,
+        ),
     };
     let row = row.ok_or(AuthError::TokenNotFound)?;
     let token_id = row.i64(0)?;
