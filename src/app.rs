@@ -30,7 +30,7 @@ use crate::{
     metrics::Metrics,
     middleware::{RequestContext, RequestTimeout},
     service::{
-        balance_reads::BalanceReadQueue, completion_queue::CompletionQueue, tokens::UsageRecorder,
+        completion_queue::CompletionQueue, token_reads::TokenReadQueue, tokens::UsageRecorder,
     },
 };
 
@@ -47,8 +47,8 @@ pub struct AppState {
     /// `service::completion_queue`).
     pub completions: Arc<CompletionQueue>,
     /// Balance requests' reads waiting to be read together (PostgreSQL; see
-    /// `service::balance_reads`).
-    pub balance_reads: Arc<BalanceReadQueue>,
+    /// `service::token_reads`).
+    pub token_reads: Arc<TokenReadQueue>,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
     /// How long a request body may take to arrive (408 after).
@@ -63,7 +63,7 @@ impl AppState {
             token_usage: Arc::default(),
             db,
             completions: Arc::new(CompletionQueue::new(metrics.completion_batch_sizes())),
-            balance_reads: Arc::new(BalanceReadQueue::new(metrics.balance_read_batch_sizes())),
+            token_reads: Arc::new(TokenReadQueue::new(metrics.token_read_batch_sizes())),
             metrics,
             max_body_bytes: settings.max_body_bytes,
             // Shorter than the request timeout, so that a slow client gets

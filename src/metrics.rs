@@ -44,7 +44,7 @@ pub struct Metrics {
     pool: Family<PoolLabels, Gauge>,
     pool_max: Gauge,
     completion_batch_sizes: Histogram,
-    balance_read_batch_sizes: Histogram,
+    token_read_batch_sizes: Histogram,
 }
 
 impl Metrics {
@@ -90,11 +90,11 @@ impl Metrics {
             "Order completions written per database statement (PostgreSQL group commit; 1 when alone)",
             completion_batch_sizes.clone(),
         );
-        let balance_read_batch_sizes = crate::service::batching::batch_size_histogram();
+        let token_read_batch_sizes = crate::service::batching::batch_size_histogram();
         registry.register(
-            "balance_read_batch_size",
+            "token_read_batch_size",
             "Balance requests read per database statement (PostgreSQL; 1 when alone)",
-            balance_read_batch_sizes.clone(),
+            token_read_batch_sizes.clone(),
         );
         Metrics {
             registry: Mutex::new(registry),
@@ -104,13 +104,13 @@ impl Metrics {
             pool,
             pool_max: max,
             completion_batch_sizes,
-            balance_read_batch_sizes,
+            token_read_batch_sizes,
         }
     }
 
     /// The histogram the balance read queue records its batch sizes in.
-    pub fn balance_read_batch_sizes(&self) -> Histogram {
-        self.balance_read_batch_sizes.clone()
+    pub fn token_read_batch_sizes(&self) -> Histogram {
+        self.token_read_batch_sizes.clone()
     }
 
     /// The histogram the completion queue records its batch sizes in.

@@ -9,9 +9,9 @@ use common::{Backend, TestApp};
 use masterpay::{
     db::Reader,
     service::{
-        balance_reads::BalanceReadQueue,
         balances::{self, LookupRequest, UserRef},
         projects, servers,
+        token_reads::TokenReadQueue,
         tokens::{self, Permission, UsageRecorder},
     },
 };
@@ -421,9 +421,9 @@ async fn a_prefetched_lookup_answers_only_the_same_lookup(app: TestApp) {
     assert!(none.is_none());
 }
 
-/// Balance requests' reads queued together (`BalanceReadQueue`), as
-/// concurrent requests are: on PostgreSQL one statement reads all of one
-/// shape. Each must authenticate exactly as it does alone (the token, its
+/// Token reads queued together (`TokenReadQueue`), with and without a
+/// balance lookup, as concurrent requests' are: on PostgreSQL one statement
+/// reads all of one shape. Each must authenticate exactly as it does alone (the token, its
 /// permissions, its project, or the refusal) and find exactly what the
 /// lookup alone finds, with tokens of every kind and two projects mixed in
 /// the same statements.
@@ -457,7 +457,7 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
 
     let reader = Reader::new(app.db.clone(), &app.database.url, &common::test_pool());
     let usage = UsageRecorder::default();
-    let queue = Arc::new(BalanceReadQueue::default());
+    let queue = Arc::new(TokenReadQueue::default());
     let who = |user_id: Option<i64>, email: Option<&str>| UserRef {
         user_id,
         email: email.map(str::to_owned),
@@ -484,21 +484,25 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
             for token in tokens_used {
                 cases.push((
                     token.as_str(),
-                    LookupRequest {
+                    Some(LookupRequest {
                         who: person.clone(),
                         server_id,
-                    },
+                    }),
                 ));
             }
         }
     }
+    // And the token alone, as a completion request reads it.
+    for token in tokens_used {
+        cases.push((token.as_str(), None));
+    }
     let together = futures::future::join_all(cases.iter().map(|(token, request)| {
-        tokens::authenticate(&reader, &usage, Some(&queue), token, Some(request.clone()))
+        tokens::authenticate(&reader, &usage, Some(&queue), token, request.clone())
     }))
     .await;
     let mut outcomes = std::collections::BTreeSet::new();
     for ((token, request), read) in cases.iter().zip(together) {
-        let alone = tokens::authenticate(&reader, &usage, None, token, Some(request.clone())).await;
+        let alone = tokens::authenticate(&reader, &usage, None, token, request.clone()).await;
         let (principal, prefetched) = match (read, alone) {
             (Ok(read), Ok((principal, _))) => {
                 assert_eq!(
@@ -514,6 +518,11 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
                 continue;
             }
             (read, alone) => panic!("{request:?}: together {read:?}, alone {alone:?}"),
+        };
+        let Some(request) = request else {
+            assert!(prefetched.is_none(), "no lookup asked, none read");
+            outcomes.insert("token alone".into());
+            continue;
         };
         let project = principal.project_id;
         let alone = outcome(&balances::lookup(&reader, project, request, None).await);
@@ -531,13 +540,15 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
         "token disabled",
         "token not found",
         "project missing or inactive",
+        "token alone",
     ] {
         assert!(outcomes.contains(expected), "{expected}: {outcomes:?}");
     }
     if app.backend == Backend::Postgres {
-        // 84 reads of six shapes (by id, by e-mail or both; the general
-        // account or a server): six statements, none failed.
-        assert_eq!(queue.statements_run(), (6, 84, 0));
+        // 91 reads of seven shapes (the token alone; by id, by e-mail or
+        // both, on the general account or a server): seven statements,
+        // none failed.
+        assert_eq!(queue.statements_run(), (7, 91, 0));
     }
 }
 

@@ -117,7 +117,7 @@ async fn authenticate(req: &Request) -> Result<Authenticated, ApiError> {
     let (principal, prefetched) = tokens::authenticate(
         &reader,
         &state.token_usage,
-        Some(&state.balance_reads),
+        Some(&state.token_reads),
         token,
         lookup,
     )

@@ -1,7 +1,7 @@
 //! Requests that wait to go to PostgreSQL together, one statement for many:
 //! the queue and its runner tasks. What may share a statement, and how that
 //! statement runs, is each kind's own ([`BatchKind`]): the completions of
-//! `completion_queue` and the balance reads of `balance_reads`.
+//! `completion_queue` and the balance reads of `token_reads`.
 //!
 //! Why: what a statement costs PostgreSQL and the service (the round trip,
 //! the wake-ups on both sides, the executor's start and, for a write, the

@@ -6,13 +6,13 @@
 //! more than one row runs in one transaction.
 
 pub mod audit;
-pub mod balance_reads;
 pub mod balances;
 pub mod batching;
 pub mod completion_queue;
 pub mod orders;
 pub mod projects;
 pub mod servers;
+pub mod token_reads;
 pub mod tokens;
 pub mod users;
 pub mod validate;

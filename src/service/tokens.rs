@@ -34,9 +34,10 @@ use sha2::{Digest, Sha256};
 
 use super::{
     AdminError,
-    balance_reads::{BalanceRead, BalanceReadQueue},
     balances::{self, LookupRequest, LookupShape, Prefetched},
-    now, projects, validate,
+    now, projects,
+    token_reads::{TokenRead, TokenReadQueue},
+    validate,
 };
 use crate::db::{CachedSql, ReadRow, Reader};
 
@@ -381,29 +382,26 @@ pub fn bearer_token(header: Option<&str>) -> Result<&str, AuthError> {
 /// database (PostgreSQL, MySQL); on SQLite the token alone is read, from a
 /// per-connection cache that a joined read would always miss.
 ///
-/// With `reads` on PostgreSQL, that joined statement is read together with
-/// other balance requests' (`balance_reads`): one statement for many.
+/// With `reads` on PostgreSQL, the statement (with or without a lookup) is
+/// read together with other requests' (`token_reads`): one statement for
+/// many.
 pub async fn authenticate(
     db: &Reader,
     usage: &UsageRecorder,
-    reads: Option<&Arc<BalanceReadQueue>>,
+    reads: Option<&Arc<TokenReadQueue>>,
     token: &str,
     lookup: Option<LookupRequest>,
 ) -> Result<(Principal, Option<Prefetched>), AuthError> {
     let token_hash = hash(token);
     let reads = reads.filter(|_| db.backend() == DbBackend::Postgres);
     let (row, lookup) = match (lookup, reads) {
-        (Some(request), Some(reads)) => match BalanceRead::new(token_hash.clone(), request) {
-            Some(read) => {
-                let (row, request) = reads.read(db, read).await;
-                (row?.map(ReadRow::Sqlx), Some(request))
-            }
-            None => (
-                db.one_cached(auth_statement(db.backend(), token_hash))
-                    .await?,
-                None,
-            ),
-        },
+        (lookup, Some(reads)) => {
+            let read = lookup
+                .and_then(|request| TokenRead::with_lookup(token_hash.clone(), request))
+                .unwrap_or_else(|| TokenRead::token(token_hash));
+            let (row, request) = reads.read(db, read).await;
+            (row?.map(ReadRow::Sqlx), request)
+        }
         (Some(request), None) => {
             match auth_statement_with_lookup(db.backend(), token_hash.clone(), &request) {
                 Some(stmt) => (db.one(stmt).await?, Some(request)),
@@ -414,7 +412,7 @@ pub async fn authenticate(
                 ),
             }
         }
-        (None, _) => (
+        (None, None) => (
             db.one_cached(auth_statement(db.backend(), token_hash))
                 .await?,
             None,
@@ -462,7 +460,7 @@ pub(crate) const AUTH_PERMISSION_COLUMNS: usize = 5;
 /// The statement behind [`authenticate`]: the token by its hash, its
 /// project's state (left-joined: NULL when the project is gone), and for
 /// each of [`Permission::ALL`] how many rows grant it (0 or 1).
-fn auth_statement(backend: DbBackend, token_hash: String) -> Statement {
+pub(crate) fn auth_statement(backend: DbBackend, token_hash: String) -> Statement {
     static SQL: CachedSql = CachedSql::new();
     SQL.statement(backend, auth_params(token_hash), auth_query)
 }
