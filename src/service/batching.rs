@@ -389,6 +389,18 @@ mod tests {
         queue.take_batch()
     }
 
+    /// A reader on a fresh SQLite file (the toy kind reads nothing), and
+    /// the directory that holds it.
+    async fn reader() -> (tempfile::TempDir, Reader) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("queue.db").display());
+        let (db, _, _) = crate::service::testing::shop(&url, "buyer@example.com").await;
+        (
+            dir,
+            Reader::new(db, &url, &crate::db::PoolSettings::default()),
+        )
+    }
+
     #[test]
     fn a_request_whose_caller_went_away_is_left_out() {
         let queue = Batcher::<Numbers>::default();
@@ -405,10 +417,7 @@ mod tests {
     /// overflowed).
     #[tokio::test]
     async fn a_runner_cancelled_at_shutdown_drops_what_waits_and_starts_none() {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let url = format!("sqlite://{}", dir.path().join("queue.db").display());
-        let (db, _, _) = crate::service::testing::shop(&url, "buyer@example.com").await;
-        let reader = Reader::new(db, &url, &crate::db::PoolSettings::default());
+        let (_dir, reader) = reader().await;
         let queue = Arc::new(Batcher::<Numbers>::default());
         let outcome = enqueue(&queue, 2);
         assert!(queue.lock().start_runner());
@@ -432,10 +441,7 @@ mod tests {
 
     #[tokio::test]
     async fn riders_get_their_leaders_outcome_and_everyone_is_answered() {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let url = format!("sqlite://{}", dir.path().join("queue.db").display());
-        let (db, _, _) = crate::service::testing::shop(&url, "buyer@example.com").await;
-        let reader = Reader::new(db, &url, &crate::db::PoolSettings::default());
+        let (_dir, reader) = reader().await;
         let queue = Arc::new(Batcher::<Numbers>::default());
         let outcomes = queue.enqueue(&reader, &[2, 2, 3, 4, 6, 8]);
         let mut got = Vec::new();
@@ -451,10 +457,7 @@ mod tests {
     /// callers hear they were not run), and the runner goes on.
     #[tokio::test]
     async fn a_panicking_statement_fails_its_requests_only() {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let url = format!("sqlite://{}", dir.path().join("queue.db").display());
-        let (db, _, _) = crate::service::testing::shop(&url, "buyer@example.com").await;
-        let reader = Reader::new(db, &url, &crate::db::PoolSettings::default());
+        let (_dir, reader) = reader().await;
         let queue = Arc::new(Batcher::<Numbers>::default());
         let outcomes = queue.enqueue(&reader, &[13, 15, 2, 4]);
         let mut got = Vec::new();
