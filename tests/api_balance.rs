@@ -6,14 +6,11 @@ mod common;
 use std::sync::Arc;
 
 use common::{Backend, TestApp};
-use masterpay::{
-    db::Reader,
-    service::{
-        balances::{self, LookupRequest, UserRef},
-        projects, servers,
-        token_reads::TokenReadQueue,
-        tokens::{self, Permission, UsageRecorder},
-    },
+use masterpay::service::{
+    balances::{self, LookupRequest, UserRef},
+    projects, servers,
+    token_reads::TokenReadQueue,
+    tokens::{self, Permission, UsageRecorder},
 };
 use serde_json::json;
 
@@ -330,7 +327,7 @@ async fn the_lookup_read_with_the_token_is_the_lookup_read_alone(app: TestApp) {
         .expect("server")
         .id;
 
-    let reader = Reader::new(app.db.clone(), &app.database.url, &common::test_pool());
+    let reader = app.reader();
     let usage = UsageRecorder::default();
     let who = |user_id: Option<i64>, email: Option<&str>| UserRef {
         user_id,
@@ -383,7 +380,7 @@ async fn a_prefetched_lookup_answers_only_the_same_lookup(app: TestApp) {
     let bob = app.user("bob@example.com").await;
     app.set_balance(alice, None, "1", "2").await;
     app.set_balance(bob, None, "3", "4").await;
-    let reader = Reader::new(app.db.clone(), &app.database.url, &common::test_pool());
+    let reader = app.reader();
     let usage = UsageRecorder::default();
     let for_alice = LookupRequest {
         who: UserRef {
@@ -455,7 +452,7 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
         .await
         .expect("close");
 
-    let reader = Reader::new(app.db.clone(), &app.database.url, &common::test_pool());
+    let reader = app.reader();
     let usage = UsageRecorder::default();
     let queue = Arc::new(TokenReadQueue::default());
     let who = |user_id: Option<i64>, email: Option<&str>| UserRef {

@@ -7,7 +7,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use sea_orm::ConnectionTrait;
 
-use common::{Backend, TestApp, test_pool};
+use common::{Backend, TestApp};
 use entity::payment_order;
 use masterpay::{
     db::Reader,
@@ -483,7 +483,7 @@ async fn logged_credit(app: &TestApp, order_id: &str) -> (i64, i64) {
 
 /// The service's own reader and a fresh completion queue on the test database.
 fn queue_on(app: &TestApp) -> (Reader, Arc<CompletionQueue>) {
-    let reader = Reader::new(app.db.clone(), &app.database.url, &test_pool());
+    let reader = app.reader();
     (reader, Arc::new(CompletionQueue::default()))
 }
 

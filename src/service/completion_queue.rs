@@ -129,12 +129,8 @@ impl Batcher<Completions> {
         statements: &Reader,
         request: Completion,
     ) -> Result<CompletedOrder, CompleteError> {
-        if statements.backend() != DbBackend::Postgres {
-            return orders::complete(statements, request).await;
-        }
-        let mut outcomes = self.enqueue(statements, std::slice::from_ref(&request));
-        let outcome = outcomes.pop().expect("one outcome per request");
-        resolve(statements, request, outcome.await).await
+        let mut answers = self.complete_all(statements, vec![request]).await;
+        answers.pop().expect("one answer per request")
     }
 
     /// Completes `requests` as [`Batcher::complete`] completes each, queued

@@ -28,7 +28,7 @@ use sea_orm::{DbBackend, DbErr, QueryResult, Statement, Value};
 use std::sync::OnceLock;
 
 use super::{
-    balances::{self, LookupRequest, LookupShape},
+    balances::{LookupRequest, LookupShape},
     batching::{Admission, BatchKind, Batcher, padded_size},
     tokens::{self, Permission},
 };
@@ -71,18 +71,22 @@ impl TokenRead {
         }
     }
 
-    /// The token with `request`'s lookup joined; `None` when `request` names
-    /// no user (then the token is read alone).
-    pub fn with_lookup(token_hash: String, request: LookupRequest) -> Option<TokenRead> {
-        let (shape, values) = balances::lookup_params(&request)?;
-        Some(TokenRead {
+    /// The token with `request`'s lookup joined, of the `shape` and `values`
+    /// `balances::lookup_params` gives it.
+    pub(crate) fn with_lookup(
+        token_hash: String,
+        request: LookupRequest,
+        shape: LookupShape,
+        values: Vec<Value>,
+    ) -> TokenRead {
+        TokenRead {
             token_hash,
             lookup: Some(Lookup {
                 request,
                 shape,
                 values,
             }),
-        })
+        }
     }
 
     /// The lookup asked, if any.
@@ -162,15 +166,15 @@ async fn read_batch(statements: &Reader, reads: &[&TokenRead]) -> Vec<ReadOutcom
     if let [read] = reads {
         let hash = read.token_hash.clone();
         let stmt = match &read.lookup {
-            None => Some(tokens::auth_statement(DbBackend::Postgres, hash)),
-            Some(lookup) => {
-                tokens::auth_statement_with_lookup(DbBackend::Postgres, hash, &lookup.request)
-            }
+            None => tokens::auth_statement(DbBackend::Postgres, hash),
+            Some(lookup) => tokens::auth_statement_with_lookup(
+                DbBackend::Postgres,
+                hash,
+                lookup.shape,
+                lookup.values.clone(),
+            ),
         };
-        return vec![match stmt {
-            Some(stmt) => statements.autocommit_one(stmt).await,
-            None => Err(DbErr::Custom("a balance read names no user".into())),
-        }];
+        return vec![statements.autocommit_one(stmt).await];
     }
     let shape = reads[0].shape();
     let size = padded_size(reads.len(), MAX_BATCH);
@@ -344,7 +348,7 @@ fn lookup_sql(shape: LookupShape) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::balances::UserRef;
+    use crate::service::balances::{self, UserRef};
 
     fn read(user_id: Option<i64>, email: Option<&str>, server_id: i64) -> TokenRead {
         let request = LookupRequest {
@@ -354,7 +358,8 @@ mod tests {
             },
             server_id,
         };
-        TokenRead::with_lookup("h".into(), request).expect("a user")
+        let (shape, values) = balances::lookup_params(&request).expect("a user");
+        TokenRead::with_lookup("h".into(), request, shape, values)
     }
 
     #[test]

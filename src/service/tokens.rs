@@ -394,29 +394,29 @@ pub async fn authenticate(
 ) -> Result<(Principal, Option<Prefetched>), AuthError> {
     let token_hash = hash(token);
     let reads = reads.filter(|_| db.backend() == DbBackend::Postgres);
-    let (row, lookup) = match (lookup, reads) {
-        (lookup, Some(reads)) => {
-            let read = lookup
-                .and_then(|request| TokenRead::with_lookup(token_hash.clone(), request))
-                .unwrap_or_else(|| TokenRead::token(token_hash));
+    let joined = lookup.and_then(|request| {
+        let (shape, values) = balances::lookup_params(&request)?;
+        Some((request, shape, values))
+    });
+    let (row, lookup) = match (joined, reads) {
+        (joined, Some(reads)) => {
+            let read = match joined {
+                Some((request, shape, values)) => {
+                    TokenRead::with_lookup(token_hash, request, shape, values)
+                }
+                None => TokenRead::token(token_hash),
+            };
             let (row, request) = reads.read(db, read).await;
             (row?.map(ReadRow::Sqlx), request)
         }
-        (Some(request), None) => {
-            match auth_statement_with_lookup(db.backend(), token_hash.clone(), &request) {
-                Some(stmt) => (db.one(stmt).await?, Some(request)),
-                None => (
-                    db.one_cached(auth_statement(db.backend(), token_hash))
-                        .await?,
-                    None,
-                ),
-            }
+        (Some((request, shape, values)), None) => {
+            let stmt = auth_statement_with_lookup(db.backend(), token_hash, shape, values);
+            (db.one(stmt).await?, Some(request))
         }
-        (None, None) => (
-            db.one_cached(auth_statement(db.backend(), token_hash))
-                .await?,
-            None,
-        ),
+        (None, None) => {
+            let stmt = auth_statement(db.backend(), token_hash);
+            (db.one_cached(stmt).await?, None)
+        }
     };
     let row = row.ok_or(AuthError::TokenNotFound)?;
     let token_id = row.i64(0)?;
@@ -467,18 +467,18 @@ pub(crate) fn auth_statement(backend: DbBackend, token_hash: String) -> Statemen
 
 /// [`auth_statement`] with `request`'s balance lookup joined to it for the
 /// token's project (`balances::join_lookup`): one statement, one round trip
-/// and one snapshot for both. `None` when `request` names no user.
+/// and one snapshot for both. `shape` and `lookup`: `balances::lookup_params`.
 pub(crate) fn auth_statement_with_lookup(
     backend: DbBackend,
     token_hash: String,
-    request: &LookupRequest,
-) -> Option<Statement> {
+    shape: LookupShape,
+    lookup: Vec<Value>,
+) -> Statement {
     static SQL: [CachedSql; LookupShape::COUNT] = [const { CachedSql::new() }; LookupShape::COUNT];
-    let (shape, lookup) = balances::lookup_params(request)?;
     let mut params = auth_params(token_hash);
     let split = params.len();
     params.extend(lookup);
-    Some(SQL[shape.index()].statement(backend, params, |mut params| {
+    SQL[shape.index()].statement(backend, params, |mut params| {
         let lookup = params.split_off(split);
         let mut query = auth_query(params);
         let project = (
@@ -487,7 +487,7 @@ pub(crate) fn auth_statement_with_lookup(
         );
         balances::join_lookup(&mut query, shape, project, lookup);
         query
-    }))
+    })
 }
 
 /// The token hash, then the name of each of [`Permission::ALL`].

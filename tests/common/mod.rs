@@ -212,6 +212,11 @@ impl TestApp {
         self.db.get_database_backend()
     }
 
+    /// A reader of the test database, as the service's own.
+    pub fn reader(&self) -> masterpay::db::Reader {
+        masterpay::db::Reader::new(self.db.clone(), &self.database.url, &test_pool())
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
