@@ -27,6 +27,7 @@ on_every_backend!(
     every_access_log_line_is_written_before_the_server_exits,
     sigterm_drains_a_completion_in_flight,
     a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout,
+    balances_survive_the_account_key_migration_down_and_up,
 );
 
 fn masterpay(url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
@@ -36,6 +37,116 @@ fn masterpay(url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Ou
         cmd.env(k, v);
     }
     cmd.output().expect("run masterpay")
+}
+
+/// The last migration (balances keyed by their account) rolled back and
+/// applied again, under a running server: every balance keeps its amounts,
+/// one row per account holds in both schemas, and the API reads the same
+/// balances afterwards.
+async fn balances_survive_the_account_key_migration_down_and_up(app: TestApp) {
+    use migration::{Migrator, MigratorTrait};
+    use sea_orm::ConnectionTrait;
+    let user = app.user("keyed@example.com").await;
+    let server = app.server("keyed").await;
+    app.set_balance(user, None, "5.00", "6.00").await;
+    app.set_balance(user, Some(server), "7.25", "0.00").await;
+    let duplicate = format!(
+        "INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at) \
+         VALUES ({user}, 0, 1, 1, '2026-01-01 00:00:00')"
+    );
+    let amounts = format!(
+        "SELECT COUNT(*) FROM balances WHERE user_id = {user} AND \
+         ((server_id = 0 AND main_cents = 500 AND bonus_cents = 600) OR \
+          (server_id = {server} AND main_cents = 725 AND bonus_cents = 0))"
+    );
+    for (step, down) in [("down", true), ("up", false)] {
+        if down {
+            Migrator::down(&app.db, Some(1)).await.expect("down");
+        } else {
+            Migrator::up(&app.db, None).await.expect("up");
+        }
+        assert_eq!(
+            app.count(&format!(
+                "SELECT COUNT(*) FROM balances WHERE user_id = {user}"
+            ))
+            .await,
+            2,
+            "{step}"
+        );
+        assert_eq!(
+            app.count(&amounts).await,
+            2,
+            "{step}: both rows as they were"
+        );
+        assert!(
+            app.db.execute_unprepared(&duplicate).await.is_err(),
+            "{step}: a second row for an account is refused"
+        );
+        for (refused, why) in [
+            ((user, 999, -1), "a negative balance"),
+            ((user, -1, 0), "a negative server id"),
+            ((user + 1000, 999, 0), "an unknown user"),
+        ] {
+            let (user_id, server_id, cents) = refused;
+            let insert = format!(
+                "INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at) \
+                 VALUES ({user_id}, {server_id}, {cents}, 0, '2026-01-01 00:00:00')"
+            );
+            assert!(
+                app.db.execute_unprepared(&insert).await.is_err(),
+                "{step}: {why} is refused"
+            );
+        }
+        app.exec(&format!(
+            "INSERT INTO balances (user_id, server_id, updated_at) \
+             VALUES ({user}, 998, '2026-01-01 00:00:00')"
+        ))
+        .await;
+        assert_eq!(
+            app.count(&format!(
+                "SELECT COUNT(*) FROM balances WHERE user_id = {user} AND server_id = 998 \
+                 AND main_cents = 0 AND bonus_cents = 0"
+            ))
+            .await,
+            1,
+            "{step}: amounts default to zero"
+        );
+        app.exec(&format!(
+            "DELETE FROM balances WHERE user_id = {user} AND server_id = 998"
+        ))
+        .await;
+        let id_columns = match app.backend_kind() {
+            sea_orm::DbBackend::Sqlite => {
+                "SELECT COUNT(*) FROM pragma_table_info('balances') WHERE name = 'id'"
+            }
+            sea_orm::DbBackend::Postgres => {
+                "SELECT COUNT(*) FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = 'balances' \
+                 AND column_name = 'id'"
+            }
+            _ => {
+                "SELECT COUNT(*) FROM information_schema.columns \
+                 WHERE table_schema = DATABASE() AND table_name = 'balances' \
+                 AND column_name = 'id'"
+            }
+        };
+        assert_eq!(
+            app.count(id_columns).await,
+            i64::from(down),
+            "{step}: the id column is there only before the migration"
+        );
+    }
+    let token = app.full_token().await;
+    let reply = app
+        .get_balance(Some(&token), &format!("server_id={server}&user_id={user}"))
+        .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.body["main_balance"], "7.25");
+    let reply = app
+        .get_balance(Some(&token), &format!("server_id=0&user_id={user}"))
+        .await;
+    assert_eq!(reply.body["main_balance"], "5.00");
+    assert_eq!(reply.body["bonus_balance"], "6.00");
 }
 
 async fn audit_passes_on_a_consistent_ledger_and_names_every_mismatch(app: TestApp) {

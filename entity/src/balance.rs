@@ -8,12 +8,14 @@ use sea_orm::entity::prelude::*;
 /// The `server_id` of the general master account.
 pub const GENERAL_ACCOUNT: i64 = 0;
 
+/// Keyed by its account, (user, server): every statement finds a balance
+/// that way (migration `m20261124_000002_balances_keyed_by_account`).
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "balances")]
 pub struct Model {
-    #[sea_orm(primary_key)]
-    pub id: i64,
+    #[sea_orm(primary_key, auto_increment = false)]
     pub user_id: i64,
+    #[sea_orm(primary_key, auto_increment = false)]
     pub server_id: i64,
     /// Main balance in minor units (cents).
     pub main_cents: i64,

@@ -7,12 +7,16 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_create_schema;
+mod m20261124_000002_balances_keyed_by_account;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261122_000001_create_schema::Migration)]
+        vec![
+            Box::new(m20261122_000001_create_schema::Migration),
+            Box::new(m20261124_000002_balances_keyed_by_account::Migration),
+        ]
     }
 }

@@ -501,4 +501,71 @@ mod tests {
             }
         }
     }
+
+    /// On SQLite every lookup statement, alone or in its token's statement
+    /// (`tokens::auth_statement_with_lookup`), of every shape, reads the
+    /// balance by the table's own key: one B-tree (migration
+    /// `m20261124_000002_balances_keyed_by_account`), where it read the
+    /// unique index and then the row by its rowid.
+    #[tokio::test]
+    async fn sqlite_lookups_read_balances_by_their_key() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("plans.db").display());
+        let (db, project, user) = crate::service::testing::shop(&url, "plan@example.com").await;
+        let backend = DbBackend::Sqlite;
+        let mut checked = 0;
+        for by_id in [false, true] {
+            for email in [None, Some("plan@example.com".to_owned())] {
+                for server_id in [0, 7] {
+                    let request = LookupRequest {
+                        who: UserRef {
+                            user_id: by_id.then_some(user),
+                            email: email.clone(),
+                        },
+                        server_id,
+                    };
+                    let Some((shape, params)) = lookup_params(&request) else {
+                        continue;
+                    };
+                    let mut all = vec![Value::from(project)];
+                    all.extend(params.clone());
+                    let alone = LOOKUP_SQL[shape.index()]
+                        .statement(backend, all, |params| lookup_query(shape, params));
+                    let with_token = super::super::tokens::auth_statement_with_lookup(
+                        backend,
+                        "0".repeat(64),
+                        shape,
+                        params,
+                    );
+                    for stmt in [alone, with_token] {
+                        let plan = db
+                            .query_all_raw(sea_orm::Statement::from_sql_and_values(
+                                backend,
+                                format!("EXPLAIN QUERY PLAN {}", stmt.sql),
+                                stmt.values.map(|v| v.0).unwrap_or_default(),
+                            ))
+                            .await
+                            .expect("plan");
+                        let steps: Vec<String> = plan
+                            .iter()
+                            .map(|row| row.try_get_by_index(3).expect("plan detail"))
+                            .collect();
+                        let balance_steps: Vec<&String> =
+                            steps.iter().filter(|s| s.contains("balances")).collect();
+                        assert_eq!(
+                            balance_steps,
+                            [
+                                &"SEARCH balances USING PRIMARY KEY (user_id=? AND server_id=?) \
+                               LEFT-JOIN"
+                                    .to_owned()
+                            ],
+                            "{steps:?}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 12, "three user forms, two servers, two statements");
+    }
 }
