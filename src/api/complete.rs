@@ -206,18 +206,63 @@ impl<'a> ApiExtractor<'a> for CompleteBody {
         );
         // A client that sends its body too slowly gets 408, before the
         // request timeout would answer 503 for it.
-        let read = tokio::time::timeout(timeout, body.take()?.into_bytes_limit(limit));
+        let read = tokio::time::timeout(timeout, read_body(body.take()?, limit));
         let bytes = read
             .await
             .map_err(|_| ApiError::request_timeout())?
             .map_err(|err| match err {
-                poem::error::ReadBodyError::PayloadTooLarge => ApiError::payload_too_large(),
-                _ => ApiError::validation_field("body", "the request body could not be read"),
+                BodyReadError::TooLarge => ApiError::payload_too_large(),
+                BodyReadError::Io => {
+                    ApiError::validation_field("body", "the request body could not be read")
+                }
             })?;
         let value = serde_json::from_slice(&bytes)
             .map_err(|_| ApiError::validation_field("body", "the body must be a JSON object"))?;
         Ok(CompleteBody(value))
     }
+}
+
+/// Bytes of an oversized body read and thrown away before answering 413.
+///
+/// A server that answers while the client is still sending, then closes,
+/// makes the kernel reset the connection, and most HTTP clients then report
+/// "broken pipe" instead of the 413 they were sent (the reason nginx and
+/// Apache linger on close). Reading the rest of a moderately oversized body
+/// lets the client finish sending and read the answer; past this many bytes
+/// (or the body timeout) the server answers at once and the connection is
+/// closed, so a client cannot make it read without bound.
+pub const OVERSIZED_BODY_DRAIN_BYTES: usize = 1024 * 1024;
+
+#[derive(Debug, PartialEq, Eq)]
+enum BodyReadError {
+    /// More than the limit was sent.
+    TooLarge,
+    /// The connection failed while the body was being read.
+    Io,
+}
+
+/// Reads a body of at most `limit` bytes. An oversized body is drained up to
+/// [`OVERSIZED_BODY_DRAIN_BYTES`] more so that the client can read the 413.
+async fn read_body(body: poem::Body, limit: usize) -> Result<Vec<u8>, BodyReadError> {
+    use futures_util::StreamExt;
+    let mut stream = std::pin::pin!(body.into_bytes_stream());
+    let mut kept = Vec::new();
+    let mut oversized_by = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| BodyReadError::Io)?;
+        if oversized_by == 0 && kept.len() + chunk.len() <= limit {
+            kept.extend_from_slice(&chunk);
+            continue;
+        }
+        oversized_by = oversized_by.saturating_add(chunk.len()).max(1);
+        if oversized_by > OVERSIZED_BODY_DRAIN_BYTES {
+            break;
+        }
+    }
+    if oversized_by > 0 {
+        return Err(BodyReadError::TooLarge);
+    }
+    Ok(kept)
 }
 
 /// Checks each field of the body and names every offending one.
@@ -359,5 +404,72 @@ impl CompleteApi {
                 )))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+
+    use super::*;
+
+    /// A body of `chunks` chunks of `size` bytes that counts the bytes the
+    /// reader pulled from it.
+    fn counted_body(chunks: usize, size: usize) -> (poem::Body, Arc<AtomicUsize>) {
+        let pulled = Arc::new(AtomicUsize::new(0));
+        let counter = pulled.clone();
+        let stream = futures_util::stream::iter((0..chunks).map(move |_| {
+            counter.fetch_add(size, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(vec![b'x'; size])
+        }));
+        (poem::Body::from_bytes_stream(stream), pulled)
+    }
+
+    #[tokio::test]
+    async fn a_body_of_exactly_the_limit_is_read_whole() {
+        let (body, _) = counted_body(8, 1024);
+        assert_eq!(
+            read_body(body, 8 * 1024).await.map(|b| b.len()),
+            Ok(8 * 1024)
+        );
+    }
+
+    #[tokio::test]
+    async fn one_byte_over_the_limit_is_too_large() {
+        let (body, _) = counted_body(1, 8 * 1024 + 1);
+        assert_eq!(
+            read_body(body, 8 * 1024).await,
+            Err(BodyReadError::TooLarge)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_moderately_oversized_body_is_read_to_its_end() {
+        // 160 KiB against a 64 KiB limit: all of it is read, so the client
+        // finishes sending before the 413 and the connection stays clean.
+        let (body, pulled) = counted_body(20, 8 * 1024);
+        assert_eq!(
+            read_body(body, 64 * 1024).await,
+            Err(BodyReadError::TooLarge)
+        );
+        assert_eq!(pulled.load(Ordering::SeqCst), 160 * 1024);
+    }
+
+    #[tokio::test]
+    async fn an_endless_body_is_drained_only_up_to_the_bound() {
+        let (body, pulled) = counted_body(usize::MAX, 8 * 1024);
+        assert_eq!(
+            read_body(body, 64 * 1024).await,
+            Err(BodyReadError::TooLarge)
+        );
+        let pulled = pulled.load(Ordering::SeqCst);
+        assert!(pulled > OVERSIZED_BODY_DRAIN_BYTES, "{pulled}");
+        assert!(
+            pulled <= 64 * 1024 + OVERSIZED_BODY_DRAIN_BYTES + 8 * 1024,
+            "{pulled}"
+        );
     }
 }
