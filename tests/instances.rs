@@ -91,7 +91,7 @@ async fn killing_an_instance_mid_stream_loses_and_duplicates_nothing(app: TestAp
     let client = reqwest::Client::new();
 
     // Stream completions to A, 16 at a time; SIGKILL A once 60 have answered.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Result<u16, reqwest::Error>)>(256);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Result<u16, reqwest::Error>)>(1);
     let sender = {
         let client = client.clone();
         let token = token.clone();

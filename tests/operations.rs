@@ -635,7 +635,7 @@ async fn sigterm_drains_a_completion_in_flight(app: TestApp) {
             "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
         }
         Backend::MySql => {
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'UPDATE `payment_orders`%'"
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO LIKE 'UPDATE `payment_orders`%'"
         }
     };
     let token = app.full_token().await;
@@ -720,7 +720,7 @@ async fn a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout(app
     let mut server = ServerProcess::start(
         &app.database.url,
         &[
-            ("MASTERPAY_DB_STATEMENT_TIMEOUT_MS", "300"),
+            ("MASTERPAY_DB_STATEMENT_TIMEOUT_MS", "2000"),
             ("MASTERPAY_REQUEST_TIMEOUT_MS", "60000"),
         ],
     )

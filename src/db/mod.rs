@@ -82,6 +82,11 @@ const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 pub async fn connect(url: &str, settings: &PoolSettings) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(url.to_owned());
     let statement_ms = settings.statement_timeout.as_millis();
+    // SQLite's analogue of a statement timeout is how long a writer waits for
+    // the file's write lock; at least 5 s, so that a short statement timeout
+    // meant for PostgreSQL or MariaDB does not make SQLite writers give up
+    // while another process (an admin command, a second instance) writes.
+    let sqlite_busy = settings.statement_timeout.max(Duration::from_secs(5));
     options
         .max_connections(settings.max_connections)
         .min_connections(0)
@@ -94,11 +99,11 @@ pub async fn connect(url: &str, settings: &PoolSettings) -> Result<DatabaseConne
         // unavailable (503) and makes the pool drop it.
         .test_before_acquire_if_idle_for(IDLE_BEFORE_PING)
         .sqlx_logging(false)
-        .map_sqlx_sqlite_opts(|opts| {
+        .map_sqlx_sqlite_opts(move |opts| {
             opts.create_if_missing(true)
                 .journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
                 .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
-                .busy_timeout(Duration::from_secs(5))
+                .busy_timeout(sqlite_busy)
                 .foreign_keys(true)
                 // See the module docs: `serve` checkpoints in the background.
                 .pragma("wal_autocheckpoint", "0")

@@ -27,7 +27,7 @@ use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
     ColumnTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    Statement, TransactionTrait, Value,
+    Statement, Value,
     sea_query::{Asterisk, Expr, ExprTrait, Func, IntoIden, Query, SelectStatement},
 };
 use sha2::{Digest, Sha256};
@@ -187,7 +187,7 @@ pub async fn create(
     let name = validate::check_name("token", name).map_err(AdminError::Invalid)?;
     projects::get(db, project_id).await?;
     let value = TokenValue::generate();
-    let txn = db.begin().await?;
+    let txn = super::begin_write(db).await?;
     let token = app_token::ActiveModel {
         project_id: Set(project_id),
         name: Set(name),
@@ -239,7 +239,7 @@ pub async fn edit(
         .transpose()
         .map_err(AdminError::Invalid)?;
     let token = get(db, id).await?;
-    let txn = db.begin().await?;
+    let txn = super::begin_write(db).await?;
     let mut model: app_token::ActiveModel = token.into();
     if let Some(name) = name {
         model.name = Set(name);
@@ -266,7 +266,7 @@ pub async fn set_active(
 /// Deletes a token and its permissions; its value gets TOKEN_NOT_FOUND.
 pub async fn delete(db: &DatabaseConnection, id: i64) -> Result<(), AdminError> {
     get(db, id).await?;
-    let txn = db.begin().await?;
+    let txn = super::begin_write(db).await?;
     token_permission::Entity::delete_many()
         .filter(token_permission::Column::TokenId.eq(id))
         .exec(&txn)

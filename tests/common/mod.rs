@@ -543,7 +543,7 @@ impl ServerProcess {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("spawn masterpay serve");
-        let server = ServerProcess {
+        let mut server = ServerProcess {
             child,
             base: format!("http://127.0.0.1:{port}"),
             log_path,
@@ -554,9 +554,14 @@ impl ServerProcess {
     }
 
     /// Polls /readyz until it answers 200 (bounded by attempts, not time).
-    pub async fn wait_ready(&self) {
+    /// A server that exited (its port taken meanwhile, a bad setting) fails
+    /// at once with its log.
+    pub async fn wait_ready(&mut self) {
         let client = reqwest::Client::new();
         for _ in 0..600 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("server exited with {status}: {}", self.log());
+            }
             if let Ok(r) = client.get(format!("{}/readyz", self.base)).send().await
                 && r.status() == 200
             {
