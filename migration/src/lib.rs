@@ -8,6 +8,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_create_schema;
 mod m20261124_000002_balances_keyed_by_account;
+mod m20261124_000003_room_for_in_page_updates;
 
 pub struct Migrator;
 
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261122_000001_create_schema::Migration),
             Box::new(m20261124_000002_balances_keyed_by_account::Migration),
+            Box::new(m20261124_000003_room_for_in_page_updates::Migration),
         ]
     }
 }
