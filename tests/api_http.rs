@@ -11,6 +11,7 @@ on_every_backend!(
     wrong_method_outside_v2_is_not_found_never_405,
     body_over_64_kib_is_payload_too_large,
     chunked_body_over_64_kib_is_payload_too_large,
+    body_declared_too_large_with_expect_continue_is_refused_unsent,
     content_type_other_than_json_is_validation_error_under_body,
     json_content_type_with_charset_is_accepted,
     malformed_json_is_validation_error_under_body,
@@ -73,6 +74,33 @@ async fn chunked_body_over_64_kib_is_payload_too_large(app: TestApp) {
     )
     .await
     .assert_error(413, "PAYLOAD_TOO_LARGE");
+}
+
+/// A client that announces a body over the limit and waits for `100
+/// Continue` (curl does for large bodies) gets the 413 at once and never
+/// has to send the body: no `100 Continue`, no read of the body.
+async fn body_declared_too_large_with_expect_continue_is_refused_unsent(app: TestApp) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let token = app.full_token().await;
+    let address = app.base.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /v2/payment/order/complete HTTP/1.1\r\nHost: {address}\r\n\
+         Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100000\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).await.unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    assert!(!reply.contains("100 Continue"), "{reply}");
+    let body = &reply[reply.find("\r\n\r\n").expect("head") + 4..];
+    let body: serde_json::Value = serde_json::from_str(body).expect("JSON body");
+    assert_eq!(
+        body,
+        serde_json::json!({"success": false, "code": "PAYLOAD_TOO_LARGE"})
+    );
 }
 
 async fn content_type_other_than_json_is_validation_error_under_body(app: TestApp) {

@@ -204,14 +204,33 @@ impl<'a> ApiExtractor<'a> for CompleteBody {
             ),
             |s| (s.max_body_bytes, s.body_timeout),
         );
+        // A body declared too large is refused before it is read when
+        // reading it could not help: the client waits for `100 Continue`
+        // (it then never sends the body), or more would come than the server
+        // drains anyway.
+        let declared = request
+            .headers()
+            .get(poem::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let expects_continue = request
+            .headers()
+            .get(poem::http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if let Some(declared) = declared
+            && declared > limit as u64
+            && (expects_continue || declared > (limit + OVERSIZED_BODY_DRAIN_BYTES) as u64)
+        {
+            return Err(ApiError::payload_too_large().into());
+        }
         // A client that sends its body too slowly gets 408, before the
         // request timeout would answer 503 for it.
-        let read = tokio::time::timeout(timeout, read_body(body.take()?, limit));
-        let bytes = read
+        let deadline = tokio::time::Instant::now() + timeout;
+        let bytes = read_body(body.take()?, limit, deadline)
             .await
-            .map_err(|_| ApiError::request_timeout())?
             .map_err(|err| match err {
                 BodyReadError::TooLarge => ApiError::payload_too_large(),
+                BodyReadError::TimedOut => ApiError::request_timeout(),
                 BodyReadError::Io => {
                     ApiError::validation_field("body", "the request body could not be read")
                 }
@@ -237,22 +256,40 @@ pub const OVERSIZED_BODY_DRAIN_BYTES: usize = 1024 * 1024;
 enum BodyReadError {
     /// More than the limit was sent.
     TooLarge,
+    /// The body (within the limit so far) did not arrive by the deadline.
+    TimedOut,
     /// The connection failed while the body was being read.
     Io,
 }
 
-/// Reads a body of at most `limit` bytes. An oversized body is drained up to
-/// [`OVERSIZED_BODY_DRAIN_BYTES`] more so that the client can read the 413.
-async fn read_body(body: poem::Body, limit: usize) -> Result<Vec<u8>, BodyReadError> {
+/// Reads a body of at most `limit` bytes by `deadline`. An oversized body is
+/// drained up to [`OVERSIZED_BODY_DRAIN_BYTES`] more so that the client can
+/// read the 413; it is a 413 whatever happens while draining (the deadline,
+/// a broken connection), since the client must not retry it as it is.
+async fn read_body(
+    body: poem::Body,
+    limit: usize,
+    deadline: tokio::time::Instant,
+) -> Result<Vec<u8>, BodyReadError> {
     use futures_util::StreamExt;
     let mut stream = std::pin::pin!(body.into_bytes_stream());
     let mut kept = Vec::new();
     let mut oversized_by = 0usize;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|_| BodyReadError::Io)?;
+    loop {
+        let next = tokio::time::timeout_at(deadline, stream.next()).await;
+        let chunk = match next {
+            Ok(Some(Ok(chunk))) => chunk,
+            Ok(None) => break,
+            _ if oversized_by > 0 => break,
+            Ok(Some(Err(_))) => return Err(BodyReadError::Io),
+            Err(_) => return Err(BodyReadError::TimedOut),
+        };
         if oversized_by == 0 && kept.len() + chunk.len() <= limit {
             kept.extend_from_slice(&chunk);
             continue;
+        }
+        if oversized_by == 0 {
+            kept = Vec::new();
         }
         oversized_by = oversized_by.saturating_add(chunk.len()).max(1);
         if oversized_by > OVERSIZED_BODY_DRAIN_BYTES {
@@ -428,11 +465,45 @@ mod tests {
         (poem::Body::from_bytes_stream(stream), pulled)
     }
 
+    fn far() -> tokio::time::Instant {
+        tokio::time::Instant::now() + std::time::Duration::from_secs(3600)
+    }
+
+    /// A body that sends `first` and then nothing more.
+    fn stalled_body(first: usize) -> poem::Body {
+        let first = futures_util::stream::iter([Ok::<_, std::io::Error>(vec![b'x'; first])]);
+        poem::Body::from_bytes_stream(futures_util::StreamExt::chain(
+            first,
+            futures_util::stream::pending(),
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_body_that_stalls_within_the_limit_times_out() {
+        // The body never ends, so the deadline always passes first.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
+        assert_eq!(
+            read_body(stalled_body(100), 1024, deadline).await,
+            Err(BodyReadError::TimedOut)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_that_stalls_past_the_limit_is_too_large_not_late() {
+        // The client must not retry it as it is: 413, not 408.
+        // The body never ends, so the deadline always passes first.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
+        assert_eq!(
+            read_body(stalled_body(2048), 1024, deadline).await,
+            Err(BodyReadError::TooLarge)
+        );
+    }
+
     #[tokio::test]
     async fn a_body_of_exactly_the_limit_is_read_whole() {
         let (body, _) = counted_body(8, 1024);
         assert_eq!(
-            read_body(body, 8 * 1024).await.map(|b| b.len()),
+            read_body(body, 8 * 1024, far()).await.map(|b| b.len()),
             Ok(8 * 1024)
         );
     }
@@ -441,7 +512,7 @@ mod tests {
     async fn one_byte_over_the_limit_is_too_large() {
         let (body, _) = counted_body(1, 8 * 1024 + 1);
         assert_eq!(
-            read_body(body, 8 * 1024).await,
+            read_body(body, 8 * 1024, far()).await,
             Err(BodyReadError::TooLarge)
         );
     }
@@ -452,7 +523,7 @@ mod tests {
         // finishes sending before the 413 and the connection stays clean.
         let (body, pulled) = counted_body(20, 8 * 1024);
         assert_eq!(
-            read_body(body, 64 * 1024).await,
+            read_body(body, 64 * 1024, far()).await,
             Err(BodyReadError::TooLarge)
         );
         assert_eq!(pulled.load(Ordering::SeqCst), 160 * 1024);
@@ -462,7 +533,7 @@ mod tests {
     async fn an_endless_body_is_drained_only_up_to_the_bound() {
         let (body, pulled) = counted_body(usize::MAX, 8 * 1024);
         assert_eq!(
-            read_body(body, 64 * 1024).await,
+            read_body(body, 64 * 1024, far()).await,
             Err(BodyReadError::TooLarge)
         );
         let pulled = pulled.load(Ordering::SeqCst);
