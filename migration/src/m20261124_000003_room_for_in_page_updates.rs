@@ -33,30 +33,28 @@ impl MigrationName for Migration {
 
 const TABLES: [&str; 2] = ["payment_orders", "balances"];
 
+/// `ALTER TABLE <table> <action>` for each table, on PostgreSQL only. Each is
+/// metadata only: no table rewrite, a lock that blocks neither reads nor
+/// writes.
+async fn alter_on_postgres(manager: &SchemaManager<'_>, action: &str) -> Result<(), DbErr> {
+    if manager.get_database_backend() != DbBackend::Postgres {
+        return Ok(());
+    }
+    let db = manager.get_connection();
+    for table in TABLES {
+        db.execute_unprepared(&format!(r#"ALTER TABLE "{table}" {action}"#))
+            .await?;
+    }
+    Ok(())
+}
+
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() != DbBackend::Postgres {
-            return Ok(());
-        }
-        let db = manager.get_connection();
-        for table in TABLES {
-            // Metadata only: no table rewrite, a brief lock.
-            db.execute_unprepared(&format!(r#"ALTER TABLE "{table}" SET (fillfactor = 90)"#))
-                .await?;
-        }
-        Ok(())
+        alter_on_postgres(manager, "SET (fillfactor = 90)").await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() != DbBackend::Postgres {
-            return Ok(());
-        }
-        let db = manager.get_connection();
-        for table in TABLES {
-            db.execute_unprepared(&format!(r#"ALTER TABLE "{table}" RESET (fillfactor)"#))
-                .await?;
-        }
-        Ok(())
+        alter_on_postgres(manager, "RESET (fillfactor)").await
     }
 }
