@@ -250,3 +250,21 @@ if batches.exists():
         print("\nRequests per statement (PostgreSQL groups; pgbench's ceilings run one per statement):\n")
         for line in lines:
             print(f"- {line}")
+
+# PostgreSQL completions' writes: how many updates stayed in their page
+# (heap-only, no index touched) and the WAL the completion rounds wrote per
+# completion (service and pgbench together; docs/benchmarks.md, step 30).
+writes = out / "pg-writes.tsv"
+if writes.exists():
+    rows = {}
+    for size, table, updates, hot, wal in csv.reader(open(writes), delimiter="\t"):
+        rows.setdefault(size, {})[table] = (int(updates), int(hot), int(float(wal)))
+    if rows:
+        print("\nPostgreSQL completion writes (counts, not speeds):\n")
+        for size, tables in rows.items():
+            parts = [f"{t} {h / u * 100:.1f} % of {u:,} updates in-page (HOT)"
+                     for t, (u, h, _) in sorted(tables.items()) if u]
+            orders = tables.get("payment_orders")
+            if orders and orders[0]:
+                parts.append(f"WAL {orders[2] / orders[0]:,.0f} bytes per completion")
+            print(f"- postgres {size}: " + "; ".join(parts))
