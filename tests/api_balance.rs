@@ -477,6 +477,9 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
             who(None, Some("carol@example.com")),
             who(Some(alice), Some("alice@example.com")),
             who(Some(bob), Some("alice@example.com")),
+            // Bob has no balance on the server (zero), and nobody has this id.
+            who(Some(bob), None),
+            who(Some(stranger + 1000), None),
         ] {
             for token in tokens_used {
                 cases.push((
@@ -532,6 +535,8 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
         "1250.50/25.00",
         "7.01/0.00",
         "9.00/0.00",
+        "3.00/4.00",
+        "0.00/0.00",
         "user not found",
         "server not found",
         "token disabled",
@@ -542,10 +547,10 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
         assert!(outcomes.contains(expected), "{expected}: {outcomes:?}");
     }
     if app.backend == Backend::Postgres {
-        // 91 reads of seven shapes (the token alone; by id, by e-mail or
+        // 119 reads of seven shapes (the token alone; by id, by e-mail or
         // both, on the general account or a server): seven statements,
         // none failed.
-        assert_eq!(queue.statements_run(), (7, 91, 0));
+        assert_eq!(queue.statements_run(), (7, 119, 0));
     }
 }
 

@@ -29,6 +29,7 @@ on_every_backend!(
     a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout,
     balances_survive_the_account_key_migration_down_and_up,
     completion_tables_leave_room_for_in_page_updates,
+    balances_carry_their_users_project_through_the_migration,
 );
 
 fn masterpay(url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
@@ -40,10 +41,6 @@ fn masterpay(url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Ou
     cmd.output().expect("run masterpay")
 }
 
-/// The migration that keys balances by their account rolled back (with the
-/// one after it) and applied again, under a running server: every balance
-/// keeps its amounts, one row per account holds in both schemas, and the API
-/// reads the same balances afterwards.
 /// On PostgreSQL the tables a completion updates keep room in their pages
 /// (`fillfactor = 90`), so that its updates touch no index; rolling the
 /// migration back restores the default. Nothing to see on the others.
@@ -56,7 +53,7 @@ async fn completion_tables_leave_room_for_in_page_updates(app: TestApp) {
                      AND relnamespace = current_schema()::regnamespace \
                      AND 'fillfactor=90' = ANY(reloptions)";
     assert_eq!(app.count(with_room).await, 2);
-    Migrator::down(&app.db, Some(1)).await.expect("down");
+    Migrator::down(&app.db, Some(2)).await.expect("down");
     assert_eq!(app.count(with_room).await, 0, "down resets the fillfactor");
     Migrator::up(&app.db, None).await.expect("up");
     assert_eq!(app.count(with_room).await, 2);
@@ -73,6 +70,10 @@ async fn completion_tables_leave_room_for_in_page_updates(app: TestApp) {
     assert_eq!(app.main_balance(user, 0).await.to_string(), "3.10");
 }
 
+/// The migration that keys balances by their account rolled back (with the
+/// ones after it) and applied again: every balance keeps its amounts, one
+/// row per account holds in both schemas, and the API reads the same
+/// balances afterwards.
 async fn balances_survive_the_account_key_migration_down_and_up(app: TestApp) {
     use migration::{Migrator, MigratorTrait};
     use sea_orm::ConnectionTrait;
@@ -80,10 +81,14 @@ async fn balances_survive_the_account_key_migration_down_and_up(app: TestApp) {
     let server = app.server("keyed").await;
     app.set_balance(user, None, "5.00", "6.00").await;
     app.set_balance(user, Some(server), "7.25", "0.00").await;
-    let duplicate = format!(
-        "INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at) \
-         VALUES ({user}, 0, 1, 1, '2026-01-01 00:00:00')"
-    );
+    // After migration 000004 a balance row carries its user's project too.
+    let project = |down: bool| {
+        if down {
+            (String::new(), String::new())
+        } else {
+            (", project_id".to_owned(), format!(", {}", app.project_id))
+        }
+    };
     let amounts = format!(
         "SELECT COUNT(*) FROM balances WHERE user_id = {user} AND \
          ((server_id = 0 AND main_cents = 500 AND bonus_cents = 600) OR \
@@ -91,10 +96,15 @@ async fn balances_survive_the_account_key_migration_down_and_up(app: TestApp) {
     );
     for (step, down) in [("down", true), ("up", false)] {
         if down {
-            Migrator::down(&app.db, Some(2)).await.expect("down");
+            Migrator::down(&app.db, Some(3)).await.expect("down");
         } else {
             Migrator::up(&app.db, None).await.expect("up");
         }
+        let (project_column, project_value) = project(down);
+        let duplicate = format!(
+            "INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at{project_column}) \
+             VALUES ({user}, 0, 1, 1, '2026-01-01 00:00:00'{project_value})"
+        );
         assert_eq!(
             app.count(&format!(
                 "SELECT COUNT(*) FROM balances WHERE user_id = {user}"
@@ -119,8 +129,8 @@ async fn balances_survive_the_account_key_migration_down_and_up(app: TestApp) {
         ] {
             let (user_id, server_id, cents) = refused;
             let insert = format!(
-                "INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at) \
-                 VALUES ({user_id}, {server_id}, {cents}, 0, '2026-01-01 00:00:00')"
+                "INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at{project_column}) \
+                 VALUES ({user_id}, {server_id}, {cents}, 0, '2026-01-01 00:00:00'{project_value})"
             );
             assert!(
                 app.db.execute_unprepared(&insert).await.is_err(),
@@ -128,8 +138,8 @@ async fn balances_survive_the_account_key_migration_down_and_up(app: TestApp) {
             );
         }
         app.exec(&format!(
-            "INSERT INTO balances (user_id, server_id, updated_at) \
-             VALUES ({user}, 998, '2026-01-01 00:00:00')"
+            "INSERT INTO balances (user_id, server_id, updated_at{project_column}) \
+             VALUES ({user}, 998, '2026-01-01 00:00:00'{project_value})"
         ))
         .await;
         assert_eq!(
@@ -177,6 +187,132 @@ async fn balances_survive_the_account_key_migration_down_and_up(app: TestApp) {
         .await;
     assert_eq!(reply.body["main_balance"], "5.00");
     assert_eq!(reply.body["bonus_balance"], "6.00");
+}
+
+/// Migration 000004 rolled back and applied again: every balance row, also
+/// one written while the column was away, carries its user's project
+/// afterwards; the database refuses a row whose project is not its user's;
+/// and the API's lookups by id (which read the balance row alone when there
+/// is one) answer as before, for users with and without a balance row and
+/// for another project's user.
+async fn balances_carry_their_users_project_through_the_migration(app: TestApp) {
+    use migration::{Migrator, MigratorTrait};
+    use sea_orm::ConnectionTrait;
+    let user = app.user("carry@example.com").await;
+    let server = app.server("carry").await;
+    app.set_balance(user, None, "5.00", "6.00").await;
+    app.set_balance(user, Some(server), "7.25", "0.00").await;
+    let other = app.project("Other").await;
+    let stranger = app.user_in(other, "stranger@example.com").await;
+    app.set_balance(stranger, None, "9.00", "0.00").await;
+    let carried = "SELECT COUNT(*) FROM balances JOIN users \
+                   ON users.id = balances.user_id AND users.project_id = balances.project_id";
+    assert_eq!(app.count(carried).await, 3);
+    let project_columns = match app.backend_kind() {
+        sea_orm::DbBackend::Sqlite => {
+            "SELECT COUNT(*) FROM pragma_table_info('balances') WHERE name = 'project_id'"
+        }
+        sea_orm::DbBackend::Postgres => {
+            "SELECT COUNT(*) FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = 'balances' \
+             AND column_name = 'project_id'"
+        }
+        _ => {
+            "SELECT COUNT(*) FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = 'balances' \
+             AND column_name = 'project_id'"
+        }
+    };
+
+    Migrator::down(&app.db, Some(1)).await.expect("down");
+    assert_eq!(app.count(project_columns).await, 0, "down drops the column");
+    // A row written without the column, as a server of the version before
+    // writes it.
+    let late = app.user("late@example.com").await;
+    app.exec(&format!(
+        "INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at) \
+         VALUES ({late}, 0, 100, 0, '2026-01-01 00:00:00')"
+    ))
+    .await;
+
+    Migrator::up(&app.db, None).await.expect("up");
+    assert_eq!(app.count(project_columns).await, 1);
+    assert_eq!(
+        app.count(carried).await,
+        4,
+        "every row carries its user's project"
+    );
+    let insert = |user_id: i64, project_id: i64| {
+        format!(
+            "INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at, project_id) \
+             VALUES ({user_id}, 997, 1, 0, '2026-01-01 00:00:00', {project_id})"
+        )
+    };
+    for (refused, why) in [
+        (insert(user, other), "another project than the user's"),
+        (
+            insert(stranger, app.project_id),
+            "another project than the user's",
+        ),
+        (insert(late + 1000, app.project_id), "an unknown user"),
+        (
+            format!(
+                "INSERT INTO balances (user_id, server_id, updated_at) \
+                 VALUES ({user}, 996, '2026-01-01 00:00:00')"
+            ),
+            "no project",
+        ),
+    ] {
+        assert!(
+            app.db.execute_unprepared(&refused).await.is_err(),
+            "{why} is refused"
+        );
+    }
+    app.exec(&insert(user, app.project_id)).await;
+
+    let token = app.full_token().await;
+    let nobody = app.user("nobody@example.com").await;
+    for (query, expected) in [
+        (format!("server_id=0&user_id={user}"), Ok(("5.00", "6.00"))),
+        (
+            format!("server_id={server}&user_id={user}"),
+            Ok(("7.25", "0.00")),
+        ),
+        (format!("server_id=0&user_id={late}"), Ok(("1.00", "0.00"))),
+        (
+            format!("server_id=0&user_id={nobody}"),
+            Ok(("0.00", "0.00")),
+        ),
+        (
+            format!("server_id={server}&user_id={nobody}"),
+            Ok(("0.00", "0.00")),
+        ),
+        (
+            format!("server_id=0&user_id={stranger}"),
+            Err("USER_NOT_FOUND"),
+        ),
+        (
+            format!("server_id=0&user_id={}", nobody + 1000),
+            Err("USER_NOT_FOUND"),
+        ),
+        (
+            format!("server_id={}&user_id={user}", server + 1000),
+            Err("SERVER_NOT_FOUND"),
+        ),
+    ] {
+        let reply = app.get_balance(Some(&token), &query).await;
+        match expected {
+            Ok((main, bonus)) => {
+                assert_eq!(reply.status, 200, "{query}: {}", reply.body);
+                assert_eq!(reply.body["main_balance"], main, "{query}");
+                assert_eq!(reply.body["bonus_balance"], bonus, "{query}");
+            }
+            Err(code) => {
+                assert_eq!(reply.status, 404, "{query}: {}", reply.body);
+                assert_eq!(reply.body["code"], code, "{query}");
+            }
+        }
+    }
 }
 
 async fn audit_passes_on_a_consistent_ledger_and_names_every_mismatch(app: TestApp) {

@@ -22,6 +22,11 @@ pub struct Model {
     /// Bonus balance in minor units (cents).
     pub bonus_cents: i64,
     pub updated_at: ChronoDateTimeUtc,
+    /// The user's project, kept equal to it by the foreign key
+    /// `(user_id, project_id)` → `users (id, project_id)`: a lookup finds the
+    /// balance of a project's user without reading the user (migration
+    /// `m20261124_000004_balances_carry_their_project`).
+    pub project_id: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

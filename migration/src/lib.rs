@@ -9,6 +9,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261122_000001_create_schema;
 mod m20261124_000002_balances_keyed_by_account;
 mod m20261124_000003_room_for_in_page_updates;
+mod m20261124_000004_balances_carry_their_project;
 
 pub struct Migrator;
 
@@ -19,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000001_create_schema::Migration),
             Box::new(m20261124_000002_balances_keyed_by_account::Migration),
             Box::new(m20261124_000003_room_for_in_page_updates::Migration),
+            Box::new(m20261124_000004_balances_carry_their_project::Migration),
         ]
     }
 }

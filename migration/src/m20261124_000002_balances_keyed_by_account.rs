@@ -32,7 +32,7 @@ impl MigrationName for Migration {
 /// SQLite's `balances_rebuilt`: `balances` as the first migration created
 /// it, with `id` (its column definition or nothing), `key` (a primary-key
 /// clause or nothing) and `rowid` (`WITHOUT ROWID` or nothing).
-fn sqlite_balances(id: &str, key: &str, rowid: &str) -> String {
+pub(crate) fn sqlite_balances(id: &str, key: &str, rowid: &str) -> String {
     format!(
         r#"CREATE TABLE "balances_rebuilt" ({id}"user_id" integer NOT NULL, "server_id" integer NOT NULL CHECK ("server_id" >= 0), "main_cents" integer NOT NULL DEFAULT 0 CHECK ("main_cents" BETWEEN 0 AND {MAX_CENTS}), "bonus_cents" integer NOT NULL DEFAULT 0 CHECK ("bonus_cents" BETWEEN 0 AND {MAX_CENTS}), "updated_at" timestamp_with_timezone_text NOT NULL, {key}FOREIGN KEY ("user_id") REFERENCES "users" ("id") ON DELETE RESTRICT){rowid}"#
     )
@@ -40,7 +40,7 @@ fn sqlite_balances(id: &str, key: &str, rowid: &str) -> String {
 
 /// The rows of `balances` into the table `create` makes, which then takes
 /// its name (SQLite cannot change a table's primary key in place).
-fn sqlite_rebuild(create: String) -> Vec<String> {
+pub(crate) fn sqlite_rebuild(create: String) -> Vec<String> {
     vec![
         create,
         r#"INSERT INTO "balances_rebuilt" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at") SELECT "user_id", "server_id", "main_cents", "bonus_cents", "updated_at" FROM "balances" ORDER BY "user_id", "server_id""#.to_owned(),
@@ -61,7 +61,7 @@ const UNIQUE_ACCOUNT: &str =
 /// a large one, so there the timeout is lifted for the steps and set back
 /// afterwards, failed or not. (MySQL has no such variable: there the steps
 /// run as they are.)
-async fn run(manager: &SchemaManager<'_>, steps: Vec<String>) -> Result<(), DbErr> {
+pub(crate) async fn run(manager: &SchemaManager<'_>, steps: Vec<String>) -> Result<(), DbErr> {
     let db = manager.get_connection();
     let backend = manager.get_database_backend();
     let timeout = match backend {

@@ -1,13 +1,13 @@
 //! Master-account balances: the lookup behind `GET /v2/master-account/balance`
 //! and the `balance set` command.
 
-use entity::{balance, operation_log, server, user};
+use entity::{balance, operation_log, project, server, user};
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
     EntityTrait, QueryFilter, Value,
-    sea_query::{DynIden, Expr, ExprTrait, OnConflict, Query, SelectStatement},
+    sea_query::{DynIden, Expr, ExprTrait, Func, OnConflict, Query, SelectStatement},
 };
 
 use super::{AdminError, begin_write, now, servers, users};
@@ -277,6 +277,9 @@ fn lookup_query(shape: LookupShape, params: Vec<Value>) -> SelectStatement {
     let mut params = params.into_iter();
     let mut next = || params.next().expect("lookup parameter");
     let (project_id, server_id) = (next(), next());
+    if shape.by_id && !shape.by_email {
+        return lookup_by_id_query(shape, project_id, server_id, next());
+    }
     let mut query = Query::select();
     query
         .column((user::Entity, user::Column::Id))
@@ -289,6 +292,59 @@ fn lookup_query(shape: LookupShape, params: Vec<Value>) -> SelectStatement {
     if shape.by_email {
         query.and_where(Expr::col((user::Entity, user::Column::Email)).eq(next()));
     }
+    query
+}
+
+/// [`lookup_query`] of a user named by id alone: the balance row first, by
+/// its key and the project it carries (migration
+/// `m20261124_000004_balances_carry_their_project`), and the user's row only
+/// when there is no balance row, to tell a user with nothing yet (zero)
+/// from no such user of the project. A lookup of an account with a balance
+/// thus reads one row of a large table instead of two: the first column is
+/// `COALESCE(balance's user, (user subquery))`, and SQLite, PostgreSQL and
+/// MariaDB evaluate the subquery only when the balance row is missing. The
+/// single row comes from the project itself (the token's, so it exists);
+/// the columns are those of the general form.
+fn lookup_by_id_query(
+    shape: LookupShape,
+    project_id: Value,
+    server_id: Value,
+    user_id: Value,
+) -> SelectStatement {
+    let project = || Expr::col((project::Entity, project::Column::Id));
+    let user = Query::select()
+        .column((user::Entity, user::Column::Id))
+        .from(user::Entity)
+        .and_where(Expr::col((user::Entity, user::Column::ProjectId)).eq(project()))
+        .and_where(Expr::col((user::Entity, user::Column::Id)).eq(user_id.clone()))
+        .to_owned();
+    let mut query = Query::select();
+    query
+        .expr(Func::coalesce([
+            Expr::col((balance::Entity, balance::Column::UserId)),
+            Expr::from(user),
+        ]))
+        .column((balance::Entity, balance::Column::MainCents))
+        .column((balance::Entity, balance::Column::BonusCents))
+        .from(project::Entity)
+        .left_join(
+            balance::Entity,
+            Expr::col((balance::Entity, balance::Column::UserId))
+                .eq(user_id)
+                .and(Expr::col((balance::Entity, balance::Column::ServerId)).eq(server_id.clone()))
+                .and(Expr::col((balance::Entity, balance::Column::ProjectId)).eq(project())),
+        );
+    if !shape.general {
+        query
+            .column((server::Entity, server::Column::Id))
+            .left_join(
+                server::Entity,
+                Expr::col((server::Entity, server::Column::Id))
+                    .eq(server_id)
+                    .and(Expr::col((server::Entity, server::Column::ProjectId)).eq(project())),
+            );
+    }
+    query.and_where(project().eq(project_id));
     query
 }
 
@@ -323,8 +379,11 @@ fn cents(value: i64) -> Result<Money, DbErr> {
 /// creating the balance row when missing, and returns the balance before and
 /// after. The increment happens in the database (`SET x = x + ?`), and the
 /// row stays locked until `txn` ends, so parallel credits never lose one.
+/// `project_id` is the user's (a new row carries it; the foreign key
+/// refuses any other).
 pub(crate) async fn add_in_txn(
     txn: &DatabaseTransaction,
+    project_id: i64,
     user_id: i64,
     server_id: i64,
     column: balance::Column,
@@ -342,6 +401,7 @@ pub(crate) async fn add_in_txn(
             balance::Column::MainCents,
             balance::Column::BonusCents,
             balance::Column::UpdatedAt,
+            balance::Column::ProjectId,
         ])
         .values_panic([
             user_id.into(),
@@ -349,6 +409,7 @@ pub(crate) async fn add_in_txn(
             main.into(),
             bonus.into(),
             now().into(),
+            project_id.into(),
         ])
         .on_conflict(
             OnConflict::columns([balance::Column::UserId, balance::Column::ServerId])
@@ -421,7 +482,7 @@ pub async fn set(
         (balance::Column::BonusCents, bonus, "bonus"),
     ] {
         // Lock (or create) the row with a zero change, then move it to the target.
-        let (current, _) = add_in_txn(&txn, user.id, server_id, column, 0).await?;
+        let (current, _) = add_in_txn(&txn, user.project_id, user.id, server_id, column, 0).await?;
         let current = cents(current)?;
         let new = target.unwrap_or(current);
         match column {
@@ -537,7 +598,8 @@ mod tests {
                         shape,
                         params,
                     );
-                    for stmt in [alone, with_token] {
+                    let by_id_alone = shape.by_id && !shape.by_email;
+                    for (stmt, lazy_user) in [(alone, by_id_alone), (with_token, false)] {
                         let plan = db
                             .query_all_raw(sea_orm::Statement::from_sql_and_values(
                                 backend,
@@ -550,6 +612,24 @@ mod tests {
                             .iter()
                             .map(|row| row.try_get_by_index(3).expect("plan detail"))
                             .collect();
+                        if lazy_user {
+                            // The user's row is read only in the subquery
+                            // that runs when there is no balance row.
+                            let step = |detail: &str| {
+                                plan.iter()
+                                    .find(|row| {
+                                        row.try_get_by_index::<String>(3)
+                                            .is_ok_and(|d| d.starts_with(detail))
+                                    })
+                                    .unwrap_or_else(|| panic!("{detail}: {steps:?}"))
+                            };
+                            let id = |row: &sea_orm::QueryResult, at| -> i64 {
+                                row.try_get_by_index(at).expect("plan id")
+                            };
+                            let subquery = step("CORRELATED SCALAR SUBQUERY");
+                            let users = step("SEARCH users");
+                            assert_eq!(id(users, 1), id(subquery, 0), "{steps:?}");
+                        }
                         let balance_steps: Vec<&String> =
                             steps.iter().filter(|s| s.contains("balances")).collect();
                         assert_eq!(

@@ -333,13 +333,13 @@ fn build_batch_sql(count: usize) -> String {
     FROM "k" WHERE "payment_orders"."id" = "k"."id" AND "payment_orders"."status" <> $1
     RETURNING "k"."idx", "payment_orders"."id", "payment_orders"."user_id",
         COALESCE("payment_orders"."server_id", 0) AS "server_id",
-        "payment_orders"."amount_cents", "payment_orders"."payment_id"
+        "payment_orders"."amount_cents", "payment_orders"."payment_id", "payment_orders"."project_id"
 ), "s" AS (
-    SELECT "user_id", "server_id", SUM("amount_cents")::int8 AS "total"
-    FROM "o" GROUP BY "user_id", "server_id"
+    SELECT "user_id", "server_id", "project_id", SUM("amount_cents")::int8 AS "total"
+    FROM "o" GROUP BY "user_id", "server_id", "project_id"
 ), "b" AS (
-    INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at")
-    SELECT "user_id", "server_id", "total", 0, $2 FROM "s" ORDER BY "user_id", "server_id"
+    INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id")
+    SELECT "user_id", "server_id", "total", 0, $2, "project_id" FROM "s" ORDER BY "user_id", "server_id"
     ON CONFLICT ("user_id", "server_id") DO UPDATE
     SET "main_cents" = "balances"."main_cents" + EXCLUDED."main_cents", "updated_at" = EXCLUDED."updated_at"
     RETURNING "user_id", "server_id", "main_cents"

@@ -250,8 +250,8 @@ const PG_COMPLETE: &str = r#"WITH o AS (
     WHERE "order_id" = $4 AND "project_id" = $5 AND "payment_system" = $6 AND "status" <> $1
     RETURNING "id", "user_id", COALESCE("server_id", 0) AS "server_id", "amount_cents", "payment_id"
 ), b AS (
-    INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at")
-    SELECT "user_id", "server_id", "amount_cents", 0, $2 FROM o
+    INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id")
+    SELECT "user_id", "server_id", "amount_cents", 0, $2, $5 FROM o
     ON CONFLICT ("user_id", "server_id") DO UPDATE
     SET "main_cents" = "balances"."main_cents" + EXCLUDED."main_cents", "updated_at" = EXCLUDED."updated_at"
     RETURNING "main_cents"
@@ -350,9 +350,10 @@ const SQLITE_FIND_ORDER: &str = r#"SELECT "id" FROM "payment_orders"
 WHERE "order_id" = ?1 AND "project_id" = ?2 AND "payment_system" = ?3"#;
 
 /// The credit (`balances::add_in_txn` on the main balance). ?1 user id,
-/// ?2 server id, ?3 amount, ?4 time.
-const SQLITE_CREDIT: &str = r#"INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at")
-VALUES (?1, ?2, ?3, 0, ?4)
+/// ?2 server id, ?3 amount, ?4 time, ?5 project id (the order's, which is
+/// its user's).
+const SQLITE_CREDIT: &str = r#"INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id")
+VALUES (?1, ?2, ?3, 0, ?4, ?5)
 ON CONFLICT ("user_id", "server_id") DO UPDATE
 SET "main_cents" = "balances"."main_cents" + ?3, "updated_at" = ?4
 RETURNING "main_cents""#;
@@ -423,11 +424,10 @@ fn complete_in_sqlite_transaction(
         }
     };
     let server_id = server_id.unwrap_or(balance::GENERAL_ACCOUNT);
-    let after: i64 = txn
-        .prepare_cached(SQLITE_CREDIT)?
-        .query_row(params![user_id, server_id, amount_cents, at], |row| {
-            row.get(0)
-        })?;
+    let after: i64 = txn.prepare_cached(SQLITE_CREDIT)?.query_row(
+        params![user_id, server_id, amount_cents, at, request.project_id],
+        |row| row.get(0),
+    )?;
     let before = after - amount_cents;
     txn.prepare_cached(SQLITE_LOG)?.execute(params![
         operation_log::KIND_ORDER_CREDIT,
@@ -556,8 +556,10 @@ pub(super) async fn complete_step_by_step(
     let server_id = order.server_id.unwrap_or(balance::GENERAL_ACCOUNT);
 
     // 3. Credit the main balance.
+    // The order matched the request's project, so that is its user's too.
     let (before, after) = super::balances::add_in_txn(
         &txn,
+        request.project_id,
         order.user_id,
         server_id,
         balance::Column::MainCents,
