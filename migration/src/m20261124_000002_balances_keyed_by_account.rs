@@ -60,10 +60,17 @@ const UNIQUE_ACCOUNT: &str =
 /// (`max_statement_time`, set on every pool connection by `db::connect`) on
 /// a large one, so there the timeout is lifted for the steps and set back
 /// afterwards, failed or not. (MySQL has no such variable: there the steps
-/// run as they are.)
+/// run as they are.) On PostgreSQL the steps run in the migration's
+/// transaction, and its pool's `statement_timeout` is lifted for that
+/// transaction only (`SET LOCAL`): filling a column of a large table takes
+/// longer than a request's statement may.
 pub(crate) async fn run(manager: &SchemaManager<'_>, steps: Vec<String>) -> Result<(), DbErr> {
     let db = manager.get_connection();
     let backend = manager.get_database_backend();
+    if backend == DbBackend::Postgres {
+        db.execute_unprepared("SET LOCAL statement_timeout = 0")
+            .await?;
+    }
     let timeout = match backend {
         DbBackend::MySql => db
             .query_one_raw(sea_orm_migration::sea_orm::Statement::from_string(

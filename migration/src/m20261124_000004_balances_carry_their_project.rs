@@ -9,14 +9,26 @@
 //! balance row alone, and reads `users` only when there is none (to tell a
 //! user without a balance, zero, from no such user). At 10^6 users neither
 //! B-tree fits SQLite's page cache, so that is one page read from the file
-//! less per request (docs/benchmarks.md, step 31).
+//! less per request (docs/benchmarks.md, step 31). That is the lookup run
+//! on its own, as on SQLite; PostgreSQL and MariaDB read it joined to the
+//! token's statement, in the general form, which still reads the user.
+//!
+//! The cost, once: SQLite copies `balances`; PostgreSQL fills the column
+//! with an `UPDATE` of every row, under locks that stop reads and writes of
+//! `users` and `balances` until it commits; MariaDB copies the table to
+//! add the foreign key and gives it an index `(user_id, project_id)` of its
+//! own (the primary key `(user_id, server_id)` cannot serve it). Measured
+//! at 10^6 users in README's upgrade note.
 //!
 //! A user never changes project, and the foreign key refuses a balance whose
 //! project is not its user's, so the copy cannot go stale. The unique index
 //! `users (id, project_id)` is what a composite foreign key must point to on
 //! every backend (`id` alone is already unique).
 
-use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
+use sea_orm_migration::{
+    prelude::*,
+    sea_orm::{ConnectionTrait, DbBackend, Statement},
+};
 
 use crate::{
     m20261122_000001_create_schema::MAX_CENTS,
@@ -36,14 +48,16 @@ const USERS_ID_PROJECT: &str =
 
 /// SQLite: `balances` rebuilt with `project_id`, filled from each row's
 /// user, under the composite foreign key (SQLite cannot add a foreign key
-/// to a table in place).
+/// to a table in place). A left join, so that a row without its user (only
+/// possible if foreign keys were ever off) stops the migration at
+/// `NOT NULL` instead of being left behind.
 fn sqlite_up() -> Vec<String> {
     vec![
         USERS_ID_PROJECT.to_owned(),
         format!(
             r#"CREATE TABLE "balances_rebuilt" ("user_id" integer NOT NULL, "server_id" integer NOT NULL CHECK ("server_id" >= 0), "main_cents" integer NOT NULL DEFAULT 0 CHECK ("main_cents" BETWEEN 0 AND {MAX_CENTS}), "bonus_cents" integer NOT NULL DEFAULT 0 CHECK ("bonus_cents" BETWEEN 0 AND {MAX_CENTS}), "updated_at" timestamp_with_timezone_text NOT NULL, "project_id" integer NOT NULL, PRIMARY KEY ("user_id", "server_id"), FOREIGN KEY ("user_id", "project_id") REFERENCES "users" ("id", "project_id") ON DELETE RESTRICT) WITHOUT ROWID"#
         ),
-        r#"INSERT INTO "balances_rebuilt" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id") SELECT "b"."user_id", "b"."server_id", "b"."main_cents", "b"."bonus_cents", "b"."updated_at", "u"."project_id" FROM "balances" AS "b" JOIN "users" AS "u" ON "u"."id" = "b"."user_id" ORDER BY "b"."user_id", "b"."server_id""#.to_owned(),
+        r#"INSERT INTO "balances_rebuilt" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id") SELECT "b"."user_id", "b"."server_id", "b"."main_cents", "b"."bonus_cents", "b"."updated_at", "u"."project_id" FROM "balances" AS "b" LEFT JOIN "users" AS "u" ON "u"."id" = "b"."user_id" ORDER BY "b"."user_id", "b"."server_id""#.to_owned(),
         r#"DROP TABLE "balances""#.to_owned(),
         r#"ALTER TABLE "balances_rebuilt" RENAME TO "balances""#.to_owned(),
     ]
@@ -60,12 +74,133 @@ fn sqlite_down() -> Vec<String> {
     steps
 }
 
+/// Whether `sql` (a `COUNT(*)` over `information_schema`) counts anything.
+async fn exists(manager: &SchemaManager<'_>, sql: &str) -> Result<bool, DbErr> {
+    let db = manager.get_connection();
+    let row = db
+        .query_one_raw(Statement::from_string(manager.get_database_backend(), sql))
+        .await?;
+    let count: i64 = match row {
+        Some(row) => row.try_get_by_index(0)?,
+        None => 0,
+    };
+    Ok(count > 0)
+}
+
+/// What of the change is already in a MariaDB or MySQL database. There each
+/// `ALTER TABLE` commits by itself, so a migration cut off part-way (a
+/// crash, a lost connection) leaves some of it done; the next start does
+/// the rest. Read from `information_schema` rather than with
+/// `IF [NOT] EXISTS`, which MySQL does not have.
+struct MySqlState {
+    users_index: bool,
+    column: bool,
+    old_key: bool,
+    new_key: bool,
+    new_key_index: bool,
+}
+
+impl MySqlState {
+    async fn read(manager: &SchemaManager<'_>) -> Result<MySqlState, DbErr> {
+        let index = |table: &str, name: &str| {
+            format!(
+                "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() \
+                 AND table_name = '{table}' AND index_name = '{name}'"
+            )
+        };
+        let key = |name: &str| {
+            format!(
+                "SELECT COUNT(*) FROM information_schema.table_constraints \
+                 WHERE constraint_schema = DATABASE() AND table_name = 'balances' \
+                 AND constraint_type = 'FOREIGN KEY' AND constraint_name = '{name}'"
+            )
+        };
+        Ok(MySqlState {
+            users_index: exists(manager, &index("users", "ux_users_id_project")).await?,
+            column: exists(
+                manager,
+                "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() \
+                 AND table_name = 'balances' AND column_name = 'project_id'",
+            )
+            .await?,
+            old_key: exists(manager, &key("fk_balances_user")).await?,
+            new_key: exists(manager, &key("fk_balances_user_project")).await?,
+            new_key_index: exists(manager, &index("balances", "fk_balances_user_project")).await?,
+        })
+    }
+
+    /// The steps of `up` still to run. InnoDB gives the new foreign key an
+    /// index of its own, `(user_id, project_id)`: the primary key
+    /// `(user_id, server_id)` cannot serve it.
+    fn up(&self) -> Vec<String> {
+        let mut steps = Vec::new();
+        if !self.users_index {
+            steps.push(
+                "ALTER TABLE `users` ADD UNIQUE INDEX `ux_users_id_project` (`id`, `project_id`)"
+                    .to_owned(),
+            );
+        }
+        if !self.column {
+            steps.push("ALTER TABLE `balances` ADD COLUMN `project_id` bigint NULL".to_owned());
+        }
+        steps.push(
+            "UPDATE `balances` JOIN `users` ON `users`.`id` = `balances`.`user_id` \
+             SET `balances`.`project_id` = `users`.`project_id` WHERE `balances`.`project_id` IS NULL"
+                .to_owned(),
+        );
+        let mut last = vec!["MODIFY `project_id` bigint NOT NULL".to_owned()];
+        if self.old_key {
+            last.push("DROP FOREIGN KEY `fk_balances_user`".to_owned());
+        }
+        if !self.new_key {
+            last.push(
+                "ADD CONSTRAINT `fk_balances_user_project` FOREIGN KEY (`user_id`, `project_id`) \
+                 REFERENCES `users` (`id`, `project_id`) ON DELETE RESTRICT"
+                    .to_owned(),
+            );
+        }
+        steps.push(format!("ALTER TABLE `balances` {}", last.join(", ")));
+        steps
+    }
+
+    /// The steps of `down` still to run.
+    fn down(&self) -> Vec<String> {
+        let mut keys = Vec::new();
+        if self.new_key {
+            keys.push("DROP FOREIGN KEY `fk_balances_user_project`".to_owned());
+        }
+        if !self.old_key {
+            keys.push(
+                "ADD CONSTRAINT `fk_balances_user` FOREIGN KEY (`user_id`) \
+                 REFERENCES `users` (`id`) ON DELETE RESTRICT"
+                    .to_owned(),
+            );
+        }
+        let mut column = Vec::new();
+        if self.new_key_index {
+            column.push("DROP INDEX `fk_balances_user_project`".to_owned());
+        }
+        if self.column {
+            column.push("DROP COLUMN `project_id`".to_owned());
+        }
+        let mut steps: Vec<String> = [keys, column]
+            .into_iter()
+            .filter(|parts| !parts.is_empty())
+            .map(|parts| format!("ALTER TABLE `balances` {}", parts.join(", ")))
+            .collect();
+        if self.users_index {
+            steps.push("ALTER TABLE `users` DROP INDEX `ux_users_id_project`".to_owned());
+        }
+        steps
+    }
+}
+
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     /// In one transaction on every backend, as migration 000002 (SQLite's
-    /// rebuild is several statements). MariaDB commits each `ALTER TABLE`
-    /// by itself, so there every step can run again after a failure or a
-    /// crash part-way (`IF [NOT] EXISTS`, the fill only where still NULL).
+    /// rebuild is several statements). MariaDB and MySQL commit each
+    /// `ALTER TABLE` by itself; there the steps still to run are read from
+    /// the schema first ([`MySqlState`]).
     fn use_transaction(&self) -> Option<bool> {
         Some(true)
     }
@@ -81,18 +216,7 @@ impl MigrationTrait for Migration {
                 r#"ALTER TABLE "balances" ADD CONSTRAINT "fk_balances_user_project" FOREIGN KEY ("user_id", "project_id") REFERENCES "users" ("id", "project_id") ON DELETE RESTRICT"#.to_owned(),
                 r#"ALTER TABLE "balances" DROP CONSTRAINT "fk_balances_user""#.to_owned(),
             ],
-            _ => vec![
-                "ALTER TABLE `users` ADD UNIQUE INDEX IF NOT EXISTS `ux_users_id_project` (`id`, `project_id`)".to_owned(),
-                "ALTER TABLE `balances` ADD COLUMN IF NOT EXISTS `project_id` bigint NULL".to_owned(),
-                "UPDATE `balances` JOIN `users` ON `users`.`id` = `balances`.`user_id` \
-                 SET `balances`.`project_id` = `users`.`project_id` WHERE `balances`.`project_id` IS NULL"
-                    .to_owned(),
-                "ALTER TABLE `balances` MODIFY `project_id` bigint NOT NULL, \
-                 DROP FOREIGN KEY IF EXISTS `fk_balances_user`, \
-                 ADD CONSTRAINT `fk_balances_user_project` FOREIGN KEY IF NOT EXISTS (`user_id`, `project_id`) \
-                 REFERENCES `users` (`id`, `project_id`) ON DELETE RESTRICT"
-                    .to_owned(),
-            ],
+            _ => MySqlState::read(manager).await?.up(),
         };
         run(manager, steps).await
     }
@@ -106,16 +230,7 @@ impl MigrationTrait for Migration {
                 r#"ALTER TABLE "balances" DROP COLUMN "project_id""#.to_owned(),
                 r#"ALTER TABLE "users" DROP CONSTRAINT "ux_users_id_project""#.to_owned(),
             ],
-            _ => vec![
-                "ALTER TABLE `balances` DROP FOREIGN KEY IF EXISTS `fk_balances_user_project`, \
-                 ADD CONSTRAINT `fk_balances_user` FOREIGN KEY IF NOT EXISTS (`user_id`) \
-                 REFERENCES `users` (`id`) ON DELETE RESTRICT"
-                    .to_owned(),
-                "ALTER TABLE `balances` DROP INDEX IF EXISTS `fk_balances_user_project`, \
-                 DROP COLUMN IF EXISTS `project_id`"
-                    .to_owned(),
-                "ALTER TABLE `users` DROP INDEX IF EXISTS `ux_users_id_project`".to_owned(),
-            ],
+            _ => MySqlState::read(manager).await?.down(),
         };
         run(manager, steps).await
     }

@@ -88,8 +88,10 @@ impl Prefetched {
 ///
 /// One statement: the user, left-joined with its balance row and (for a
 /// server other than the general account) with the project's server, so a
-/// lookup is one round trip instead of three. When `prefetched` holds this
-/// very lookup, already read with the token, no statement runs at all.
+/// lookup is one round trip instead of three; by user id alone, the balance
+/// row first and the user only when there is none ([`lookup_by_id_query`]).
+/// When `prefetched` holds this very lookup, already read with the token
+/// (PostgreSQL and MariaDB, in the general form), no statement runs at all.
 pub async fn lookup(
     db: &Reader,
     project_id: i64,

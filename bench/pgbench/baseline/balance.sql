@@ -1,5 +1,6 @@
 -- BASELINE (before issue 6 optimizations): kept to reproduce the "before" ceilings
--- with BENCH_PGBENCH_DIR=bench/pgbench/baseline.
+-- with BENCH_PGBENCH_DIR=bench/pgbench/baseline. They run on the schema of that
+-- time (before migrations m20261124_000002 and 000004), not on today's.
 -- The statements masterpay issues for one GET /v2/master-account/balance
 -- (server_id 0), as captured with log_statement = 'all'. Run by bench/run
 -- with pgbench -M prepared (parameters bound like sqlx binds them):
