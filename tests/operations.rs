@@ -194,9 +194,8 @@ async fn balances_survive_the_account_key_migration_down_and_up(app: TestApp) {
 /// afterwards; the database refuses a row whose project is not its user's;
 /// and lookups by id answer as before, for users with and without a
 /// balance row and for another project's user: through the API (on SQLite
-/// the lookup by id that reads the balance row alone when there is one,
-/// elsewhere the lookup joined to the token's statement) and that lookup
-/// itself on every backend. On MariaDB, where each `ALTER TABLE` commits by
+/// the lookup alone, elsewhere joined to the token's statement) and the
+/// lookup alone on every backend. On MariaDB, where each `ALTER TABLE` commits by
 /// itself, a migration cut off part-way completes on the next start.
 async fn balances_carry_their_users_project_through_the_migration(app: TestApp) {
     use masterpay::service::balances::{self, BalanceLookupError, LookupRequest, UserRef};

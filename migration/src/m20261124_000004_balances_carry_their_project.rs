@@ -9,9 +9,9 @@
 //! balance row alone, and reads `users` only when there is none (to tell a
 //! user without a balance, zero, from no such user). At 10^6 users neither
 //! B-tree fits SQLite's page cache, so that is one page read from the file
-//! less per request (docs/benchmarks.md, step 31). That is the lookup run
-//! on its own, as on SQLite; PostgreSQL and MariaDB read it joined to the
-//! token's statement, in the general form, which still reads the user.
+//! less per request (docs/benchmarks.md, step 31); on PostgreSQL, where the
+//! lookup is read joined to the token's statement, a heap page and an index
+//! descent less.
 //!
 //! The cost, once: SQLite copies `balances`; PostgreSQL fills the column
 //! with an `UPDATE` of every row, under locks that stop reads and writes of

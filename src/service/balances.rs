@@ -7,7 +7,7 @@ use sea_orm::{
     ActiveValue::Set,
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
     EntityTrait, QueryFilter, Value,
-    sea_query::{DynIden, Expr, ExprTrait, Func, OnConflict, Query, SelectStatement},
+    sea_query::{DynIden, Expr, ExprTrait, Func, IntoIden, OnConflict, Query, SelectStatement},
 };
 
 use super::{AdminError, begin_write, now, servers, users};
@@ -89,9 +89,9 @@ impl Prefetched {
 /// One statement: the user, left-joined with its balance row and (for a
 /// server other than the general account) with the project's server, so a
 /// lookup is one round trip instead of three; by user id alone, the balance
-/// row first and the user only when there is none ([`lookup_by_id_query`]).
+/// row first and the user only when there is none ([`join_by_id`]).
 /// When `prefetched` holds this very lookup, already read with the token
-/// (PostgreSQL and MariaDB, in the general form), no statement runs at all.
+/// (PostgreSQL and MariaDB), no statement runs at all.
 pub async fn lookup(
     db: &Reader,
     project_id: i64,
@@ -221,6 +221,8 @@ impl LookupShape {
 /// both), its balance row on the server, and unless the shape is the general
 /// account the project's server; the same columns, in the same order, as
 /// [`lookup_query`]. All left joins, so the row stays when nothing is found.
+/// By user id alone, the balance row first and the user only when there is
+/// none ([`join_by_id`]).
 /// `params`: server id, then the user id and the e-mail when the shape has
 /// them.
 pub(crate) fn join_lookup(
@@ -232,6 +234,10 @@ pub(crate) fn join_lookup(
     let mut params = params.into_iter();
     let mut next = || params.next().expect("lookup parameter");
     let server_id = next();
+    if shape.by_id && !shape.by_email {
+        join_by_id(query, shape, project, server_id, next());
+        return;
+    }
     let mut user = Expr::col((user::Entity, user::Column::ProjectId)).equals(project);
     if shape.by_id {
         user = user.and(Expr::col((user::Entity, user::Column::Id)).eq(next()));
@@ -297,30 +303,45 @@ fn lookup_query(shape: LookupShape, params: Vec<Value>) -> SelectStatement {
     query
 }
 
-/// [`lookup_query`] of a user named by id alone: the balance row first, by
-/// its key and the project it carries (migration
-/// `m20261124_000004_balances_carry_their_project`), and the user's row only
-/// when there is no balance row, to tell a user with nothing yet (zero)
-/// from no such user of the project. A lookup of an account with a balance
-/// thus reads one row of a large table instead of two: the first column is
-/// `COALESCE(balance's user, (user subquery))`, and SQLite, PostgreSQL and
-/// MariaDB evaluate the subquery only when the balance row is missing. The
-/// single row comes from the project itself (the token's, so it exists);
-/// the columns are those of the general form.
+/// [`lookup_query`] of a user named by id alone: [`join_by_id`] on the
+/// project's own row (the token's project, so it exists).
 fn lookup_by_id_query(
     shape: LookupShape,
     project_id: Value,
     server_id: Value,
     user_id: Value,
 ) -> SelectStatement {
-    let project = || Expr::col((project::Entity, project::Column::Id));
+    let mut query = Query::select();
+    query.from(project::Entity);
+    let project = (project::Entity.into_iden(), project::Column::Id.into_iden());
+    join_by_id(&mut query, shape, project, server_id, user_id);
+    query.and_where(Expr::col((project::Entity, project::Column::Id)).eq(project_id));
+    query
+}
+
+/// The lookup of a user named by id alone, joined to `query` as
+/// [`join_lookup`] does: the balance row first, by its key and the project
+/// it carries (migration `m20261124_000004_balances_carry_their_project`),
+/// and the user's row only when there is no balance row, to tell a user
+/// with nothing yet (zero) from no such user of the project. A lookup of an
+/// account with a balance thus reads one row of a large table instead of
+/// two: the first column is `COALESCE(balance's user, (user subquery))`,
+/// and SQLite, PostgreSQL and MariaDB evaluate the subquery only when the
+/// balance row is missing. The columns are those of the general form.
+fn join_by_id(
+    query: &mut SelectStatement,
+    shape: LookupShape,
+    project: (DynIden, DynIden),
+    server_id: Value,
+    user_id: Value,
+) {
+    let project = || Expr::col(project.clone());
     let user = Query::select()
         .column((user::Entity, user::Column::Id))
         .from(user::Entity)
         .and_where(Expr::col((user::Entity, user::Column::ProjectId)).eq(project()))
         .and_where(Expr::col((user::Entity, user::Column::Id)).eq(user_id.clone()))
         .to_owned();
-    let mut query = Query::select();
     query
         .expr(Func::coalesce([
             Expr::col((balance::Entity, balance::Column::UserId)),
@@ -328,7 +349,6 @@ fn lookup_by_id_query(
         ]))
         .column((balance::Entity, balance::Column::MainCents))
         .column((balance::Entity, balance::Column::BonusCents))
-        .from(project::Entity)
         .left_join(
             balance::Entity,
             Expr::col((balance::Entity, balance::Column::UserId))
@@ -346,8 +366,6 @@ fn lookup_by_id_query(
                     .and(Expr::col((server::Entity, server::Column::ProjectId)).eq(project())),
             );
     }
-    query.and_where(project().eq(project_id));
-    query
 }
 
 async fn read<C: ConnectionTrait>(
@@ -601,7 +619,7 @@ mod tests {
                         params,
                     );
                     let by_id_alone = shape.by_id && !shape.by_email;
-                    for (stmt, lazy_user) in [(alone, by_id_alone), (with_token, false)] {
+                    for (stmt, lazy_user) in [(alone, by_id_alone), (with_token, by_id_alone)] {
                         let plan = db
                             .query_all_raw(sea_orm::Statement::from_sql_and_values(
                                 backend,
@@ -628,9 +646,15 @@ mod tests {
                             let id = |row: &sea_orm::QueryResult, at| -> i64 {
                                 row.try_get_by_index(at).expect("plan id")
                             };
-                            let subquery = step("CORRELATED SCALAR SUBQUERY");
-                            let users = step("SEARCH users");
-                            assert_eq!(id(users, 1), id(subquery, 0), "{steps:?}");
+                            let parent = id(step("SEARCH users"), 1);
+                            let within = plan
+                                .iter()
+                                .find(|row| id(row, 0) == parent)
+                                .and_then(|row| row.try_get_by_index::<String>(3).ok());
+                            assert!(
+                                within.is_some_and(|d| d.starts_with("CORRELATED SCALAR SUBQUERY")),
+                                "{steps:?}"
+                            );
                         }
                         let balance_steps: Vec<&String> =
                             steps.iter().filter(|s| s.contains("balances")).collect();

@@ -314,8 +314,34 @@ fn build_batch_sql(shape: Option<LookupShape>, count: usize) -> String {
     )
 }
 
-/// The columns and joins a lookup of `shape` adds (`balances::join_lookup`).
+/// The columns and joins a lookup of `shape` adds (`balances::join_lookup`;
+/// by user id alone, the balance row first and the user only when there is
+/// none, as `balances::join_by_id`).
 fn lookup_sql(shape: LookupShape) -> (String, String) {
+    if shape.by_id() && !shape.by_email() {
+        let (server_column, server_join) = if shape.general() {
+            ("", "")
+        } else {
+            (
+                ", \"servers\".\"id\"",
+                " LEFT JOIN \"servers\" ON \"servers\".\"id\" = \"r\".\"server_id\" \
+                 AND \"servers\".\"project_id\" = \"app_tokens\".\"project_id\"",
+            )
+        };
+        return (
+            format!(
+                ", COALESCE(\"balances\".\"user_id\", (SELECT \"users\".\"id\" FROM \"users\" \
+                 WHERE \"users\".\"project_id\" = \"app_tokens\".\"project_id\" \
+                 AND \"users\".\"id\" = \"r\".\"user_id\")), \
+                 \"balances\".\"main_cents\", \"balances\".\"bonus_cents\"{server_column}"
+            ),
+            format!(
+                " LEFT JOIN \"balances\" ON \"balances\".\"user_id\" = \"r\".\"user_id\" \
+                 AND \"balances\".\"server_id\" = \"r\".\"server_id\" \
+                 AND \"balances\".\"project_id\" = \"app_tokens\".\"project_id\"{server_join}"
+            ),
+        );
+    }
     let mut user = String::from("\"users\".\"project_id\" = \"app_tokens\".\"project_id\"");
     if shape.by_id() {
         user.push_str(" AND \"users\".\"id\" = \"r\".\"user_id\"");
