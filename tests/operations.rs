@@ -155,24 +155,9 @@ async fn balances_survive_the_account_key_migration_down_and_up(app: TestApp) {
             "DELETE FROM balances WHERE user_id = {user} AND server_id = 998"
         ))
         .await;
-        let id_columns = match app.backend_kind() {
-            sea_orm::DbBackend::Sqlite => {
-                "SELECT COUNT(*) FROM pragma_table_info('balances') WHERE name = 'id'"
-            }
-            sea_orm::DbBackend::Postgres => {
-                "SELECT COUNT(*) FROM information_schema.columns \
-                 WHERE table_schema = current_schema() AND table_name = 'balances' \
-                 AND column_name = 'id'"
-            }
-            _ => {
-                "SELECT COUNT(*) FROM information_schema.columns \
-                 WHERE table_schema = DATABASE() AND table_name = 'balances' \
-                 AND column_name = 'id'"
-            }
-        };
         assert_eq!(
-            app.count(id_columns).await,
-            i64::from(down),
+            app.has_column("balances", "id").await,
+            down,
             "{step}: the id column is there only before the migration"
         );
     }
@@ -211,24 +196,12 @@ async fn balances_carry_their_users_project_through_the_migration(app: TestApp) 
     let carried = "SELECT COUNT(*) FROM balances JOIN users \
                    ON users.id = balances.user_id AND users.project_id = balances.project_id";
     assert_eq!(app.count(carried).await, 3);
-    let project_columns = match app.backend_kind() {
-        sea_orm::DbBackend::Sqlite => {
-            "SELECT COUNT(*) FROM pragma_table_info('balances') WHERE name = 'project_id'"
-        }
-        sea_orm::DbBackend::Postgres => {
-            "SELECT COUNT(*) FROM information_schema.columns \
-             WHERE table_schema = current_schema() AND table_name = 'balances' \
-             AND column_name = 'project_id'"
-        }
-        _ => {
-            "SELECT COUNT(*) FROM information_schema.columns \
-             WHERE table_schema = DATABASE() AND table_name = 'balances' \
-             AND column_name = 'project_id'"
-        }
-    };
 
     Migrator::down(&app.db, Some(1)).await.expect("down");
-    assert_eq!(app.count(project_columns).await, 0, "down drops the column");
+    assert!(
+        !app.has_column("balances", "project_id").await,
+        "down drops the column"
+    );
     // A row written without the column, as a server of the version before
     // writes it.
     let late = app.user("late@example.com").await;
@@ -246,7 +219,7 @@ async fn balances_carry_their_users_project_through_the_migration(app: TestApp) 
     }
 
     Migrator::up(&app.db, None).await.expect("up");
-    assert_eq!(app.count(project_columns).await, 1);
+    assert!(app.has_column("balances", "project_id").await);
     assert_eq!(
         app.count(carried).await,
         4,

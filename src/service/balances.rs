@@ -251,19 +251,31 @@ pub(crate) fn join_lookup(
     join_balance_and_server(query, shape, server_id);
 }
 
-/// What a lookup reads after the user, in both of its forms: the main and
+/// What a lookup reads after the user, in the general form: the main and
 /// bonus cents of the user's balance row on `server_id`, and unless the
 /// shape is the general account the id of the user's project's server.
 fn join_balance_and_server(query: &mut SelectStatement, shape: LookupShape, server_id: Value) {
+    let balance_row = Expr::col((balance::Entity, balance::Column::UserId))
+        .equals((user::Entity, user::Column::Id))
+        .and(Expr::col((balance::Entity, balance::Column::ServerId)).eq(server_id.clone()));
+    let project = Expr::col((user::Entity, user::Column::ProjectId));
+    join_amounts_and_server(query, shape, balance_row, server_id, project);
+}
+
+/// The columns every lookup ends with: the main and bonus cents of the
+/// balance row `balance_row` picks, and unless the shape is the general
+/// account the id of server `server_id` of `project`. Left joins.
+fn join_amounts_and_server(
+    query: &mut SelectStatement,
+    shape: LookupShape,
+    balance_row: Expr,
+    server_id: Value,
+    project: Expr,
+) {
     query
         .column((balance::Entity, balance::Column::MainCents))
         .column((balance::Entity, balance::Column::BonusCents))
-        .left_join(
-            balance::Entity,
-            Expr::col((balance::Entity, balance::Column::UserId))
-                .equals((user::Entity, user::Column::Id))
-                .and(Expr::col((balance::Entity, balance::Column::ServerId)).eq(server_id.clone())),
-        );
+        .left_join(balance::Entity, balance_row);
     if !shape.general {
         query
             .column((server::Entity, server::Column::Id))
@@ -271,10 +283,7 @@ fn join_balance_and_server(query: &mut SelectStatement, shape: LookupShape, serv
                 server::Entity,
                 Expr::col((server::Entity, server::Column::Id))
                     .eq(server_id)
-                    .and(
-                        Expr::col((server::Entity, server::Column::ProjectId))
-                            .equals((user::Entity, user::Column::ProjectId)),
-                    ),
+                    .and(Expr::col((server::Entity, server::Column::ProjectId)).eq(project)),
             );
     }
 }
@@ -342,30 +351,15 @@ fn join_by_id(
         .and_where(Expr::col((user::Entity, user::Column::ProjectId)).eq(project()))
         .and_where(Expr::col((user::Entity, user::Column::Id)).eq(user_id.clone()))
         .to_owned();
-    query
-        .expr(Func::coalesce([
-            Expr::col((balance::Entity, balance::Column::UserId)),
-            Expr::from(user),
-        ]))
-        .column((balance::Entity, balance::Column::MainCents))
-        .column((balance::Entity, balance::Column::BonusCents))
-        .left_join(
-            balance::Entity,
-            Expr::col((balance::Entity, balance::Column::UserId))
-                .eq(user_id)
-                .and(Expr::col((balance::Entity, balance::Column::ServerId)).eq(server_id.clone()))
-                .and(Expr::col((balance::Entity, balance::Column::ProjectId)).eq(project())),
-        );
-    if !shape.general {
-        query
-            .column((server::Entity, server::Column::Id))
-            .left_join(
-                server::Entity,
-                Expr::col((server::Entity, server::Column::Id))
-                    .eq(server_id)
-                    .and(Expr::col((server::Entity, server::Column::ProjectId)).eq(project())),
-            );
-    }
+    query.expr(Func::coalesce([
+        Expr::col((balance::Entity, balance::Column::UserId)),
+        Expr::from(user),
+    ]));
+    let balance_row = Expr::col((balance::Entity, balance::Column::UserId))
+        .eq(user_id)
+        .and(Expr::col((balance::Entity, balance::Column::ServerId)).eq(server_id.clone()))
+        .and(Expr::col((balance::Entity, balance::Column::ProjectId)).eq(project()));
+    join_amounts_and_server(query, shape, balance_row, server_id, project());
 }
 
 async fn read<C: ConnectionTrait>(

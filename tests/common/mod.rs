@@ -387,6 +387,26 @@ impl TestApp {
             .expect("one row");
         row.try_get_by_index::<i64>(0).expect("integer")
     }
+
+    /// Whether `table` of the test database has a column `column`.
+    pub async fn has_column(&self, table: &str, column: &str) -> bool {
+        let sql = match self.backend_kind() {
+            DbBackend::Sqlite => {
+                format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = '{column}'")
+            }
+            DbBackend::Postgres => format!(
+                "SELECT COUNT(*) FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = '{table}' \
+                 AND column_name = '{column}'"
+            ),
+            _ => format!(
+                "SELECT COUNT(*) FROM information_schema.columns \
+                 WHERE table_schema = DATABASE() AND table_name = '{table}' \
+                 AND column_name = '{column}'"
+            ),
+        };
+        self.count(&sql).await > 0
+    }
 }
 
 impl Drop for TestApp {
