@@ -31,10 +31,20 @@ impl MigrationName for Migration {
 
 /// SQLite's `balances_rebuilt`: `balances` as the first migration created
 /// it, with `id` (its column definition or nothing), `key` (a primary-key
-/// clause or nothing) and `rowid` (`WITHOUT ROWID` or nothing).
-pub(crate) fn sqlite_balances(id: &str, key: &str, rowid: &str) -> String {
+/// clause or nothing) and `rowid` (`WITHOUT ROWID` or nothing); with
+/// `project`, also the user's project and the foreign key to the user
+/// through it (migration `m20261124_000004_balances_carry_their_project`).
+pub(crate) fn sqlite_balances(id: &str, key: &str, rowid: &str, project: bool) -> String {
+    let (project_column, user_key) = if project {
+        (
+            r#""project_id" integer NOT NULL, "#,
+            r#"("user_id", "project_id") REFERENCES "users" ("id", "project_id")"#,
+        )
+    } else {
+        ("", r#"("user_id") REFERENCES "users" ("id")"#)
+    };
     format!(
-        r#"CREATE TABLE "balances_rebuilt" ({id}"user_id" integer NOT NULL, "server_id" integer NOT NULL CHECK ("server_id" >= 0), "main_cents" integer NOT NULL DEFAULT 0 CHECK ("main_cents" BETWEEN 0 AND {MAX_CENTS}), "bonus_cents" integer NOT NULL DEFAULT 0 CHECK ("bonus_cents" BETWEEN 0 AND {MAX_CENTS}), "updated_at" timestamp_with_timezone_text NOT NULL, {key}FOREIGN KEY ("user_id") REFERENCES "users" ("id") ON DELETE RESTRICT){rowid}"#
+        r#"CREATE TABLE "balances_rebuilt" ({id}"user_id" integer NOT NULL, "server_id" integer NOT NULL CHECK ("server_id" >= 0), "main_cents" integer NOT NULL DEFAULT 0 CHECK ("main_cents" BETWEEN 0 AND {MAX_CENTS}), "bonus_cents" integer NOT NULL DEFAULT 0 CHECK ("bonus_cents" BETWEEN 0 AND {MAX_CENTS}), "updated_at" timestamp_with_timezone_text NOT NULL, {project_column}{key}FOREIGN KEY {user_key} ON DELETE RESTRICT){rowid}"#
     )
 }
 
@@ -121,6 +131,7 @@ impl MigrationTrait for Migration {
                 "",
                 r#"PRIMARY KEY ("user_id", "server_id"), "#,
                 " WITHOUT ROWID",
+                false,
             )),
             DbBackend::Postgres => vec![
                 r#"ALTER TABLE "balances" DROP CONSTRAINT "balances_pkey""#.to_owned(),
@@ -144,6 +155,7 @@ impl MigrationTrait for Migration {
                     r#""id" integer NOT NULL PRIMARY KEY AUTOINCREMENT, "#,
                     "",
                     "",
+                    false,
                 ));
                 steps.push(UNIQUE_ACCOUNT.to_owned());
                 steps

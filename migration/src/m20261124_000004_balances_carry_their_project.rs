@@ -30,10 +30,7 @@ use sea_orm_migration::{
     sea_orm::{ConnectionTrait, DbBackend, Statement},
 };
 
-use crate::{
-    m20261122_000001_create_schema::MAX_CENTS,
-    m20261124_000002_balances_keyed_by_account::{run, sqlite_balances, sqlite_rebuild},
-};
+use crate::m20261124_000002_balances_keyed_by_account::{run, sqlite_balances, sqlite_rebuild};
 
 pub struct Migration;
 
@@ -42,6 +39,9 @@ impl MigrationName for Migration {
         "m20261124_000004_balances_carry_their_project"
     }
 }
+
+/// The primary key migration 000002 gave `balances`.
+const ACCOUNT_KEY: &str = r#"PRIMARY KEY ("user_id", "server_id"), "#;
 
 const USERS_ID_PROJECT: &str =
     r#"CREATE UNIQUE INDEX "ux_users_id_project" ON "users" ("id", "project_id")"#;
@@ -54,9 +54,7 @@ const USERS_ID_PROJECT: &str =
 fn sqlite_up() -> Vec<String> {
     vec![
         USERS_ID_PROJECT.to_owned(),
-        format!(
-            r#"CREATE TABLE "balances_rebuilt" ("user_id" integer NOT NULL, "server_id" integer NOT NULL CHECK ("server_id" >= 0), "main_cents" integer NOT NULL DEFAULT 0 CHECK ("main_cents" BETWEEN 0 AND {MAX_CENTS}), "bonus_cents" integer NOT NULL DEFAULT 0 CHECK ("bonus_cents" BETWEEN 0 AND {MAX_CENTS}), "updated_at" timestamp_with_timezone_text NOT NULL, "project_id" integer NOT NULL, PRIMARY KEY ("user_id", "server_id"), FOREIGN KEY ("user_id", "project_id") REFERENCES "users" ("id", "project_id") ON DELETE RESTRICT) WITHOUT ROWID"#
-        ),
+        sqlite_balances("", ACCOUNT_KEY, " WITHOUT ROWID", true),
         r#"INSERT INTO "balances_rebuilt" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id") SELECT "b"."user_id", "b"."server_id", "b"."main_cents", "b"."bonus_cents", "b"."updated_at", "u"."project_id" FROM "balances" AS "b" LEFT JOIN "users" AS "u" ON "u"."id" = "b"."user_id" ORDER BY "b"."user_id", "b"."server_id""#.to_owned(),
         r#"DROP TABLE "balances""#.to_owned(),
         r#"ALTER TABLE "balances_rebuilt" RENAME TO "balances""#.to_owned(),
@@ -65,11 +63,7 @@ fn sqlite_up() -> Vec<String> {
 
 /// SQLite: `balances` as migration 000002 left it.
 fn sqlite_down() -> Vec<String> {
-    let mut steps = sqlite_rebuild(sqlite_balances(
-        "",
-        r#"PRIMARY KEY ("user_id", "server_id"), "#,
-        " WITHOUT ROWID",
-    ));
+    let mut steps = sqlite_rebuild(sqlite_balances("", ACCOUNT_KEY, " WITHOUT ROWID", false));
     steps.push(r#"DROP INDEX "ux_users_id_project""#.to_owned());
     steps
 }
