@@ -30,6 +30,7 @@ on_every_backend!(
     balances_survive_the_account_key_migration_down_and_up,
     completion_tables_leave_room_for_in_page_updates,
     balances_carry_their_users_project_through_the_migration,
+    log_rows_reference_their_account_through_the_migration,
 );
 
 fn masterpay(url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
@@ -53,7 +54,8 @@ async fn completion_tables_leave_room_for_in_page_updates(app: TestApp) {
                      AND relnamespace = current_schema()::regnamespace \
                      AND 'fillfactor=90' = ANY(reloptions)";
     assert_eq!(app.count(with_room).await, 2);
-    Migrator::down(&app.db, Some(2)).await.expect("down");
+    app.roll_back_through("m20261124_000003_room_for_in_page_updates")
+        .await;
     assert_eq!(app.count(with_room).await, 0, "down resets the fillfactor");
     Migrator::up(&app.db, None).await.expect("up");
     assert_eq!(app.count(with_room).await, 2);
@@ -96,7 +98,8 @@ async fn balances_survive_the_account_key_migration_down_and_up(app: TestApp) {
     );
     for (step, down) in [("down", true), ("up", false)] {
         if down {
-            Migrator::down(&app.db, Some(3)).await.expect("down");
+            app.roll_back_through("m20261124_000002_balances_keyed_by_account")
+                .await;
         } else {
             Migrator::up(&app.db, None).await.expect("up");
         }
@@ -197,7 +200,8 @@ async fn balances_carry_their_users_project_through_the_migration(app: TestApp) 
                    ON users.id = balances.user_id AND users.project_id = balances.project_id";
     assert_eq!(app.count(carried).await, 3);
 
-    Migrator::down(&app.db, Some(1)).await.expect("down");
+    app.roll_back_through("m20261124_000004_balances_carry_their_project")
+        .await;
     assert!(
         !app.has_column("balances", "project_id").await,
         "down drops the column"
@@ -300,6 +304,85 @@ async fn balances_carry_their_users_project_through_the_migration(app: TestApp) 
             }
         }
     }
+}
+
+/// Migration 000005: an operation-log row references its account (its
+/// balance row), not only its user. Under the new key a log row for an
+/// account without a balance row, or for an unknown user, is refused, and a
+/// completion that opens its account logs it. Rolled back, the key is the
+/// user's again. A log row the old key allowed and the new one does not
+/// stops the migration, which then changes nothing. Every row is kept, and
+/// no log id is handed out twice.
+async fn log_rows_reference_their_account_through_the_migration(app: TestApp) {
+    use migration::{Migrator, MigratorTrait};
+    use sea_orm::ConnectionTrait;
+    let user = app.user("ledger@example.com").await;
+    let server = app.server("ledger").await;
+    app.set_balance(user, None, "5.00", "6.00").await;
+    let log = |user_id: i64, server_id: i64| {
+        format!(
+            "INSERT INTO operation_log (kind, order_ref, user_id, server_id, balance_type, \
+             amount_cents, balance_before_cents, balance_after_cents, created_at) \
+             VALUES ('balance_set', NULL, {user_id}, {server_id}, 'main', 0, 0, 0, \
+             '2026-01-01 00:00:00')"
+        )
+    };
+    let refused = async |sql: String, why: &str| {
+        assert!(
+            app.db.execute_unprepared(&sql).await.is_err(),
+            "{why} is refused"
+        );
+    };
+    let rows = "SELECT COUNT(*) FROM operation_log";
+    let highest = "SELECT MAX(id) FROM operation_log";
+    refused(log(user, server), "a log row of an account without a balance").await;
+    refused(log(user + 1000, 0), "a log row of an unknown user").await;
+    app.exec(&log(user, 0)).await;
+    let kept = app.count(rows).await;
+    assert_eq!(kept, 3, "two from balance set, one inserted");
+
+    app.roll_back_through("m20261124_000005_log_rows_reference_their_account")
+        .await;
+    refused(log(user + 1000, 0), "under the user's key, an unknown user").await;
+    // A row the user's key allows and the account's key does not.
+    app.exec(&log(user, server)).await;
+    let stray = app.count(highest).await;
+    Migrator::up(&app.db, None)
+        .await
+        .expect_err("a log row without its account stops the migration");
+    app.exec(&log(user, server)).await;
+    assert_eq!(
+        app.count(rows).await,
+        kept + 2,
+        "the failed migration changed nothing: the user's key still holds"
+    );
+    app.exec(&format!("DELETE FROM operation_log WHERE server_id = {server}"))
+        .await;
+
+    Migrator::up(&app.db, None).await.expect("up");
+    assert_eq!(app.count(rows).await, kept, "every row is kept");
+    refused(log(user, server), "again, a log row of an account without a balance").await;
+    refused(log(user + 1000, 0), "again, a log row of an unknown user").await;
+    app.exec(&log(user, 0)).await;
+    assert!(
+        app.count(highest).await > stray + 1,
+        "a new log row's id comes after every id handed out before"
+    );
+
+    let token = app.full_token().await;
+    let newcomer = app.user("newcomer@example.com").await;
+    let order = app.order(newcomer, Some(server), "3.10", "cstm:paygate").await;
+    let reply = app.complete_order(&token, &order, "cstm:paygate").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        app.count(&format!(
+            "SELECT COUNT(*) FROM operation_log WHERE user_id = {newcomer} \
+             AND server_id = {server} AND amount_cents = 310"
+        ))
+        .await,
+        1,
+        "a completion that opens its account logs it"
+    );
 }
 
 async fn audit_passes_on_a_consistent_ledger_and_names_every_mismatch(app: TestApp) {

@@ -10,6 +10,7 @@ mod m20261122_000001_create_schema;
 mod m20261124_000002_balances_keyed_by_account;
 mod m20261124_000003_room_for_in_page_updates;
 mod m20261124_000004_balances_carry_their_project;
+mod m20261124_000005_log_rows_reference_their_account;
 
 pub struct Migrator;
 
@@ -21,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_000002_balances_keyed_by_account::Migration),
             Box::new(m20261124_000003_room_for_in_page_updates::Migration),
             Box::new(m20261124_000004_balances_carry_their_project::Migration),
+            Box::new(m20261124_000005_log_rows_reference_their_account::Migration),
         ]
     }
 }
