@@ -335,7 +335,11 @@ async fn log_rows_reference_their_account_through_the_migration(app: TestApp) {
     };
     let rows = "SELECT COUNT(*) FROM operation_log";
     let highest = "SELECT MAX(id) FROM operation_log";
-    refused(log(user, server), "a log row of an account without a balance").await;
+    refused(
+        log(user, server),
+        "a log row of an account without a balance",
+    )
+    .await;
     refused(log(user + 1000, 0), "a log row of an unknown user").await;
     app.exec(&log(user, 0)).await;
     let kept = app.count(rows).await;
@@ -356,12 +360,18 @@ async fn log_rows_reference_their_account_through_the_migration(app: TestApp) {
         kept + 2,
         "the failed migration changed nothing: the user's key still holds"
     );
-    app.exec(&format!("DELETE FROM operation_log WHERE server_id = {server}"))
-        .await;
+    app.exec(&format!(
+        "DELETE FROM operation_log WHERE server_id = {server}"
+    ))
+    .await;
 
     Migrator::up(&app.db, None).await.expect("up");
     assert_eq!(app.count(rows).await, kept, "every row is kept");
-    refused(log(user, server), "again, a log row of an account without a balance").await;
+    refused(
+        log(user, server),
+        "again, a log row of an account without a balance",
+    )
+    .await;
     refused(log(user + 1000, 0), "again, a log row of an unknown user").await;
     app.exec(&log(user, 0)).await;
     assert!(
@@ -371,7 +381,9 @@ async fn log_rows_reference_their_account_through_the_migration(app: TestApp) {
 
     let token = app.full_token().await;
     let newcomer = app.user("newcomer@example.com").await;
-    let order = app.order(newcomer, Some(server), "3.10", "cstm:paygate").await;
+    let order = app
+        .order(newcomer, Some(server), "3.10", "cstm:paygate")
+        .await;
     let reply = app.complete_order(&token, &order, "cstm:paygate").await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(
