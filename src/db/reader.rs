@@ -515,7 +515,7 @@ type Slot = tokio::sync::Mutex<Option<InlineConnection>>;
 /// An inline connection and the rows it read with [`Reader::one_cached`],
 /// each with the `PRAGMA data_version` it was read at.
 struct InlineConnection {
-    conn: rusqlite::Connection,
+    conn: PreparedConnection,
     /// Per statement text (the request path caches one or two), the rows
     /// by their parameters ([`params_key`]).
     cached: Vec<(String, CachedRows)>,
@@ -552,12 +552,13 @@ impl InlineConnection {
         cached: bool,
     ) -> rusqlite::Result<Option<Vec<SqliteValue>>> {
         if !cached {
-            return run(&self.conn, sql, params);
+            return run(&mut self.conn, sql, params);
         }
         let version: i64 = self
             .conn
-            .prepare_cached("PRAGMA data_version")?
-            .query_row([], |row| row.get(0))?;
+            .with_statement("PRAGMA data_version", |statement| {
+                statement.query_row([], |row| row.get(0))
+            })?;
         let key = params_key(params);
         let rows = match self.cached.iter().position(|(text, _)| text == sql) {
             Some(index) => &mut self.cached[index].1,
@@ -573,7 +574,7 @@ impl InlineConnection {
             CACHE_HITS.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(row.clone()));
         }
-        let row = run(&self.conn, sql, params)?;
+        let row = run(&mut self.conn, sql, params)?;
         match &row {
             Some(row) => {
                 if rows.len() >= CACHED_ROWS {
@@ -672,8 +673,8 @@ fn end(held: Option<CheckedOut>) {
     let Some(mut held) = held else {
         return;
     };
-    if let Some(conn) = held.slot.as_ref()
-        && let Err(err) = execute_cached(&conn.conn, "COMMIT")
+    if let Some(conn) = held.slot.as_mut()
+        && let Err(err) = execute_prepared(&mut conn.conn, "COMMIT")
     {
         tracing::warn!(error = %err, "ending an inline SQLite read transaction failed; reopening");
         *held.slot = None;
@@ -751,7 +752,7 @@ impl InlineSqlite {
             .expect("a permit stands for a free slot");
         if slot.is_none() {
             *slot = Some(InlineConnection {
-                conn: self.open().map_err(|err| classify(err, true))?,
+                conn: PreparedConnection::empty(self.open().map_err(|err| classify(err, true))?),
                 cached: Vec::new(),
             });
         }
@@ -785,8 +786,8 @@ impl InlineSqlite {
     /// then run as they would without one.
     async fn begin(self: &Arc<Self>) -> Option<Snapshot> {
         let mut checked_out = self.checkout().await.ok()?;
-        let conn = checked_out.slot.as_ref().expect("opened by checkout");
-        if execute_cached(&conn.conn, "BEGIN").is_err() {
+        let conn = checked_out.slot.as_mut().expect("opened by checkout");
+        if execute_prepared(&mut conn.conn, "BEGIN").is_err() {
             *checked_out.slot = None;
             return None;
         }
@@ -843,6 +844,8 @@ impl InlineSqlite {
         )?;
         conn.busy_timeout(INLINE_BUSY_TIMEOUT)?;
         conn.execute_batch(pragmas)?;
+        // The writer's statements (`Reader::write_inline`); reads keep
+        // theirs in a `PreparedConnection`.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(conn)
     }
@@ -860,28 +863,101 @@ fn sqlite_params(stmt: &Statement) -> Result<Vec<ValueRef<'_>>, InlineError> {
 }
 
 fn run(
-    conn: &rusqlite::Connection,
+    conn: &mut PreparedConnection,
     sql: &str,
     params: &[ValueRef<'_>],
 ) -> rusqlite::Result<Option<Vec<SqliteValue>>> {
-    let mut statement = conn.prepare_cached(sql)?;
-    let columns = statement.column_count();
-    let mut rows = statement.query(rusqlite::params_from_iter(
-        params.iter().map(|&param| ToSqlOutput::Borrowed(param)),
-    ))?;
-    let Some(row) = rows.next()? else {
-        return Ok(None);
-    };
-    (0..columns)
-        .map(|i| row.get::<_, SqliteValue>(i))
-        .collect::<rusqlite::Result<Vec<SqliteValue>>>()
-        .map(Some)
+    conn.with_statement(sql, |statement| {
+        let columns = statement.column_count();
+        let mut rows = statement.query(rusqlite::params_from_iter(
+            params.iter().map(|&param| ToSqlOutput::Borrowed(param)),
+        ))?;
+        let Some(row) = rows.next()? else {
+            return Ok(None);
+        };
+        (0..columns)
+            .map(|i| row.get::<_, SqliteValue>(i))
+            .collect::<rusqlite::Result<Vec<SqliteValue>>>()
+            .map(Some)
+    })
 }
 
 /// A statement without rows (BEGIN, COMMIT), prepared once per connection:
 /// parsing them on every request cost more than running them.
-fn execute_cached(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+fn execute_prepared(conn: &mut PreparedConnection, sql: &str) -> rusqlite::Result<()> {
+    conn.with_statement(sql, |statement| statement.execute([]).map(|_| ()))
+}
+
+/// A read connection with the statements prepared on it, each kept until
+/// the connection closes and found again by its text.
+///
+/// rusqlite's own statement cache (`prepare_cached`) hashes the whole SQL
+/// text twice per use (to take the statement out of its LRU map and to put
+/// it back) and copies the text into a new key each time: about 4 500
+/// instructions of a SQLite balance request's 94 000, which runs four
+/// statements (BEGIN, `PRAGMA data_version`, the lookup, the COMMIT of the
+/// previous snapshot), some of them a few hundred bytes long. Here a
+/// statement is found by comparing texts (lengths first) in a list of the
+/// few the request path runs.
+///
+/// A `rusqlite::Statement` borrows its connection, so the two live in one
+/// self-referential value (`ouroboros`, already in the tree through
+/// sea-orm): the connection stays where it is (boxed) while the statements
+/// point to it, and they are finalized before it closes.
+#[ouroboros::self_referencing]
+struct PreparedConnection {
+    conn: rusqlite::Connection,
+    #[borrows(conn)]
+    #[covariant]
+    statements: Vec<(Box<str>, rusqlite::Statement<'this>)>,
+}
+
+// SAFETY: a `Statement` is not `Send` only because it holds a reference to
+// its `Connection`, which is `Send` but not `Sync`: two threads must not use
+// one connection at once. Every statement here references this value's own
+// connection, and the value is used only through `&mut self` (it is not
+// `Sync`), so moving it to another thread moves the connection and every
+// reference to it together, and one thread at a time uses them; rusqlite's
+// own statement cache, which holds raw statements of its connection, is
+// `Send` on the same grounds.
+unsafe impl Send for PreparedConnection {}
+
+impl PreparedConnection {
+    /// `conn` with no statement prepared yet.
+    fn empty(conn: rusqlite::Connection) -> PreparedConnection {
+        PreparedConnection::new(conn, |_| Vec::new())
+    }
+
+    /// Runs `use_statement` on the statement of `sql`, prepared on first
+    /// use. SQLite resets it when its rows are dropped (or at once for
+    /// `execute`), and every use binds all its parameters, so nothing of
+    /// one use is left for the next.
+    fn with_statement<T>(
+        &mut self,
+        sql: &str,
+        use_statement: impl FnOnce(&mut rusqlite::Statement<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.with_mut(|fields| {
+            let found = fields
+                .statements
+                .iter()
+                .position(|(text, _)| text.as_ref() == sql);
+            let index = match found {
+                Some(index) => index,
+                None => {
+                    let statement = fields
+                        .conn
+                        .prepare_with_flags(sql, rusqlite::PrepFlags::SQLITE_PREPARE_PERSISTENT)?;
+                    if fields.statements.len() >= STATEMENT_CACHE {
+                        fields.statements.clear();
+                    }
+                    fields.statements.push((sql.into(), statement));
+                    fields.statements.len() - 1
+                }
+            };
+            use_statement(&mut fields.statements[index].1)
+        })
+    }
 }
 
 /// True when `err` is SQLite's "locked by another connection" (after the
@@ -1286,6 +1362,56 @@ mod tests {
     }
 
     /// Different parameter lists never share a cache key.
+    /// A statement is prepared once per text and found again; a statement
+    /// whose rows were left unread is reset all the same, so its next use
+    /// sees what was committed meanwhile (no read transaction is left
+    /// open); past `STATEMENT_CACHE` texts the list starts over.
+    #[test]
+    fn prepared_statements_are_kept_and_found_by_their_text() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("prepared.db");
+        let writer = rusqlite::Connection::open(&path).expect("open");
+        writer
+            .execute_batch(
+                "PRAGMA journal_mode = WAL; CREATE TABLE t (v integer); INSERT INTO t VALUES (1), (2);",
+            )
+            .expect("create");
+        let mut prepared =
+            PreparedConnection::empty(rusqlite::Connection::open(&path).expect("open"));
+        let count = |prepared: &mut PreparedConnection| {
+            run(prepared, "SELECT COUNT(*) FROM t", &[])
+                .expect("count")
+                .map(|row| row[0].clone())
+        };
+        for _ in 0..3 {
+            // The first of two rows; the second is never read.
+            let first = run(&mut prepared, "SELECT v FROM t ORDER BY v", &[]).expect("first");
+            assert_eq!(first, Some(vec![SqliteValue::Integer(1)]));
+            assert_eq!(count(&mut prepared), Some(SqliteValue::Integer(2)));
+        }
+        assert_eq!(prepared.borrow_statements().len(), 2, "one per text");
+        writer
+            .execute("INSERT INTO t VALUES (3)", [])
+            .expect("insert");
+        assert_eq!(
+            count(&mut prepared),
+            Some(SqliteValue::Integer(3)),
+            "a kept statement sees the latest commit"
+        );
+        let by_value = run(
+            &mut prepared,
+            "SELECT COUNT(*) FROM t WHERE v >= ?1",
+            &[ValueRef::Integer(2)],
+        )
+        .expect("bound");
+        assert_eq!(by_value, Some(vec![SqliteValue::Integer(2)]));
+        for i in 0..STATEMENT_CACHE {
+            run(&mut prepared, &format!("SELECT {i}"), &[]).expect("select");
+        }
+        assert!(prepared.borrow_statements().len() <= STATEMENT_CACHE);
+        assert_eq!(count(&mut prepared), Some(SqliteValue::Integer(3)));
+    }
+
     #[test]
     fn cache_keys_tell_parameter_lists_apart() {
         use ValueRef::{Blob, Integer, Null, Text};
