@@ -49,7 +49,11 @@ pub(crate) fn sqlite_balances(id: &str, key: &str, rowid: &str, project: bool) -
 }
 
 /// The rows of `balances` into the table `create` makes, which then takes
-/// its name (SQLite cannot change a table's primary key in place).
+/// its name (SQLite cannot change a table's primary key in place). Only
+/// while nothing references `balances`: since migration 000005 the log's
+/// key does (`ON DELETE RESTRICT`), so with log rows present the `DROP
+/// TABLE` here would fail; a later rebuild of `balances` must rebuild
+/// `operation_log` with it (000005's `down` runs before this one's).
 pub(crate) fn sqlite_rebuild(create: String) -> Vec<String> {
     vec![
         create,

@@ -69,7 +69,7 @@ fn sqlite_down() -> Vec<String> {
 }
 
 /// Whether `sql` (a `COUNT(*)` over `information_schema`) counts anything.
-async fn exists(manager: &SchemaManager<'_>, sql: &str) -> Result<bool, DbErr> {
+pub(crate) async fn exists(manager: &SchemaManager<'_>, sql: &str) -> Result<bool, DbErr> {
     let db = manager.get_connection();
     let row = db
         .query_one_raw(Statement::from_string(manager.get_database_backend(), sql))

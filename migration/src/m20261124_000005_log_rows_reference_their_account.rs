@@ -22,13 +22,17 @@
 //! The cost, once: PostgreSQL reads the whole log to check the new key;
 //! MariaDB copies the log table (adding a checked foreign key is not done
 //! in place); SQLite copies it too (it cannot change a foreign key in place).
-//! A log row without its account (only possible if foreign keys were ever
-//! off) stops the migration with a foreign-key error and changes nothing.
+//! A log row without its account (which the old key allowed: written by
+//! something other than masterpay, or with foreign keys off) stops the
+//! migration with a foreign-key error and changes nothing.
 //! Measured at 10^6 in README's upgrade note.
 
 use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
 
-use crate::m20261124_000002_balances_keyed_by_account::run;
+use crate::{
+    m20261124_000002_balances_keyed_by_account::run,
+    m20261124_000004_balances_carry_their_project::exists,
+};
 
 pub struct Migration;
 
@@ -69,24 +73,49 @@ fn sqlite_rebuild(user_key: &str) -> Vec<String> {
 }
 
 /// PostgreSQL, MariaDB and MySQL: the key `add` added and the key `drop`
-/// dropped. MariaDB and MySQL do both in one `ALTER TABLE`, which is done
-/// all or not at all; InnoDB's index for either key is `ix_log_account`,
+/// dropped. PostgreSQL runs both in the migration's transaction. MariaDB
+/// and MySQL do both in one `ALTER TABLE`, which is done all or not at all
+/// but commits by itself, before the migration is recorded: a process
+/// stopped in between finds the keys already swapped on its next start, so
+/// what is still to do is read from `information_schema` first (as in
+/// migration 000004). InnoDB's index for either key is `ix_log_account`,
 /// whose first columns are `(user_id, server_id)`.
-fn swap_keys(backend: DbBackend, add: (&str, &str), drop: &str) -> Vec<String> {
+async fn swap_keys(
+    manager: &SchemaManager<'_>,
+    add: (&str, &str),
+    drop: &str,
+) -> Result<Vec<String>, DbErr> {
     let (name, key) = add;
-    match backend {
-        DbBackend::Postgres => vec![
+    if manager.get_database_backend() == DbBackend::Postgres {
+        return Ok(vec![
             format!(
                 r#"ALTER TABLE "operation_log" ADD CONSTRAINT "{name}" {key} ON DELETE RESTRICT"#
             ),
             format!(r#"ALTER TABLE "operation_log" DROP CONSTRAINT "{drop}""#),
-        ],
-        _ => vec![format!(
-            "ALTER TABLE `operation_log` DROP FOREIGN KEY `{drop}`, \
-             ADD CONSTRAINT `{name}` {} ON DELETE RESTRICT",
-            key.replace('"', "`")
-        )],
+        ]);
     }
+    let key_exists = |name: &str| {
+        format!(
+            "SELECT COUNT(*) FROM information_schema.table_constraints \
+             WHERE constraint_schema = DATABASE() AND table_name = 'operation_log' \
+             AND constraint_type = 'FOREIGN KEY' AND constraint_name = '{name}'"
+        )
+    };
+    let mut parts = Vec::new();
+    if exists(manager, &key_exists(drop)).await? {
+        parts.push(format!("DROP FOREIGN KEY `{drop}`"));
+    }
+    if !exists(manager, &key_exists(name)).await? {
+        parts.push(format!(
+            "ADD CONSTRAINT `{name}` {} ON DELETE RESTRICT",
+            key.replace('"', "`")
+        ));
+    }
+    Ok(if parts.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!("ALTER TABLE `operation_log` {}", parts.join(", "))]
+    })
 }
 
 #[async_trait::async_trait]
@@ -100,7 +129,7 @@ impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let steps = match manager.get_database_backend() {
             DbBackend::Sqlite => sqlite_rebuild(ACCOUNT_KEY),
-            backend => swap_keys(backend, ("fk_log_account", ACCOUNT_KEY), "fk_log_user"),
+            _ => swap_keys(manager, ("fk_log_account", ACCOUNT_KEY), "fk_log_user").await?,
         };
         run(manager, steps).await
     }
@@ -108,7 +137,7 @@ impl MigrationTrait for Migration {
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let steps = match manager.get_database_backend() {
             DbBackend::Sqlite => sqlite_rebuild(USER_KEY),
-            backend => swap_keys(backend, ("fk_log_user", USER_KEY), "fk_log_account"),
+            _ => swap_keys(manager, ("fk_log_user", USER_KEY), "fk_log_account").await?,
         };
         run(manager, steps).await
     }

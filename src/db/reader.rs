@@ -844,8 +844,8 @@ impl InlineSqlite {
         )?;
         conn.busy_timeout(INLINE_BUSY_TIMEOUT)?;
         conn.execute_batch(pragmas)?;
-        // The writer's statements (`Reader::write_inline`); reads keep
-        // theirs in a `PreparedConnection`.
+        // Used by the writer's statements (`Reader::write_inline`); reads
+        // keep theirs in a `PreparedConnection` and leave it empty.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(conn)
     }
@@ -888,8 +888,9 @@ fn execute_prepared(conn: &mut PreparedConnection, sql: &str) -> rusqlite::Resul
     conn.with_statement(sql, |statement| statement.execute([]).map(|_| ()))
 }
 
-/// A read connection with the statements prepared on it, each kept until
-/// the connection closes and found again by its text.
+/// A read connection with the statements prepared on it, found again by
+/// their text and kept until the connection closes (or, should more than
+/// `STATEMENT_CACHE` texts ever be run on it, until the list starts over).
 ///
 /// rusqlite's own statement cache (`prepare_cached`) hashes the whole SQL
 /// text twice per use (to take the statement out of its LRU map and to put
@@ -929,9 +930,10 @@ impl PreparedConnection {
     }
 
     /// Runs `use_statement` on the statement of `sql`, prepared on first
-    /// use. SQLite resets it when its rows are dropped (or at once for
-    /// `execute`), and every use binds all its parameters, so nothing of
-    /// one use is left for the next.
+    /// use. rusqlite resets it when its rows are dropped, whatever the way
+    /// out (and `execute` at once), and every use binds all its parameters,
+    /// so nothing of one use, not its read transaction either, is left for
+    /// the next.
     fn with_statement<T>(
         &mut self,
         sql: &str,
@@ -1361,7 +1363,6 @@ mod tests {
         assert!(row.opt_datetime(6).is_err());
     }
 
-    /// Different parameter lists never share a cache key.
     /// A statement is prepared once per text and found again; a statement
     /// whose rows were left unread is reset all the same, so its next use
     /// sees what was committed meanwhile (no read transaction is left
@@ -1408,10 +1409,13 @@ mod tests {
         for i in 0..STATEMENT_CACHE {
             run(&mut prepared, &format!("SELECT {i}"), &[]).expect("select");
         }
-        assert!(prepared.borrow_statements().len() <= STATEMENT_CACHE);
+        // Full at `STATEMENT_CACHE` texts, the list started over: it holds
+        // the last three.
+        assert_eq!(prepared.borrow_statements().len(), 3);
         assert_eq!(count(&mut prepared), Some(SqliteValue::Integer(3)));
     }
 
+    /// Different parameter lists never share a cache key.
     #[test]
     fn cache_keys_tell_parameter_lists_apart() {
         use ValueRef::{Blob, Integer, Null, Text};

@@ -390,7 +390,7 @@ impl TestApp {
 
     /// Rolls back the migration named `name` and every one after it, so
     /// that a test names the schema it goes back to, whatever migrations
-    /// come later.
+    /// come later. From a fully migrated database (as every test starts).
     pub async fn roll_back_through(&self, name: &str) {
         use migration::{Migrator, MigratorTrait};
         let names: Vec<String> = Migrator::migrations()
