@@ -16,7 +16,7 @@
 
 use sea_orm_migration::{
     prelude::*,
-    sea_orm::{ConnectionTrait, DbBackend},
+    sea_orm::{ConnectionTrait, DbBackend, Statement},
 };
 
 use crate::m20261122_000001_create_schema::MAX_CENTS;
@@ -68,8 +68,10 @@ const UNIQUE_ACCOUNT: &str =
 
 /// Runs `steps` in order. On MariaDB each step is one `ALTER TABLE`, which
 /// commits by itself: as one statement the change is all done or not at
-/// all, so a failure (or a crash) leaves the table as it was and the next
-/// start applies the migration again. Changing the primary key copies the
+/// all, so a failure leaves the table as it was and the next start applies
+/// the migration again. A crash after it commits and before the migration
+/// is recorded leaves it done, so each migration reads back from
+/// `information_schema` what is still to do ([`exists`]). Changing the primary key copies the
 /// table, which takes longer than the service's statement timeout
 /// (`max_statement_time`, set on every pool connection by `db::connect`) on
 /// a large one, so there the timeout is lifted for the steps and set back
@@ -117,6 +119,32 @@ pub(crate) async fn run(manager: &SchemaManager<'_>, steps: Vec<String>) -> Resu
     result
 }
 
+/// Whether `sql` (a `COUNT(*)` over `information_schema`) counts anything.
+pub(crate) async fn exists(manager: &SchemaManager<'_>, sql: &str) -> Result<bool, DbErr> {
+    let db = manager.get_connection();
+    let row = db
+        .query_one_raw(Statement::from_string(manager.get_database_backend(), sql))
+        .await?;
+    let count: i64 = match row {
+        Some(row) => row.try_get_by_index(0)?,
+        None => 0,
+    };
+    Ok(count > 0)
+}
+
+/// MariaDB and MySQL: whether `balances` still has its `id` column, i.e.
+/// whether this migration's one `ALTER TABLE` is still to run. It commits
+/// by itself, before the migration is recorded, so a process stopped in
+/// between finds it done on its next start.
+async fn mysql_has_id(manager: &SchemaManager<'_>) -> Result<bool, DbErr> {
+    exists(
+        manager,
+        "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() \
+         AND table_name = 'balances' AND column_name = 'id'",
+    )
+    .await
+}
+
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     /// In one transaction on every backend (sea-orm's default is PostgreSQL
@@ -142,6 +170,7 @@ impl MigrationTrait for Migration {
                 r#"ALTER TABLE "balances" DROP COLUMN "id""#.to_owned(),
                 r#"ALTER TABLE "balances" ADD CONSTRAINT "balances_pkey" PRIMARY KEY USING INDEX "ux_balances_user_server""#.to_owned(),
             ],
+            _ if !mysql_has_id(manager).await? => Vec::new(),
             _ => vec![
                 "ALTER TABLE `balances` DROP COLUMN `id`, \
                  ADD PRIMARY KEY (`user_id`, `server_id`), \
@@ -169,6 +198,7 @@ impl MigrationTrait for Migration {
                 r#"ALTER TABLE "balances" DROP CONSTRAINT "balances_pkey""#.to_owned(),
                 r#"ALTER TABLE "balances" ADD COLUMN "id" bigserial PRIMARY KEY"#.to_owned(),
             ],
+            _ if mysql_has_id(manager).await? => Vec::new(),
             _ => vec![
                 "ALTER TABLE `balances` \
                  ADD UNIQUE INDEX `ux_balances_user_server` (`user_id`, `server_id`), \

@@ -25,12 +25,11 @@
 //! `users (id, project_id)` is what a composite foreign key must point to on
 //! every backend (`id` alone is already unique).
 
-use sea_orm_migration::{
-    prelude::*,
-    sea_orm::{ConnectionTrait, DbBackend, Statement},
-};
+use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
 
-use crate::m20261124_000002_balances_keyed_by_account::{run, sqlite_balances, sqlite_rebuild};
+use crate::m20261124_000002_balances_keyed_by_account::{
+    exists, run, sqlite_balances, sqlite_rebuild,
+};
 
 pub struct Migration;
 
@@ -66,19 +65,6 @@ fn sqlite_down() -> Vec<String> {
     let mut steps = sqlite_rebuild(sqlite_balances("", ACCOUNT_KEY, " WITHOUT ROWID", false));
     steps.push(r#"DROP INDEX "ux_users_id_project""#.to_owned());
     steps
-}
-
-/// Whether `sql` (a `COUNT(*)` over `information_schema`) counts anything.
-pub(crate) async fn exists(manager: &SchemaManager<'_>, sql: &str) -> Result<bool, DbErr> {
-    let db = manager.get_connection();
-    let row = db
-        .query_one_raw(Statement::from_string(manager.get_database_backend(), sql))
-        .await?;
-    let count: i64 = match row {
-        Some(row) => row.try_get_by_index(0)?,
-        None => 0,
-    };
-    Ok(count > 0)
 }
 
 /// What of the change is already in a MariaDB or MySQL database. There each

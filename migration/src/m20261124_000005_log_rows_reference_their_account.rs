@@ -29,10 +29,7 @@
 
 use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
 
-use crate::{
-    m20261124_000002_balances_keyed_by_account::run,
-    m20261124_000004_balances_carry_their_project::exists,
-};
+use crate::m20261124_000002_balances_keyed_by_account::{exists, run};
 
 pub struct Migration;
 
