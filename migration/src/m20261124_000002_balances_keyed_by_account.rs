@@ -71,7 +71,8 @@ const UNIQUE_ACCOUNT: &str =
 /// all, so a failure leaves the table as it was and the next start applies
 /// the migration again. A crash after it commits and before the migration
 /// is recorded leaves it done, so each migration reads back from
-/// `information_schema` what is still to do ([`exists`]). Changing the primary key copies the
+/// `information_schema` what is still to do ([`mysql_has_column`] and its
+/// kin). Changing the primary key copies the
 /// table, which takes longer than the service's statement timeout
 /// (`max_statement_time`, set on every pool connection by `db::connect`) on
 /// a large one, so there the timeout is lifted for the steps and set back
@@ -120,7 +121,7 @@ pub(crate) async fn run(manager: &SchemaManager<'_>, steps: Vec<String>) -> Resu
 }
 
 /// Whether `sql` (a `COUNT(*)` over `information_schema`) counts anything.
-pub(crate) async fn exists(manager: &SchemaManager<'_>, sql: &str) -> Result<bool, DbErr> {
+async fn exists(manager: &SchemaManager<'_>, sql: &str) -> Result<bool, DbErr> {
     let db = manager.get_connection();
     let row = db
         .query_one_raw(Statement::from_string(manager.get_database_backend(), sql))
@@ -132,17 +133,49 @@ pub(crate) async fn exists(manager: &SchemaManager<'_>, sql: &str) -> Result<boo
     Ok(count > 0)
 }
 
-/// MariaDB and MySQL: whether `balances` still has its `id` column, i.e.
-/// whether this migration's one `ALTER TABLE` is still to run. It commits
-/// by itself, before the migration is recorded, so a process stopped in
-/// between finds it done on its next start.
-async fn mysql_has_id(manager: &SchemaManager<'_>) -> Result<bool, DbErr> {
-    exists(
-        manager,
+/// MariaDB and MySQL: whether `table` has the column `column`. There each
+/// `ALTER TABLE` commits by itself, before the migration is recorded, so a
+/// migration reads what of it is already done ([`run`]); `IF [NOT] EXISTS`
+/// would not do, MySQL does not have it.
+pub(crate) async fn mysql_has_column(
+    manager: &SchemaManager<'_>,
+    table: &str,
+    column: &str,
+) -> Result<bool, DbErr> {
+    let sql = format!(
         "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() \
-         AND table_name = 'balances' AND column_name = 'id'",
-    )
-    .await
+         AND table_name = '{table}' AND column_name = '{column}'"
+    );
+    exists(manager, &sql).await
+}
+
+/// MariaDB and MySQL: whether `table` has the index `index` (see
+/// [`mysql_has_column`]).
+pub(crate) async fn mysql_has_index(
+    manager: &SchemaManager<'_>,
+    table: &str,
+    index: &str,
+) -> Result<bool, DbErr> {
+    let sql = format!(
+        "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() \
+         AND table_name = '{table}' AND index_name = '{index}'"
+    );
+    exists(manager, &sql).await
+}
+
+/// MariaDB and MySQL: whether `table` has the foreign key `key` (see
+/// [`mysql_has_column`]).
+pub(crate) async fn mysql_has_foreign_key(
+    manager: &SchemaManager<'_>,
+    table: &str,
+    key: &str,
+) -> Result<bool, DbErr> {
+    let sql = format!(
+        "SELECT COUNT(*) FROM information_schema.table_constraints \
+         WHERE constraint_schema = DATABASE() AND table_name = '{table}' \
+         AND constraint_type = 'FOREIGN KEY' AND constraint_name = '{key}'"
+    );
+    exists(manager, &sql).await
 }
 
 #[async_trait::async_trait]
@@ -170,7 +203,8 @@ impl MigrationTrait for Migration {
                 r#"ALTER TABLE "balances" DROP COLUMN "id""#.to_owned(),
                 r#"ALTER TABLE "balances" ADD CONSTRAINT "balances_pkey" PRIMARY KEY USING INDEX "ux_balances_user_server""#.to_owned(),
             ],
-            _ if !mysql_has_id(manager).await? => Vec::new(),
+            // Done already, by a process stopped before it was recorded.
+            _ if !mysql_has_column(manager, "balances", "id").await? => Vec::new(),
             _ => vec![
                 "ALTER TABLE `balances` DROP COLUMN `id`, \
                  ADD PRIMARY KEY (`user_id`, `server_id`), \
@@ -198,7 +232,7 @@ impl MigrationTrait for Migration {
                 r#"ALTER TABLE "balances" DROP CONSTRAINT "balances_pkey""#.to_owned(),
                 r#"ALTER TABLE "balances" ADD COLUMN "id" bigserial PRIMARY KEY"#.to_owned(),
             ],
-            _ if mysql_has_id(manager).await? => Vec::new(),
+            _ if mysql_has_column(manager, "balances", "id").await? => Vec::new(),
             _ => vec![
                 "ALTER TABLE `balances` \
                  ADD UNIQUE INDEX `ux_balances_user_server` (`user_id`, `server_id`), \

@@ -28,7 +28,7 @@
 use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
 
 use crate::m20261124_000002_balances_keyed_by_account::{
-    exists, run, sqlite_balances, sqlite_rebuild,
+    mysql_has_column, mysql_has_foreign_key, mysql_has_index, run, sqlite_balances, sqlite_rebuild,
 };
 
 pub struct Migration;
@@ -82,30 +82,12 @@ struct MySqlState {
 
 impl MySqlState {
     async fn read(manager: &SchemaManager<'_>) -> Result<MySqlState, DbErr> {
-        let index = |table: &str, name: &str| {
-            format!(
-                "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() \
-                 AND table_name = '{table}' AND index_name = '{name}'"
-            )
-        };
-        let key = |name: &str| {
-            format!(
-                "SELECT COUNT(*) FROM information_schema.table_constraints \
-                 WHERE constraint_schema = DATABASE() AND table_name = 'balances' \
-                 AND constraint_type = 'FOREIGN KEY' AND constraint_name = '{name}'"
-            )
-        };
         Ok(MySqlState {
-            users_index: exists(manager, &index("users", "ux_users_id_project")).await?,
-            column: exists(
-                manager,
-                "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() \
-                 AND table_name = 'balances' AND column_name = 'project_id'",
-            )
-            .await?,
-            old_key: exists(manager, &key("fk_balances_user")).await?,
-            new_key: exists(manager, &key("fk_balances_user_project")).await?,
-            new_key_index: exists(manager, &index("balances", "fk_balances_user_project")).await?,
+            users_index: mysql_has_index(manager, "users", "ux_users_id_project").await?,
+            column: mysql_has_column(manager, "balances", "project_id").await?,
+            old_key: mysql_has_foreign_key(manager, "balances", "fk_balances_user").await?,
+            new_key: mysql_has_foreign_key(manager, "balances", "fk_balances_user_project").await?,
+            new_key_index: mysql_has_index(manager, "balances", "fk_balances_user_project").await?,
         })
     }
 

@@ -29,7 +29,7 @@
 
 use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
 
-use crate::m20261124_000002_balances_keyed_by_account::{exists, run};
+use crate::m20261124_000002_balances_keyed_by_account::{mysql_has_foreign_key, run};
 
 pub struct Migration;
 
@@ -91,18 +91,11 @@ async fn swap_keys(
             format!(r#"ALTER TABLE "operation_log" DROP CONSTRAINT "{drop}""#),
         ]);
     }
-    let key_exists = |name: &str| {
-        format!(
-            "SELECT COUNT(*) FROM information_schema.table_constraints \
-             WHERE constraint_schema = DATABASE() AND table_name = 'operation_log' \
-             AND constraint_type = 'FOREIGN KEY' AND constraint_name = '{name}'"
-        )
-    };
     let mut parts = Vec::new();
-    if exists(manager, &key_exists(drop)).await? {
+    if mysql_has_foreign_key(manager, "operation_log", drop).await? {
         parts.push(format!("DROP FOREIGN KEY `{drop}`"));
     }
-    if !exists(manager, &key_exists(name)).await? {
+    if !mysql_has_foreign_key(manager, "operation_log", name).await? {
         parts.push(format!(
             "ADD CONSTRAINT `{name}` {} ON DELETE RESTRICT",
             key.replace('"', "`")

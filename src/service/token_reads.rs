@@ -319,15 +319,7 @@ fn build_batch_sql(shape: Option<LookupShape>, count: usize) -> String {
 /// none, as `balances::join_by_id`).
 fn lookup_sql(shape: LookupShape) -> (String, String) {
     if shape.by_id() && !shape.by_email() {
-        let (server_column, server_join) = if shape.general() {
-            ("", "")
-        } else {
-            (
-                ", \"servers\".\"id\"",
-                " LEFT JOIN \"servers\" ON \"servers\".\"id\" = \"r\".\"server_id\" \
-                 AND \"servers\".\"project_id\" = \"app_tokens\".\"project_id\"",
-            )
-        };
+        let (server_column, server_join) = server_sql(shape, "\"app_tokens\".\"project_id\"");
         return (
             format!(
                 ", COALESCE(\"balances\".\"user_id\", (SELECT \"users\".\"id\" FROM \"users\" \
@@ -349,16 +341,7 @@ fn lookup_sql(shape: LookupShape) -> (String, String) {
     if shape.by_email() {
         user.push_str(" AND \"users\".\"email\" = \"r\".\"email\"");
     }
-    let (server_column, server_join) = if shape.general() {
-        ("", String::new())
-    } else {
-        (
-            ", \"servers\".\"id\"",
-            " LEFT JOIN \"servers\" ON \"servers\".\"id\" = \"r\".\"server_id\" \
-             AND \"servers\".\"project_id\" = \"users\".\"project_id\""
-                .to_owned(),
-        )
-    };
+    let (server_column, server_join) = server_sql(shape, "\"users\".\"project_id\"");
     (
         format!(
             ", \"users\".\"id\", \"balances\".\"main_cents\", \"balances\".\"bonus_cents\"{server_column}"
@@ -367,6 +350,21 @@ fn lookup_sql(shape: LookupShape) -> (String, String) {
             " LEFT JOIN \"users\" ON {user} \
              LEFT JOIN \"balances\" ON \"balances\".\"user_id\" = \"users\".\"id\" \
              AND \"balances\".\"server_id\" = \"r\".\"server_id\"{server_join}"
+        ),
+    )
+}
+
+/// The server column and join a lookup of `shape` adds unless it is the
+/// general account: server `r.server_id` of `project` (an SQL expression).
+fn server_sql(shape: LookupShape, project: &str) -> (&'static str, String) {
+    if shape.general() {
+        return ("", String::new());
+    }
+    (
+        ", \"servers\".\"id\"",
+        format!(
+            " LEFT JOIN \"servers\" ON \"servers\".\"id\" = \"r\".\"server_id\" \
+             AND \"servers\".\"project_id\" = {project}"
         ),
     )
 }
