@@ -71,8 +71,7 @@ const UNIQUE_ACCOUNT: &str =
 /// all, so a failure leaves the table as it was and the next start applies
 /// the migration again. A crash after it commits and before the migration
 /// is recorded leaves it done, so each migration reads back from
-/// `information_schema` what is still to do ([`mysql_has_column`] and its
-/// kin). Changing the primary key copies the
+/// `information_schema` what is still to do ([`mysql_has`]). Changing the primary key copies the
 /// table, which takes longer than the service's statement timeout
 /// (`max_statement_time`, set on every pool connection by `db::connect`) on
 /// a large one, so there the timeout is lifted for the steps and set back
@@ -133,49 +132,43 @@ async fn exists(manager: &SchemaManager<'_>, sql: &str) -> Result<bool, DbErr> {
     Ok(count > 0)
 }
 
-/// MariaDB and MySQL: whether `table` has the column `column`. There each
-/// `ALTER TABLE` commits by itself, before the migration is recorded, so a
-/// migration reads what of it is already done ([`run`]); `IF [NOT] EXISTS`
-/// would not do, MySQL does not have it.
-pub(crate) async fn mysql_has_column(
-    manager: &SchemaManager<'_>,
-    table: &str,
-    column: &str,
-) -> Result<bool, DbErr> {
-    let sql = format!(
-        "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() \
-         AND table_name = '{table}' AND column_name = '{column}'"
-    );
-    exists(manager, &sql).await
+/// A part of a MariaDB or MySQL table that a migration adds or drops.
+pub(crate) enum SchemaPart<'a> {
+    Column(&'a str),
+    Index(&'a str),
+    ForeignKey(&'a str),
 }
 
-/// MariaDB and MySQL: whether `table` has the index `index` (see
-/// [`mysql_has_column`]).
-pub(crate) async fn mysql_has_index(
+/// MariaDB and MySQL: whether `table` has `part`. There each `ALTER TABLE`
+/// commits by itself, before the migration is recorded, so a migration
+/// reads what of it is already done ([`run`]); `IF [NOT] EXISTS` would not
+/// do, MySQL does not have it.
+pub(crate) async fn mysql_has(
     manager: &SchemaManager<'_>,
     table: &str,
-    index: &str,
+    part: SchemaPart<'_>,
 ) -> Result<bool, DbErr> {
-    let sql = format!(
-        "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() \
-         AND table_name = '{table}' AND index_name = '{index}'"
-    );
-    exists(manager, &sql).await
-}
-
-/// MariaDB and MySQL: whether `table` has the foreign key `key` (see
-/// [`mysql_has_column`]).
-pub(crate) async fn mysql_has_foreign_key(
-    manager: &SchemaManager<'_>,
-    table: &str,
-    key: &str,
-) -> Result<bool, DbErr> {
-    let sql = format!(
-        "SELECT COUNT(*) FROM information_schema.table_constraints \
-         WHERE constraint_schema = DATABASE() AND table_name = '{table}' \
-         AND constraint_type = 'FOREIGN KEY' AND constraint_name = '{key}'"
-    );
-    exists(manager, &sql).await
+    let (view, schema, condition) = match part {
+        SchemaPart::Column(name) => ("columns", "table_schema", format!("column_name = '{name}'")),
+        SchemaPart::Index(name) => (
+            "statistics",
+            "table_schema",
+            format!("index_name = '{name}'"),
+        ),
+        SchemaPart::ForeignKey(name) => (
+            "table_constraints",
+            "constraint_schema",
+            format!("constraint_type = 'FOREIGN KEY' AND constraint_name = '{name}'"),
+        ),
+    };
+    exists(
+        manager,
+        &format!(
+            "SELECT COUNT(*) FROM information_schema.{view} WHERE {schema} = DATABASE() \
+             AND table_name = '{table}' AND {condition}"
+        ),
+    )
+    .await
 }
 
 #[async_trait::async_trait]
@@ -204,7 +197,7 @@ impl MigrationTrait for Migration {
                 r#"ALTER TABLE "balances" ADD CONSTRAINT "balances_pkey" PRIMARY KEY USING INDEX "ux_balances_user_server""#.to_owned(),
             ],
             // Done already, by a process stopped before it was recorded.
-            _ if !mysql_has_column(manager, "balances", "id").await? => Vec::new(),
+            _ if !mysql_has(manager, "balances", SchemaPart::Column("id")).await? => Vec::new(),
             _ => vec![
                 "ALTER TABLE `balances` DROP COLUMN `id`, \
                  ADD PRIMARY KEY (`user_id`, `server_id`), \
@@ -232,7 +225,7 @@ impl MigrationTrait for Migration {
                 r#"ALTER TABLE "balances" DROP CONSTRAINT "balances_pkey""#.to_owned(),
                 r#"ALTER TABLE "balances" ADD COLUMN "id" bigserial PRIMARY KEY"#.to_owned(),
             ],
-            _ if mysql_has_column(manager, "balances", "id").await? => Vec::new(),
+            _ if mysql_has(manager, "balances", SchemaPart::Column("id")).await? => Vec::new(),
             _ => vec![
                 "ALTER TABLE `balances` \
                  ADD UNIQUE INDEX `ux_balances_user_server` (`user_id`, `server_id`), \

@@ -28,7 +28,8 @@
 use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
 
 use crate::m20261124_000002_balances_keyed_by_account::{
-    mysql_has_column, mysql_has_foreign_key, mysql_has_index, run, sqlite_balances, sqlite_rebuild,
+    SchemaPart::{Column, ForeignKey, Index},
+    mysql_has, run, sqlite_balances, sqlite_rebuild,
 };
 
 pub struct Migration;
@@ -83,11 +84,12 @@ struct MySqlState {
 impl MySqlState {
     async fn read(manager: &SchemaManager<'_>) -> Result<MySqlState, DbErr> {
         Ok(MySqlState {
-            users_index: mysql_has_index(manager, "users", "ux_users_id_project").await?,
-            column: mysql_has_column(manager, "balances", "project_id").await?,
-            old_key: mysql_has_foreign_key(manager, "balances", "fk_balances_user").await?,
-            new_key: mysql_has_foreign_key(manager, "balances", "fk_balances_user_project").await?,
-            new_key_index: mysql_has_index(manager, "balances", "fk_balances_user_project").await?,
+            users_index: mysql_has(manager, "users", Index("ux_users_id_project")).await?,
+            column: mysql_has(manager, "balances", Column("project_id")).await?,
+            old_key: mysql_has(manager, "balances", ForeignKey("fk_balances_user")).await?,
+            new_key: mysql_has(manager, "balances", ForeignKey("fk_balances_user_project")).await?,
+            new_key_index: mysql_has(manager, "balances", Index("fk_balances_user_project"))
+                .await?,
         })
     }
 

@@ -29,7 +29,7 @@
 
 use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
 
-use crate::m20261124_000002_balances_keyed_by_account::{mysql_has_foreign_key, run};
+use crate::m20261124_000002_balances_keyed_by_account::{SchemaPart::ForeignKey, mysql_has, run};
 
 pub struct Migration;
 
@@ -92,10 +92,10 @@ async fn swap_keys(
         ]);
     }
     let mut parts = Vec::new();
-    if mysql_has_foreign_key(manager, "operation_log", drop).await? {
+    if mysql_has(manager, "operation_log", ForeignKey(drop)).await? {
         parts.push(format!("DROP FOREIGN KEY `{drop}`"));
     }
-    if !mysql_has_foreign_key(manager, "operation_log", name).await? {
+    if !mysql_has(manager, "operation_log", ForeignKey(name)).await? {
         parts.push(format!(
             "ADD CONSTRAINT `{name}` {} ON DELETE RESTRICT",
             key.replace('"', "`")
