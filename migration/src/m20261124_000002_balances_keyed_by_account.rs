@@ -80,9 +80,20 @@ const UNIQUE_ACCOUNT: &str =
 /// transaction, and its pool's `statement_timeout` is lifted for that
 /// transaction only (`SET LOCAL`): filling a column of a large table takes
 /// longer than a request's statement may.
+///
+/// On SQLite the steps first read the schema table. A pooled connection
+/// keeps the schema it last read in memory, and SQLite checks that copy
+/// against the file only when a statement runs, not when one is prepared:
+/// `CREATE INDEX` is refused at prepare time if the copy still holds an index
+/// that another connection has dropped since ("index ... already exists";
+/// migration 000004 rolled back and applied again on one pool failed so in
+/// 5 of 150 test runs). Running a read first reloads a stale copy.
 pub(crate) async fn run(manager: &SchemaManager<'_>, steps: Vec<String>) -> Result<(), DbErr> {
     let db = manager.get_connection();
     let backend = manager.get_database_backend();
+    if backend == DbBackend::Sqlite {
+        exists(manager, "SELECT COUNT(*) FROM sqlite_schema").await?;
+    }
     if backend == DbBackend::Postgres {
         db.execute_unprepared("SET LOCAL statement_timeout = 0")
             .await?;
