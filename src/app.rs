@@ -28,7 +28,7 @@ use crate::{
     config::Settings,
     db::Reader,
     metrics::Metrics,
-    middleware::{RequestContext, RequestTimeout},
+    middleware::{DrainUnreadBody, RequestContext, RequestTimeout},
     service::{
         completion_queue::CompletionQueue, token_reads::TokenReadQueue, tokens::UsageRecorder,
     },
@@ -76,7 +76,8 @@ impl AppState {
 /// The routes of the whole service, with the shared state attached.
 ///
 /// From the outside in: request id, access log and metrics; the request
-/// timeout; shared data; the JSON catch-all for every error; v2
+/// timeout; draining what an answer left of the request body
+/// ([`DrainUnreadBody`]); shared data; the JSON catch-all for every error; v2
 /// authentication (before routing, see `api::security`); the v2
 /// operations themselves for their exact paths and methods (see
 /// [`V2Operations`]), the v2 API's router for other `/v2` paths, the
@@ -96,6 +97,10 @@ fn routes_with(
     let yaml = v2.spec_yaml();
     let json = v2.spec();
     let metrics = state.metrics.clone();
+    let drain = DrainUnreadBody {
+        max_body_bytes: state.max_body_bytes,
+        body_timeout: state.body_timeout,
+    };
     let own = Route::new()
         .at("/healthz", get(healthz))
         .at("/readyz", get(readyz))
@@ -122,6 +127,7 @@ fn routes_with(
     .catch_all_error(api::error_to_json)
     .data(state)
     .data(docs::swagger_config())
+    .with(drain)
     .with(RequestTimeout(request_timeout))
     .with(RequestContext { metrics })
 }

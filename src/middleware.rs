@@ -1,5 +1,5 @@
-//! Request-wide middleware: request ids, access logs and metrics, and the
-//! request timeout.
+//! Request-wide middleware: request ids, access logs and metrics, the
+//! request timeout, and draining a body an early answer left unread.
 //!
 //! Every request gets an id: the caller's `X-Request-Id` when it is a sane
 //! token (1 to 128 visible ASCII characters), else a fresh random one. It is
@@ -9,19 +9,21 @@
 //! and latency.
 
 use std::{
-    sync::Arc,
+    sync::{Arc, Mutex},
+    task::{Context, Poll},
     time::{Duration, Instant},
 };
 
+use bytes::Bytes;
 use poem::{
     Endpoint, IntoResponse, Middleware, Request, Response, Result,
-    http::{HeaderName, HeaderValue},
+    http::{HeaderName, HeaderValue, header},
 };
 use rand::{Rng, distr::Alphanumeric};
 use tracing::Instrument;
 
 use crate::{
-    api::error::ApiError,
+    api::{OVERSIZED_BODY_DRAIN_BYTES, error::ApiError},
     metrics::{Metrics, RequestLabels, endpoint_label},
 };
 
@@ -135,5 +137,260 @@ impl<E: Endpoint> Endpoint for RequestTimeoutEndpoint<E> {
                 Ok(ApiError::service_unavailable().to_response())
             }
         }
+    }
+}
+
+/// Reads what an answer left of the request body before the answer goes out.
+///
+/// Several answers come before the body is read: 401 and 403 from
+/// authentication, which runs before routing, 404 for an unknown path, 400
+/// for a `Content-Type` other than JSON. hyper then closes the connection
+/// with the rest of the body unread, and the kernel answers the bytes still
+/// coming with a reset: a client still sending (a body of a few segments
+/// over a real network is enough) gets "broken pipe" or "connection reset"
+/// instead of the JSON error it was sent, as clients did with the 413 before
+/// the endpoint drained oversized bodies (see `api::complete`). This layer
+/// keeps a handle on the body the inner endpoints see, and once they have
+/// answered reads and throws away whatever they left, up to the body limit
+/// plus [`OVERSIZED_BODY_DRAIN_BYTES`] in all and within the body timeout;
+/// past either the answer goes out at once, as before. The connection then
+/// stays usable for the client's next request.
+///
+/// Requests without a body pass straight through (two header lookups), and
+/// so do those that wait for `100 Continue` (reading would ask the client
+/// for the body it is right not to send) or declare more than would be read.
+pub struct DrainUnreadBody {
+    pub max_body_bytes: usize,
+    pub body_timeout: Duration,
+}
+
+impl<E: Endpoint> Middleware<E> for DrainUnreadBody {
+    type Output = DrainUnreadBodyEndpoint<E>;
+
+    fn transform(&self, inner: E) -> Self::Output {
+        DrainUnreadBodyEndpoint {
+            inner,
+            bound: self
+                .max_body_bytes
+                .saturating_add(OVERSIZED_BODY_DRAIN_BYTES),
+            body_timeout: self.body_timeout,
+        }
+    }
+}
+
+pub struct DrainUnreadBodyEndpoint<E> {
+    inner: E,
+    /// Bytes read in all (by the endpoint and here) past which nothing more
+    /// is drained.
+    bound: usize,
+    body_timeout: Duration,
+}
+
+/// Whether the request carries a body worth draining; see [`DrainUnreadBody`].
+fn body_to_drain(req: &Request, bound: usize) -> bool {
+    let headers = req.headers();
+    if headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+    {
+        return false;
+    }
+    match headers.get(header::CONTENT_LENGTH) {
+        Some(length) => length
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|length| length > 0 && length <= bound as u64),
+        None => headers.contains_key(header::TRANSFER_ENCODING),
+    }
+}
+
+impl<E: Endpoint> Endpoint for DrainUnreadBodyEndpoint<E> {
+    type Output = Response;
+
+    async fn call(&self, mut req: Request) -> Result<Self::Output> {
+        if !body_to_drain(&req, self.bound) {
+            return self.inner.call(req).await.map(IntoResponse::into_response);
+        }
+        let deadline = tokio::time::Instant::now() + self.body_timeout;
+        let body = SharedBody::new(req.take_body());
+        req.set_body(body.reader());
+        let answer = self.inner.call(req).await;
+        body.drain(self.bound, deadline).await;
+        answer.map(IntoResponse::into_response)
+    }
+}
+
+type BodyStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static>>;
+
+/// A request body read through a shared handle, so that what the endpoint
+/// leaves can still be read after it has dropped its end.
+#[derive(Clone)]
+struct SharedBody(Arc<Mutex<SharedBodyState>>);
+
+struct SharedBodyState {
+    stream: BodyStream,
+    /// Bytes read so far, by either end.
+    read: usize,
+    /// The stream ended or failed: it is not polled again.
+    finished: bool,
+}
+
+impl SharedBody {
+    fn new(body: poem::Body) -> Self {
+        SharedBody(Arc::new(Mutex::new(SharedBodyState {
+            stream: Box::pin(body.into_bytes_stream()),
+            read: 0,
+            finished: false,
+        })))
+    }
+
+    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<std::io::Result<Bytes>>> {
+        let mut state = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if state.finished {
+            return Poll::Ready(None);
+        }
+        let next = state.stream.as_mut().poll_next(cx);
+        match &next {
+            Poll::Ready(Some(Ok(chunk))) => state.read = state.read.saturating_add(chunk.len()),
+            Poll::Ready(_) => state.finished = true,
+            Poll::Pending => {}
+        }
+        next
+    }
+
+    /// The body the endpoint reads.
+    fn reader(&self) -> poem::Body {
+        let shared = self.clone();
+        poem::Body::from_bytes_stream(futures_util::stream::poll_fn(move |cx| {
+            shared.poll_next(cx)
+        }))
+    }
+
+    fn read(&self) -> usize {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .read
+    }
+
+    /// Reads and throws away the rest, until the end, an error, `bound`
+    /// bytes read in all, or `deadline`.
+    async fn drain(&self, bound: usize, deadline: tokio::time::Instant) {
+        while self.read() <= bound {
+            let next = std::future::poll_fn(|cx| self.poll_next(cx));
+            match tokio::time::timeout_at(deadline, next).await {
+                Ok(Some(Ok(_))) => {}
+                Ok(Some(Err(_)) | None) | Err(_) => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures_util::StreamExt;
+
+    use super::*;
+
+    /// A body of `chunks` chunks of `size` bytes, counting what was pulled.
+    fn counted_body(chunks: usize, size: usize) -> (poem::Body, Arc<AtomicUsize>) {
+        let pulled = Arc::new(AtomicUsize::new(0));
+        let counter = pulled.clone();
+        let stream = futures_util::stream::iter((0..chunks).map(move |_| {
+            counter.fetch_add(size, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(vec![b'x'; size])
+        }));
+        (poem::Body::from_bytes_stream(stream), pulled)
+    }
+
+    fn far() -> tokio::time::Instant {
+        tokio::time::Instant::now() + Duration::from_secs(3600)
+    }
+
+    #[tokio::test]
+    async fn what_the_endpoint_left_is_read_to_the_end() {
+        let (body, pulled) = counted_body(10, 1000);
+        let shared = SharedBody::new(body);
+        // The endpoint reads one chunk and drops its end.
+        let mut reader = shared.reader().into_bytes_stream();
+        assert_eq!(reader.next().await.unwrap().unwrap().len(), 1000);
+        drop(reader);
+        shared.drain(1 << 20, far()).await;
+        assert_eq!(pulled.load(Ordering::SeqCst), 10_000);
+        assert_eq!(shared.read(), 10_000);
+    }
+
+    #[tokio::test]
+    async fn a_body_read_to_its_end_is_not_polled_again() {
+        let (body, _) = counted_body(3, 100);
+        let shared = SharedBody::new(body);
+        let all = shared.reader().into_bytes().await.unwrap();
+        assert_eq!(all.len(), 300);
+        shared.drain(1 << 20, far()).await;
+        assert_eq!(shared.read(), 300);
+    }
+
+    #[tokio::test]
+    async fn an_endless_body_is_drained_only_up_to_the_bound() {
+        let (body, pulled) = counted_body(usize::MAX, 8 * 1024);
+        let shared = SharedBody::new(body);
+        shared.drain(100 * 1024, far()).await;
+        let pulled = pulled.load(Ordering::SeqCst);
+        assert!(pulled > 100 * 1024, "{pulled}");
+        assert!(pulled <= 108 * 1024, "{pulled}");
+    }
+
+    #[tokio::test]
+    async fn a_stalled_body_is_left_at_the_deadline() {
+        let first = futures_util::stream::iter([Ok::<_, std::io::Error>(vec![b'x'; 10])]);
+        let body = poem::Body::from_bytes_stream(first.chain(futures_util::stream::pending()));
+        let shared = SharedBody::new(body);
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(1);
+        shared.drain(1 << 20, deadline).await;
+        assert_eq!(shared.read(), 10);
+    }
+
+    #[test]
+    fn only_a_body_that_will_be_read_is_drained() {
+        let bound = 64 * 1024 + OVERSIZED_BODY_DRAIN_BYTES;
+        let request = |headers: &[(&str, &str)]| {
+            let mut builder = Request::builder().method(poem::http::Method::POST);
+            for (name, value) in headers {
+                builder = builder.header(*name, *value);
+            }
+            builder.finish()
+        };
+        assert!(!body_to_drain(&request(&[]), bound));
+        assert!(!body_to_drain(&request(&[("content-length", "0")]), bound));
+        assert!(body_to_drain(&request(&[("content-length", "10")]), bound));
+        let at_bound = bound.to_string();
+        assert!(body_to_drain(
+            &request(&[("content-length", &at_bound)]),
+            bound
+        ));
+        let past = (bound + 1).to_string();
+        assert!(!body_to_drain(
+            &request(&[("content-length", &past)]),
+            bound
+        ));
+        assert!(!body_to_drain(
+            &request(&[("content-length", "ten")]),
+            bound
+        ));
+        assert!(body_to_drain(
+            &request(&[("transfer-encoding", "chunked")]),
+            bound
+        ));
+        assert!(!body_to_drain(
+            &request(&[("content-length", "10"), ("expect", "100-continue")]),
+            bound
+        ));
     }
 }

@@ -12,6 +12,7 @@ on_every_backend!(
     body_over_64_kib_is_payload_too_large,
     chunked_body_over_64_kib_is_payload_too_large,
     body_declared_too_large_with_expect_continue_is_refused_unsent,
+    an_answer_before_the_body_is_read_still_reaches_a_client_sending_it,
     content_type_other_than_json_is_validation_error_under_body,
     json_content_type_with_charset_is_accepted,
     malformed_json_is_validation_error_under_body,
@@ -101,6 +102,90 @@ async fn body_declared_too_large_with_expect_continue_is_refused_unsent(app: Tes
         body,
         serde_json::json!({"success": false, "code": "PAYLOAD_TOO_LARGE"})
     );
+}
+
+/// Answers that come before the body is read (403 from authentication, 404
+/// for an unknown path, 400 for a `Content-Type` other than JSON) reach a
+/// client that is still sending its body, and the connection stays usable.
+/// The client's send buffer is kept small and the body (1 MB: over the
+/// limit, but within what the server drains) larger than the kernel holds
+/// for a server that does not read, so the client is still sending when the
+/// answer is ready; before the server drained such bodies it closed the
+/// connection at that point, and the client's send failed (broken pipe or
+/// connection reset) instead of reading the answer.
+async fn an_answer_before_the_body_is_read_still_reaches_a_client_sending_it(app: TestApp) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let token = app.full_token().await;
+    let address = app.base.trim_start_matches("http://").to_owned();
+    let body = format!("{{\"pad\":\"{}\"}}", "x".repeat(1_000_000 - 10));
+    let cases = [
+        (
+            "/v2/payment/order/complete",
+            "A".repeat(64),
+            "application/json",
+            "403",
+            "TOKEN_NOT_FOUND",
+        ),
+        (
+            "/v2/payment/order/complete",
+            "short".to_owned(),
+            "application/json",
+            "403",
+            "INVALID_TOKEN",
+        ),
+        (
+            "/v2/payment/order/nothing",
+            token.clone(),
+            "application/json",
+            "404",
+            "NOT_FOUND",
+        ),
+        (
+            "/nothing",
+            token.clone(),
+            "application/json",
+            "404",
+            "NOT_FOUND",
+        ),
+        (
+            "/v2/payment/order/complete",
+            token.clone(),
+            "text/plain",
+            "400",
+            "VALIDATION_ERROR",
+        ),
+    ];
+    for (path, bearer, content_type, status, code) in cases {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_send_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(address.parse().unwrap()).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {bearer}\r\n\
+             Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream
+            .write_all(body.as_bytes())
+            .await
+            .unwrap_or_else(|err| panic!("{path} ({status}): sending the body failed: {err}"));
+        // The same connection serves the next request.
+        let next = format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        stream.write_all(next.as_bytes()).await.unwrap();
+        let mut reply = Vec::new();
+        stream.read_to_end(&mut reply).await.unwrap();
+        let reply = String::from_utf8_lossy(&reply);
+        assert!(
+            reply.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{path}: {reply}"
+        );
+        assert!(
+            reply.contains(&format!("{{\"success\":false,\"code\":\"{code}\"")),
+            "{path}: {reply}"
+        );
+        assert_eq!(reply.matches("HTTP/1.1 ").count(), 2, "{path}: {reply}");
+        assert!(reply.contains("HTTP/1.1 200 OK"), "{path}: {reply}");
+    }
 }
 
 async fn content_type_other_than_json_is_validation_error_under_body(app: TestApp) {

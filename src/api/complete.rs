@@ -251,7 +251,7 @@ impl<'a> ApiExtractor<'a> for CompleteBody {
 /// lets the client finish sending and read the answer; past this many bytes
 /// (or the body timeout) the server answers at once and the connection is
 /// closed, so a client cannot make it read without bound.
-const OVERSIZED_BODY_DRAIN_BYTES: usize = 1024 * 1024;
+pub const OVERSIZED_BODY_DRAIN_BYTES: usize = 1024 * 1024;
 
 #[derive(Debug, PartialEq, Eq)]
 enum BodyReadError {
