@@ -106,7 +106,8 @@ async fn body_declared_too_large_with_expect_continue_is_refused_unsent(app: Tes
 
 /// Answers that come before the body is read (403 from authentication, 404
 /// for an unknown path, 400 for a `Content-Type` other than JSON) reach a
-/// client that is still sending its body, and the connection stays usable.
+/// client that is still sending its body, sized or chunked, and the
+/// connection stays usable.
 /// The client's send buffer is kept small and the body (1 MB: over the
 /// limit, but within what the server drains) larger than the kernel holds
 /// for a server that does not read, so the client is still sending when the
@@ -118,11 +119,31 @@ async fn an_answer_before_the_body_is_read_still_reaches_a_client_sending_it(app
     let token = app.full_token().await;
     let address = app.base.trim_start_matches("http://").to_owned();
     let body = format!("{{\"pad\":\"{}\"}}", "x".repeat(1_000_000 - 10));
+    // The same body in chunks of 64 KiB: Transfer-Encoding: chunked.
+    let chunked: String = body
+        .as_bytes()
+        .chunks(64 * 1024)
+        .map(|chunk| {
+            format!(
+                "{:x}\r\n{}\r\n",
+                chunk.len(),
+                String::from_utf8_lossy(chunk)
+            )
+        })
+        .chain(["0\r\n\r\n".to_owned()])
+        .collect();
     let cases = [
         (
             "/v2/payment/order/complete",
             "A".repeat(64),
             "application/json",
+            "403",
+            "TOKEN_NOT_FOUND",
+        ),
+        (
+            "/v2/payment/order/complete",
+            "B".repeat(64),
+            "application/json; chunked",
             "403",
             "TOKEN_NOT_FOUND",
         ),
@@ -159,14 +180,21 @@ async fn an_answer_before_the_body_is_read_still_reaches_a_client_sending_it(app
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.set_send_buffer_size(4096).unwrap();
         let mut stream = socket.connect(address.parse().unwrap()).await.unwrap();
+        let (content_type, framing, sent) = match content_type.strip_suffix("; chunked") {
+            Some(json) => (json, "Transfer-Encoding: chunked".to_owned(), &chunked),
+            None => (
+                content_type,
+                format!("Content-Length: {}", body.len()),
+                &body,
+            ),
+        };
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {bearer}\r\n\
-             Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
-            body.len()
+             Content-Type: {content_type}\r\n{framing}\r\n\r\n"
         );
         stream.write_all(head.as_bytes()).await.unwrap();
         stream
-            .write_all(body.as_bytes())
+            .write_all(sent.as_bytes())
             .await
             .unwrap_or_else(|err| panic!("{path} ({status}): sending the body failed: {err}"));
         // The same connection serves the next request.

@@ -213,10 +213,7 @@ impl<'a> ApiExtractor<'a> for CompleteBody {
             .get(poem::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        let expects_continue = request
-            .headers()
-            .get(poem::http::header::EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let expects_continue = crate::middleware::expects_continue(request.headers());
         if let Some(declared) = declared
             && declared > limit as u64
             && (expects_continue
