@@ -301,15 +301,16 @@ impl SharedBody {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use futures_util::StreamExt;
 
     use super::*;
 
-    /// A body of `chunks` chunks of `size` bytes, counting what was pulled.
-    fn counted_body(chunks: usize, size: usize) -> (poem::Body, Arc<AtomicUsize>) {
+    /// A body of `chunks` chunks of `size` bytes that counts the bytes the
+    /// reader pulled from it (also used by `api::complete`'s tests).
+    pub(crate) fn counted_body(chunks: usize, size: usize) -> (poem::Body, Arc<AtomicUsize>) {
         let pulled = Arc::new(AtomicUsize::new(0));
         let counter = pulled.clone();
         let stream = futures_util::stream::iter((0..chunks).map(move |_| {
@@ -319,7 +320,7 @@ mod tests {
         (poem::Body::from_bytes_stream(stream), pulled)
     }
 
-    fn far() -> tokio::time::Instant {
+    pub(crate) fn far() -> tokio::time::Instant {
         tokio::time::Instant::now() + Duration::from_secs(3600)
     }
 

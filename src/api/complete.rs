@@ -446,28 +446,10 @@ impl CompleteApi {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    };
+    use std::sync::atomic::Ordering;
 
     use super::*;
-
-    /// A body of `chunks` chunks of `size` bytes that counts the bytes the
-    /// reader pulled from it.
-    fn counted_body(chunks: usize, size: usize) -> (poem::Body, Arc<AtomicUsize>) {
-        let pulled = Arc::new(AtomicUsize::new(0));
-        let counter = pulled.clone();
-        let stream = futures_util::stream::iter((0..chunks).map(move |_| {
-            counter.fetch_add(size, Ordering::SeqCst);
-            Ok::<_, std::io::Error>(vec![b'x'; size])
-        }));
-        (poem::Body::from_bytes_stream(stream), pulled)
-    }
-
-    fn far() -> tokio::time::Instant {
-        tokio::time::Instant::now() + std::time::Duration::from_secs(3600)
-    }
+    use crate::middleware::tests::{counted_body, far};
 
     /// Reads, against a 1 KiB limit, a body that sends `first` bytes and
     /// then nothing more: it never ends, so the deadline always passes first.
