@@ -23,7 +23,7 @@ use rand::{Rng, distr::Alphanumeric};
 use tracing::Instrument;
 
 use crate::{
-    api::{OVERSIZED_BODY_DRAIN_BYTES, error::ApiError},
+    api::error::ApiError,
     metrics::{Metrics, RequestLabels, endpoint_label},
 };
 
@@ -140,6 +140,18 @@ impl<E: Endpoint> Endpoint for RequestTimeoutEndpoint<E> {
     }
 }
 
+/// Bytes past the body limit that are read and thrown away before an
+/// answer (a 413, or one given before the body was read; [`DrainUnreadBody`]).
+///
+/// A server that answers while the client is still sending, then closes,
+/// makes the kernel reset the connection, and most HTTP clients then report
+/// "broken pipe" instead of the 413 they were sent (the reason nginx and
+/// Apache linger on close). Reading the rest of a moderately oversized body
+/// lets the client finish sending and read the answer; past this many bytes
+/// (or the body timeout) the server answers at once and the connection is
+/// closed, so a client cannot make it read without bound.
+pub const OVERSIZED_BODY_DRAIN_BYTES: usize = 1024 * 1024;
+
 /// Reads what an answer left of the request body before the answer goes out.
 ///
 /// Several answers come before the body is read: 401 and 403 from
@@ -149,7 +161,8 @@ impl<E: Endpoint> Endpoint for RequestTimeoutEndpoint<E> {
 /// coming with a reset: a client still sending (a body of a few segments
 /// over a real network is enough) gets "broken pipe" or "connection reset"
 /// instead of the JSON error it was sent, as clients did with the 413 before
-/// the endpoint drained oversized bodies (see `api::complete`). This layer
+/// oversized bodies were drained (the completion endpoint stops reading at
+/// its limit and leaves the rest to this layer). This layer
 /// keeps a handle on the body the inner endpoints see, and once they have
 /// answered reads and throws away whatever they left, up to the body limit
 /// plus [`OVERSIZED_BODY_DRAIN_BYTES`] in all (the chunk that crosses it is
@@ -236,7 +249,7 @@ type BodyStream =
 /// A request body read through a shared handle, so that what the endpoint
 /// leaves can still be read after it has dropped its end.
 #[derive(Clone)]
-struct SharedBody(Arc<Mutex<SharedBodyState>>);
+pub(crate) struct SharedBody(Arc<Mutex<SharedBodyState>>);
 
 struct SharedBodyState {
     stream: BodyStream,
@@ -247,7 +260,7 @@ struct SharedBodyState {
 }
 
 impl SharedBody {
-    fn new(body: poem::Body) -> Self {
+    pub(crate) fn new(body: poem::Body) -> Self {
         SharedBody(Arc::new(Mutex::new(SharedBodyState {
             stream: Box::pin(body.into_bytes_stream()),
             read: 0,
@@ -273,7 +286,7 @@ impl SharedBody {
     }
 
     /// The body the endpoint reads.
-    fn reader(&self) -> poem::Body {
+    pub(crate) fn reader(&self) -> poem::Body {
         let shared = self.clone();
         poem::Body::from_bytes_stream(futures_util::stream::poll_fn(move |cx| {
             shared.poll_next(cx)
@@ -289,7 +302,7 @@ impl SharedBody {
 
     /// Reads and throws away the rest, until the end, an error, `bound`
     /// bytes read in all, or `deadline`.
-    async fn drain(&self, bound: usize, deadline: tokio::time::Instant) {
+    pub(crate) async fn drain(&self, bound: usize, deadline: tokio::time::Instant) {
         while self.read() <= bound {
             let next = std::future::poll_fn(|cx| self.poll_next(cx));
             match tokio::time::timeout_at(deadline, next).await {

@@ -217,7 +217,8 @@ impl<'a> ApiExtractor<'a> for CompleteBody {
         if let Some(declared) = declared
             && declared > limit as u64
             && (expects_continue
-                || declared > limit.saturating_add(OVERSIZED_BODY_DRAIN_BYTES) as u64)
+                || declared
+                    > limit.saturating_add(crate::middleware::OVERSIZED_BODY_DRAIN_BYTES) as u64)
         {
             return Err(ApiError::payload_too_large().into());
         }
@@ -239,17 +240,6 @@ impl<'a> ApiExtractor<'a> for CompleteBody {
     }
 }
 
-/// Bytes of an oversized body read and thrown away before answering 413.
-///
-/// A server that answers while the client is still sending, then closes,
-/// makes the kernel reset the connection, and most HTTP clients then report
-/// "broken pipe" instead of the 413 they were sent (the reason nginx and
-/// Apache linger on close). Reading the rest of a moderately oversized body
-/// lets the client finish sending and read the answer; past this many bytes
-/// (or the body timeout) the server answers at once and the connection is
-/// closed, so a client cannot make it read without bound.
-pub const OVERSIZED_BODY_DRAIN_BYTES: usize = 1024 * 1024;
-
 #[derive(Debug, PartialEq, Eq)]
 enum BodyReadError {
     /// More than the limit was sent.
@@ -260,10 +250,12 @@ enum BodyReadError {
     Io,
 }
 
-/// Reads a body of at most `limit` bytes by `deadline`. An oversized body is
-/// drained up to [`OVERSIZED_BODY_DRAIN_BYTES`] more so that the client can
-/// read the 413; it is a 413 whatever happens while draining (the deadline,
-/// a broken connection), since the client must not retry it as it is.
+/// Reads a body of at most `limit` bytes by `deadline`. At the first chunk
+/// past the limit it stops: the body is too large whatever follows, and
+/// what follows is read and thrown away by [`DrainUnreadBody`] before the
+/// 413 goes out, so that the client can read it.
+///
+/// [`DrainUnreadBody`]: crate::middleware::DrainUnreadBody
 async fn read_body(
     body: poem::Body,
     limit: usize,
@@ -272,34 +264,17 @@ async fn read_body(
     use futures_util::StreamExt;
     let mut stream = std::pin::pin!(body.into_bytes_stream());
     let mut kept = Vec::new();
-    let mut oversized_by = 0usize;
     loop {
-        let next = tokio::time::timeout_at(deadline, stream.next()).await;
-        let chunk = match next {
-            Ok(Some(Ok(chunk))) => chunk,
-            Ok(None) => break,
-            _ if oversized_by > 0 => break,
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(Ok(chunk))) if kept.len() + chunk.len() <= limit => {
+                kept.extend_from_slice(&chunk);
+            }
+            Ok(Some(Ok(_))) => return Err(BodyReadError::TooLarge),
+            Ok(None) => return Ok(kept),
             Ok(Some(Err(_))) => return Err(BodyReadError::Io),
             Err(_) => return Err(BodyReadError::TimedOut),
-        };
-        if oversized_by == 0 && kept.len() + chunk.len() <= limit {
-            kept.extend_from_slice(&chunk);
-            continue;
-        }
-        // Here the chunk crossed the limit (so it is not empty) or the body
-        // already had: `oversized_by` is above 0 from now on.
-        if oversized_by == 0 {
-            kept = Vec::new();
-        }
-        oversized_by = oversized_by.saturating_add(chunk.len());
-        if oversized_by > OVERSIZED_BODY_DRAIN_BYTES {
-            break;
         }
     }
-    if oversized_by > 0 {
-        return Err(BodyReadError::TooLarge);
-    }
-    Ok(kept)
 }
 
 /// Checks each field of the body and names every offending one.
@@ -449,7 +424,10 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
-    use crate::middleware::tests::{counted_body, far};
+    use crate::middleware::{
+        OVERSIZED_BODY_DRAIN_BYTES, SharedBody,
+        tests::{counted_body, far},
+    };
 
     /// Reads, against a 1 KiB limit, a body that sends `first` bytes and
     /// then nothing more: it never ends, so the deadline always passes first.
@@ -492,25 +470,30 @@ mod tests {
         );
     }
 
+    /// Reads `body` as the endpoint does and drains what is left as
+    /// `DrainUnreadBody` does, against a 64 KiB limit.
+    async fn read_then_drain(body: poem::Body) -> Result<Vec<u8>, BodyReadError> {
+        let shared = SharedBody::new(body);
+        let read = read_body(shared.reader(), 64 * 1024, far()).await;
+        shared
+            .drain(64 * 1024 + OVERSIZED_BODY_DRAIN_BYTES, far())
+            .await;
+        read
+    }
+
     #[tokio::test]
     async fn a_moderately_oversized_body_is_read_to_its_end() {
         // 160 KiB against a 64 KiB limit: all of it is read, so the client
         // finishes sending before the 413 and the connection stays clean.
         let (body, pulled) = counted_body(20, 8 * 1024);
-        assert_eq!(
-            read_body(body, 64 * 1024, far()).await,
-            Err(BodyReadError::TooLarge)
-        );
+        assert_eq!(read_then_drain(body).await, Err(BodyReadError::TooLarge));
         assert_eq!(pulled.load(Ordering::SeqCst), 160 * 1024);
     }
 
     #[tokio::test]
     async fn an_endless_body_is_drained_only_up_to_the_bound() {
         let (body, pulled) = counted_body(usize::MAX, 8 * 1024);
-        assert_eq!(
-            read_body(body, 64 * 1024, far()).await,
-            Err(BodyReadError::TooLarge)
-        );
+        assert_eq!(read_then_drain(body).await, Err(BodyReadError::TooLarge));
         let pulled = pulled.load(Ordering::SeqCst);
         assert!(pulled > OVERSIZED_BODY_DRAIN_BYTES, "{pulled}");
         assert!(

@@ -10,8 +10,6 @@ pub mod params;
 pub mod payload;
 pub mod security;
 
-pub use complete::OVERSIZED_BODY_DRAIN_BYTES;
-
 use poem::{
     Response,
     error::{MethodNotAllowedError, NotFoundError, ReadBodyError, SizedLimitError},
