@@ -277,3 +277,17 @@ if writes.exists():
             if orders and orders[0]:
                 parts.append(f"WAL {orders[2] / orders[0]:,.0f} bytes per completion")
             print(f"- postgres {size}: " + "; ".join(parts))
+checkpoints = out / "pg-checkpoints.tsv"
+if checkpoints.exists():
+    lines = []
+    for size, wal, due, ended in csv.reader(open(checkpoints), delimiter="\t"):
+        started = int(wal) >= int(due) or ended == "t"
+        lines.append(f"- postgres {size}: {int(wal) / 2**20:,.0f} MiB of WAL since the checkpoint "
+                     f"before its completion rounds; the server starts the next at "
+                     f"{int(due) / 2**20:,.0f} MiB: "
+                     + ("a checkpoint started inside the rounds (their WAL per completion "
+                        "includes the whole pages written after it)" if started
+                        else "none inside the rounds"))
+    if lines:
+        print("\nCheckpoints during PostgreSQL completions (bench/run checkpoints before each size's):\n")
+        print("\n".join(lines))
