@@ -180,6 +180,13 @@ check("no errors" + (f" (errors in: {', '.join(errors)})" if errors else ""), no
 hwm = [r["hwm_mib"] for r in rows if r["hwm_mib"] is not None]
 if hwm:
     check(f"RSS <= 64 MiB (peak {max(hwm):.1f} MiB)", max(hwm) <= 64)
+# SQLite's own cost of a balance lookup at each size (bench/sqlite_lookup.py):
+# microseconds per lookup, the counterpart of pgbench's own rate on PostgreSQL.
+lookup, lookup_version = {}, ""
+lookup_file = out / "sqlite-lookup.tsv"
+if lookup_file.exists():
+    for size, micros, version in csv.reader(open(lookup_file), delimiter="\t"):
+        lookup[size], lookup_version = float(micros), version
 if "1e3" in sizes and "1e6" in sizes:
     for backend in ("sqlite", "postgres"):
         for t in ("balance", "complete"):
@@ -196,6 +203,8 @@ if "1e3" in sizes and "1e6" in sizes:
                     cs, cb = by.get((backend, "1e3", ceiling)), by.get((backend, "1e6", ceiling))
                     if cs and cb and cs["rps"]:
                         own += f"; {label}: {cb['rps'] / cs['rps']:.2f}"
+                if backend == "sqlite" and t == "balance" and "1e3" in lookup and "1e6" in lookup:
+                    own += f"; SQLite's own lookup: {lookup['1e3']:.2f} µs at 1e3, {lookup['1e6']:.2f} at 1e6"
                 check(f"{backend} {t}: 1e6 within 10% of 1e3 ({ratio:.2f}{own})", ratio >= 0.90)
 for r in rows:
     if r["target"] != "complete":
@@ -259,6 +268,12 @@ if batches.exists():
         print("\nRequests per statement (PostgreSQL groups; pgbench's ceilings run one per statement):\n")
         for line in lines:
             print(f"- {line}")
+
+if lookup:
+    print(f"\nSQLite's own balance lookup (bench/sqlite_lookup.py: random users by the service's key, "
+          f"one statement, SQLite {lookup_version} through Python, median of its rounds):\n")
+    for size, micros in lookup.items():
+        print(f"- sqlite {size}: {micros:.2f} µs per lookup")
 
 # PostgreSQL completions' writes: how many updates stayed in their page
 # (heap-only, no index touched) and the WAL the completion rounds wrote per
