@@ -205,7 +205,9 @@ if "1e3" in sizes and "1e6" in sizes:
                         own += f"; {label}: {cb['rps'] / cs['rps']:.2f}"
                 if backend == "sqlite" and t == "balance" and "1e3" in lookup and "1e6" in lookup:
                     own += f"; SQLite's own lookup: {lookup['1e3']:.2f} µs at 1e3, {lookup['1e6']:.2f} at 1e6"
-                check(f"{backend} {t}: 1e6 within 10% of 1e3 ({ratio:.2f}{own})", ratio >= 0.90)
+                # Three decimals where two would round a miss up to the line.
+                shown = f"{ratio:.3f}" if 0.895 <= ratio < 0.905 else f"{ratio:.2f}"
+                check(f"{backend} {t}: 1e6 within 10% of 1e3 ({shown}{own})", ratio >= 0.90)
 for r in rows:
     if r["target"] != "complete":
         continue
