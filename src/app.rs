@@ -6,93 +6,35 @@
 //! shutdown future resolves, then drains in-flight requests within the grace
 //! period.
 
-use std::{collections::HashMap, future::Future, net::SocketAddr, sync::Arc, time::Duration};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use poem::{
-    Endpoint, EndpointExt, IntoEndpoint, IntoResponse, Request, Response, Route,
-    endpoint::BoxEndpoint,
-    get, handler,
-    http::{Method, StatusCode},
+    Endpoint, EndpointExt, IntoEndpoint, IntoResponse, Request, Response, Route, get, handler,
+    http::StatusCode,
     listener::{Acceptor, Listener, TcpAcceptor, TcpListener},
     web::Data,
 };
-use poem_openapi::{__private::UrlQuery, OpenApi};
 use sea_orm::DatabaseConnection;
 
 use crate::{
     api::{
         self, docs,
         error::json_response,
+        middleware::{DrainUnreadBody, RequestContext, RequestTimeout},
         security::{V2Authentication, is_v2_path},
     },
     config::Settings,
-    db::Reader,
-    metrics::Metrics,
-    middleware::{DrainUnreadBody, RequestContext, RequestTimeout},
-    service::{
-        completion_queue::CompletionQueue, token_reads::TokenReadQueue, tokens::UsageRecorder,
-    },
+    state::AppState,
 };
-
-/// What every request handler may reach.
-#[derive(Clone)]
-pub struct AppState {
-    pub db: DatabaseConnection,
-    /// The request path's reads (inline on SQLite, see `db::reader`).
-    pub reader: Reader,
-    /// When tokens were last used (recorded at most once a minute).
-    pub token_usage: Arc<UsageRecorder>,
-    pub metrics: Arc<Metrics>,
-    /// Completions waiting to be written together (PostgreSQL; see
-    /// `service::completion_queue`).
-    pub completions: Arc<CompletionQueue>,
-    /// Balance requests' reads waiting to be read together (PostgreSQL; see
-    /// `service::token_reads`).
-    pub token_reads: Arc<TokenReadQueue>,
-    /// Largest request body accepted.
-    pub max_body_bytes: usize,
-    /// How long a request body may take to arrive (408 after).
-    pub body_timeout: Duration,
-}
-
-impl AppState {
-    pub fn new(db: DatabaseConnection, settings: &Settings) -> AppState {
-        let metrics = Arc::new(Metrics::new());
-        AppState {
-            reader: Reader::new(db.clone(), &settings.database_url, &settings.pool),
-            token_usage: Arc::default(),
-            db,
-            completions: Arc::new(CompletionQueue::new(metrics.completion_batch_sizes())),
-            token_reads: Arc::new(TokenReadQueue::new(metrics.token_read_batch_sizes())),
-            metrics,
-            max_body_bytes: settings.max_body_bytes,
-            // Shorter than the request timeout, so that a slow client gets
-            // its own 408 rather than the generic 503.
-            body_timeout: settings.request_timeout * 4 / 5,
-        }
-    }
-}
 
 /// The routes of the whole service, with the shared state attached.
 ///
 /// From the outside in: request id, access log and metrics; the request
 /// timeout; draining what an answer left of the request body
 /// ([`DrainUnreadBody`]); shared data; the JSON catch-all for every error; v2
-/// authentication (before routing, see `api::security`); the v2
-/// operations themselves for their exact paths and methods (see
-/// [`V2Operations`]), the v2 API's router for other `/v2` paths, the
-/// service's own routes for the rest.
+/// authentication (before routing, see `api::security`); then `/v2` paths to
+/// the v2 API's router and every other path to the service's own routes.
 pub fn routes(state: AppState, request_timeout: Duration) -> impl poem::Endpoint {
-    routes_with(state, request_timeout, V2Operations::new())
-}
-
-/// [`routes`] with the v2 operations that skip poem-openapi's router
-/// (all of them, or none to compare with the router's answers in tests).
-fn routes_with(
-    state: AppState,
-    request_timeout: Duration,
-    operations: V2Operations,
-) -> impl poem::Endpoint {
     let v2 = api::v2_service();
     let yaml = v2.spec_yaml();
     let json = v2.spec();
@@ -117,11 +59,8 @@ fn routes_with(
         .at("/docs/", get(docs::docs_index))
         .at("/docs/*tail", get(docs::docs_file));
     V2OrOwn {
-        operations,
-        // Boxed, so that the router's future holds a pointer to either
-        // branch's future instead of room for the larger of the two.
-        v2: v2.into_endpoint().map_to_response().boxed(),
-        own: own.boxed(),
+        v2: v2.into_endpoint().map_to_response(),
+        own,
     }
     .with(V2Authentication)
     .catch_all_error(api::error_to_json)
@@ -132,12 +71,10 @@ fn routes_with(
     .with(RequestContext { metrics })
 }
 
-/// Sends `/v2` paths to the v2 API's router and every other path to the
-/// service's own routes. `Route::nest("/", v2)` routes the same way, but
-/// rebuilds every request's URI to strip its prefix, which is empty here:
-/// about 3 % of a balance request's instructions (callgrind).
+/// Sends `/v2` paths, known or not, to the v2 API's router (which answers
+/// unknown ones with NOT_FOUND after authentication) and every other path
+/// to the service's own routes.
 struct V2OrOwn<V, O> {
-    operations: V2Operations,
     v2: V,
     own: O,
 }
@@ -145,73 +82,16 @@ struct V2OrOwn<V, O> {
 impl<V, O> Endpoint for V2OrOwn<V, O>
 where
     V: Endpoint<Output = Response>,
-    O: Endpoint<Output = Response>,
+    O: Endpoint,
 {
     type Output = Response;
 
     async fn call(&self, req: Request) -> poem::Result<Response> {
         if is_v2_path(req.uri().path()) {
-            if let Some(operation) = self.operations.find(&req) {
-                return operation.call(V2Operations::with_query(req)).await;
-            }
             self.v2.call(req).await
         } else {
-            self.own.call(req).await
+            self.own.call(req).await.map(IntoResponse::into_response)
         }
-    }
-}
-
-/// The v2 operations with a fixed path, by path and method: the very
-/// endpoints poem-openapi generates from the annotated structs (parameter
-/// parsing, security scheme, response), called without poem-openapi's
-/// router around them. That router (radix tree, method table, the query
-/// string deserialized through serde, their boxed futures moved from layer
-/// to layer) cost a balance request 8 400 of its 101 000 instructions
-/// (callgrind, SQLite 10^3), which /healthz does not pay. A request whose path or method is not listed here
-/// (HEAD, unknown paths, wrong methods) goes through the whole router as
-/// before, so every answer is the one poem-openapi would give
-/// (`tests::v2_answers_are_the_routers` compares them). The router also
-/// adds a cookie jar when poem-openapi's `cookie` feature is on (it is not:
-/// no operation reads cookies) and tags requests with their `PathPattern`
-/// (read only by poem's tracing and OpenTelemetry middleware, not used here).
-struct V2Operations(Vec<(String, Method, BoxEndpoint<'static>)>);
-
-impl V2Operations {
-    fn new() -> V2Operations {
-        let mut table = HashMap::new();
-        api::v2_operations().add_routes(&mut table);
-        V2Operations(
-            table
-                .into_iter()
-                .filter(|(path, _)| !path.contains([':', '*', '<']))
-                .flat_map(|(path, methods)| {
-                    methods
-                        .into_iter()
-                        .map(move |(method, endpoint)| (path.clone(), method, endpoint))
-                })
-                .collect(),
-        )
-    }
-
-    fn find(&self, req: &Request) -> Option<&BoxEndpoint<'static>> {
-        let path = req.uri().path();
-        self.0
-            .iter()
-            .find(|(p, m, _)| p == path && m == req.method())
-            .map(|(_, _, endpoint)| endpoint)
-    }
-
-    /// What poem-openapi's router does before any operation: the query
-    /// string, split into decoded pairs once, for the operation's query
-    /// parameters. The router deserializes the same pairs from the same
-    /// `form_urlencoded::parse` through serde_urlencoded, 870 instructions
-    /// more per balance request.
-    fn with_query(mut req: Request) -> Request {
-        let query = form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
-            .map(|(name, value)| (name.into_owned(), value.into_owned()))
-            .collect();
-        req.extensions_mut().insert(UrlQuery(query));
-        req
     }
 }
 
@@ -243,7 +123,7 @@ fn metrics_text(state: Data<&AppState>) -> Response {
             poem::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )
-        .body(state.metrics.render(&state.reader))
+        .body(state.metrics.render(&state.db))
 }
 
 /// Readiness: the database answers.
@@ -270,6 +150,7 @@ pub struct Application {
 impl Application {
     /// Binds the listener of `settings` and keeps `db` for the handlers.
     pub async fn build(settings: &Settings, db: DatabaseConnection) -> std::io::Result<Self> {
+        let state = AppState::new(db, settings).map_err(std::io::Error::other)?;
         let acceptor = TcpListener::bind(settings.listen.as_str())
             .into_acceptor()
             .await?;
@@ -281,7 +162,7 @@ impl Application {
         Ok(Application {
             acceptor,
             local_addr,
-            state: AppState::new(db, settings),
+            state,
             settings: settings.clone(),
         })
     }
@@ -300,20 +181,14 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        // SQLite's checkpoints run beside the server and stop with it
-        // (see `db::run_sqlite_checkpoints`).
-        let checkpoints = crate::db::run_sqlite_checkpoints(self.state.reader.clone());
-        let server = poem::Server::new_with_acceptor(self.acceptor)
+        poem::Server::new_with_acceptor(self.acceptor)
             .idle_timeout(self.settings.idle_timeout)
             .run_with_graceful_shutdown(
                 routes(self.state, self.settings.request_timeout),
                 shutdown,
                 Some(self.settings.shutdown_grace),
-            );
-        tokio::select! {
-            result = server => result,
-            () = checkpoints => unreachable!("checkpoints run until the server stops"),
-        }
+            )
+            .await
     }
 }
 
@@ -348,178 +223,5 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutdown signal received; draining in-flight requests");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Both operations of the contract take the direct way; anything else
-    /// (HEAD, another method, another path) the router's.
-    #[test]
-    fn v2_operations_are_dispatched_directly() {
-        let operations = V2Operations::new();
-        let listed = |method: Method, uri: &str| {
-            operations
-                .find(&Request::builder().method(method).uri_str(uri).finish())
-                .is_some()
-        };
-        assert_eq!(operations.0.len(), 2);
-        assert!(listed(Method::GET, "/v2/master-account/balance?user_id=1"));
-        assert!(listed(Method::POST, "/v2/payment/order/complete"));
-        assert!(!listed(Method::HEAD, "/v2/master-account/balance"));
-        assert!(!listed(Method::POST, "/v2/master-account/balance"));
-        assert!(!listed(Method::GET, "/v2/master-account/balance/"));
-        assert!(!listed(Method::GET, "/v2/master-account"));
-    }
-
-    /// Through the direct way or through poem-openapi's router, every v2
-    /// request gets the same answer: status, headers (but the request id)
-    /// and body; on a real SQLite database, with tokens of every kind.
-    #[tokio::test]
-    async fn v2_answers_are_the_routers() {
-        use crate::{
-            money::Money,
-            service::{
-                balances, orders, servers,
-                tokens::{self, Permission},
-            },
-        };
-        use poem::http::header;
-
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let settings = Settings {
-            database_url: format!("sqlite://{}", dir.path().join("app.db").display()),
-            ..Settings::default()
-        };
-        let (db, project, user) =
-            crate::service::testing::shop(&settings.database_url, "a+b@example.com").await;
-        let server = servers::create(&db, project, "s1").await.unwrap().id;
-        let cents = |c| Some(Money::from_cents(c).unwrap());
-        balances::set(&db, user, None, cents(1_000), cents(100))
-            .await
-            .unwrap();
-        balances::set(&db, user, Some(server), cents(2_000), None)
-            .await
-            .unwrap();
-        let mut bearers = vec![None, Some(format!("Bearer {}", "x".repeat(64)))];
-        for allow in [
-            &[Permission::Balance, Permission::Complete][..],
-            &[Permission::Balance],
-            &[Permission::Complete],
-        ] {
-            let (_, value) = tokens::create(&db, project, "t", allow).await.unwrap();
-            bearers.push(Some(format!("Bearer {}", value.expose())));
-        }
-        // Completed once beforehand: every later completion of it is 409.
-        let done = orders::NewOrder {
-            project_id: project,
-            user_id: user,
-            server_id: None,
-            amount: Money::from_cents(500).unwrap(),
-            payment_system: "cstm:paygate".into(),
-            order_id: Some("Order:ABCDEFGH".into()),
-        };
-        orders::create(&db, done).await.unwrap();
-        let state = AppState::new(db, &settings);
-        let once = orders::Completion {
-            project_id: project,
-            order_id: "Order:ABCDEFGH".into(),
-            payment_system: "cstm:paygate".into(),
-            payment_id: None,
-        };
-        orders::complete(&state.reader, once).await.unwrap();
-        let timeout = settings.request_timeout;
-        let direct = routes_with(state.clone(), timeout, V2Operations::new());
-        assert_eq!(V2Operations::new().0.len(), 2);
-        let router = routes_with(state, timeout, V2Operations(Vec::new()));
-
-        let completion = |order: &str| {
-            format!(r#"{{"payment_system":"cstm:paygate","order_id":"{order}","payment_id":"p1"}}"#)
-        };
-        let mut requests: Vec<(Method, String, Option<&str>, String)> = Vec::new();
-        for query in [
-            String::new(),
-            format!("server_id=0&user_id={user}"),
-            format!("server_id={server}&user_id={user}"),
-            "server_id=0&email=a%2Bb%40example.com".into(),
-            "server_id=0&email=a+b@example.com".into(),
-            format!("server_id=0&user_id=+{user}+&&=&x"),
-            format!("server_id=0&user_id={user}&user_id=999"),
-            "server_id=%FF&user_id=%".into(),
-            "%73erver_id=0&user_id=1".into(),
-            "server_id=0&user_id=999999".into(),
-        ] {
-            for method in [Method::GET, Method::HEAD, Method::POST] {
-                let uri = format!("/v2/master-account/balance?{query}");
-                requests.push((method, uri, None, String::new()));
-            }
-        }
-        for (content_type, body) in [
-            (Some("application/json"), completion("Order:ABCDEFGH")),
-            (Some("application/json"), completion("Order:MISSING1")),
-            (Some("application/json"), r#"{"payment_system":1}"#.into()),
-            (Some("application/json"), "not json".into()),
-            (Some("text/plain"), completion("Order:ABCDEFGH")),
-            (None, "{}".into()),
-        ] {
-            for method in [Method::POST, Method::GET] {
-                let uri = "/v2/payment/order/complete?a=%FF".to_owned();
-                requests.push((method, uri, content_type, body.clone()));
-            }
-        }
-        let answer = |response: Response| async move {
-            let status = response.status();
-            let mut headers: Vec<String> = response
-                .headers()
-                .iter()
-                .filter(|(name, _)| **name != crate::middleware::REQUEST_ID)
-                .map(|(name, value)| format!("{name}: {value:?}"))
-                .collect();
-            headers.sort();
-            let body = response.into_body().into_bytes().await.expect("body");
-            (status, headers, body)
-        };
-        let mut completed = 0;
-        for bearer in &bearers {
-            for (method, uri, content_type, body) in &requests {
-                let request = || {
-                    let mut builder = Request::builder().method(method.clone()).uri_str(uri);
-                    if let Some(bearer) = bearer {
-                        builder = builder.header(header::AUTHORIZATION, bearer);
-                    }
-                    if let Some(content_type) = content_type {
-                        builder = builder.header(header::CONTENT_TYPE, *content_type);
-                    }
-                    builder.body(body.clone())
-                };
-                let direct = answer(direct.get_response(request()).await).await;
-                let router = answer(router.get_response(request()).await).await;
-                assert_eq!(direct, router, "{method} {uri} {bearer:?} {body}");
-                completed += usize::from(direct.0 == StatusCode::CONFLICT);
-            }
-        }
-        // The 409s came from the service's rules, not from an early refusal.
-        assert!(completed > 0);
-    }
-
-    /// The pairs are the ones poem-openapi's router extracts.
-    #[test]
-    fn query_pairs_are_the_routers() {
-        for query in [
-            "",
-            "user_id=1&server_id=0",
-            "email=a%2Bb%40example.com&user_id=+7+&&=&x",
-            "user_id=%FF%FE&user_id=2&%E2%82%AC=%20",
-        ] {
-            let req = Request::builder()
-                .uri_str(format!("/v2/master-account/balance?{query}"))
-                .finish();
-            let expected: Vec<(String, String)> = req.params().expect("parses");
-            let req = V2Operations::with_query(req);
-            let got = req.extensions().get::<UrlQuery>().expect("inserted");
-            assert_eq!(got.0, expected, "{query}");
-        }
     }
 }

@@ -12,14 +12,34 @@ use std::{path::Path, time::Duration};
 use clap::Args;
 use serde::Deserialize;
 
-use crate::db::PoolSettings;
-
 /// Default database: an SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://masterpay.db";
 /// Default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-/// Default largest request body (DESIGN.md section 2).
+/// Default largest request body (docs/api.md, limits).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Pool and timeout settings of the database connections.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub max_connections: u32,
+    /// How long a request waits for a pooled connection (or a new one) before
+    /// it fails; keeps answers fast while the database is unreachable.
+    pub acquire_timeout: Duration,
+    /// Upper bound for one statement (PostgreSQL `statement_timeout`,
+    /// MariaDB `max_statement_time`, SQLite's wait for the write lock).
+    pub statement_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_connections: 16,
+            acquire_timeout: Duration::from_millis(1500),
+            statement_timeout: Duration::from_secs(2),
+        }
+    }
+}
 
 /// Everything the service needs.
 #[derive(Debug, Clone)]

@@ -3,13 +3,9 @@
 //! Labels are bounded: `endpoint` is a route template (never a raw path, so a
 //! scanner cannot blow up the series count), `status` the numeric code,
 //! `outcome` one of the completion outcomes. Pool gauges are read from the
-//! connection pool at scrape time; on PostgreSQL they count the request
-//! path's direct connections too (`db::direct_pg`), so that they cover
-//! every connection the instance may open.
+//! connection pool at scrape time.
 
 use std::{sync::Mutex, time::Duration};
-
-use crate::db::Reader;
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
@@ -84,13 +80,13 @@ impl Metrics {
             "Configured size of the database pool",
             max.clone(),
         );
-        let completion_batch_sizes = crate::service::batching::batch_size_histogram();
+        let completion_batch_sizes = group_size_histogram();
         registry.register(
             "order_completion_batch_size",
-            "Order completions written per database statement (PostgreSQL group commit; 1 when alone)",
+            "Order completions written per database transaction (PostgreSQL groups; 1 when alone)",
             completion_batch_sizes.clone(),
         );
-        let token_read_batch_sizes = crate::service::batching::batch_size_histogram();
+        let token_read_batch_sizes = group_size_histogram();
         registry.register(
             "token_read_batch_size",
             "Balance requests read per database statement (PostgreSQL; 1 when alone)",
@@ -108,14 +104,14 @@ impl Metrics {
         }
     }
 
-    /// The histogram the balance read queue records its batch sizes in.
-    pub fn token_read_batch_sizes(&self) -> Histogram {
-        self.token_read_batch_sizes.clone()
+    /// Token reads that went to the database in one statement.
+    pub fn record_token_read_group(&self, size: usize) {
+        self.token_read_batch_sizes.observe(size as f64);
     }
 
-    /// The histogram the completion queue records its batch sizes in.
-    pub fn completion_batch_sizes(&self) -> Histogram {
-        self.completion_batch_sizes.clone()
+    /// Completions that went to the database in one transaction.
+    pub fn record_completion_group(&self, size: usize) {
+        self.completion_batch_sizes.observe(size as f64);
     }
 
     pub fn record_request(&self, labels: RequestLabels, elapsed: Duration) {
@@ -132,13 +128,8 @@ impl Metrics {
     }
 
     /// The text exposition, with the pool gauges read now.
-    pub fn render(&self, reader: &Reader) -> String {
-        let (mut size, mut idle, mut max) = pool_stats(reader.pool());
-        if let Some(direct) = reader.direct_stats() {
-            size += direct.0;
-            idle += direct.1;
-            max += direct.2;
-        }
+    pub fn render(&self, db: &DatabaseConnection) -> String {
+        let (size, idle, max) = pool_stats(db);
         self.pool_max.set(i64::from(max));
         self.pool
             .get_or_create(&PoolLabels { state: "idle" })
@@ -151,6 +142,11 @@ impl Metrics {
         let _ = encode(&mut out, &registry);
         out
     }
+}
+
+/// Buckets of a group-size histogram: groups hold 1 to 32 requests.
+fn group_size_histogram() -> Histogram {
+    Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
 }
 
 /// (open connections, idle connections, configured maximum) of the pool.

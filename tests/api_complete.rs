@@ -3,19 +3,13 @@
 
 mod common;
 
-use std::{collections::HashMap, sync::Arc};
+use std::collections::HashMap;
 
 use sea_orm::ConnectionTrait;
 
 use common::{Backend, TestApp};
 use entity::payment_order;
-use masterpay::{
-    db::Reader,
-    service::{
-        completion_queue::CompletionQueue,
-        orders::{self, CompleteError, CompletedOrder, Completion},
-    },
-};
+use masterpay::service::orders::{self, CompleteError, CompletedOrder, Completion};
 use serde_json::{Value, json};
 
 on_every_backend!(
@@ -38,8 +32,6 @@ on_every_backend!(
     failing_status_update_is_order_update_failed_and_changes_nothing,
     failing_operation_log_is_payment_processing_error_and_rolls_back,
     credit_past_the_balance_ceiling_is_payment_processing_error_and_rolls_back,
-    completions_queued_together_are_credited_in_turn,
-    a_failing_order_fails_alone_in_its_batch,
     duplicate_webhooks_for_many_orders_at_once_credit_each_once,
 );
 
@@ -481,10 +473,64 @@ async fn logged_credit(app: &TestApp, order_id: &str) -> (i64, i64) {
     )
 }
 
-/// The service's own reader and a fresh completion queue on the test database.
-fn queue_on(app: &TestApp) -> (Reader, Arc<CompletionQueue>) {
-    let reader = app.reader();
-    (reader, Arc::new(CompletionQueue::default()))
+/// Completes `completions` through a store of the test database: on
+/// PostgreSQL at once, as concurrent webhooks are, so that they wait for a
+/// group together (on the test's one thread every one of them is waiting
+/// before a group is taken); elsewhere, where each completion is a
+/// transaction of its own, one after the other. The answers in their order,
+/// and the sizes of the groups the store wrote them in.
+async fn complete_at_once(
+    app: &TestApp,
+    completions: Vec<Completion>,
+) -> (Vec<Result<CompletedOrder, CompleteError>>, Vec<usize>) {
+    let (store, groups) = app.recorded_store();
+    let answers = if app.backend == Backend::Postgres {
+        futures::future::join_all(
+            completions
+                .iter()
+                .map(|completion| orders::complete(&*store, completion)),
+        )
+        .await
+    } else {
+        let mut answers = Vec::new();
+        for completion in &completions {
+            answers.push(orders::complete(&*store, completion).await);
+        }
+        answers
+    };
+    let sizes = groups.completions.lock().unwrap().clone();
+    (answers, sizes)
+}
+
+/// The tests of completions made at once, on the test's one thread
+/// (`current_thread`; see `complete_at_once`).
+mod at_once {
+    use super::*;
+
+    macro_rules! on_one_thread {
+        ($($backend:ident: $kind:ident),*) => {
+            mod credited_in_turn {
+                use super::*;
+                $(
+                    #[tokio::test]
+                    async fn $backend() {
+                        common::run(Backend::$kind, completions_queued_together_are_credited_in_turn).await
+                    }
+                )*
+            }
+            mod failing_order_fails_alone {
+                use super::*;
+                $(
+                    #[tokio::test]
+                    async fn $backend() {
+                        common::run(Backend::$kind, a_failing_order_fails_alone_in_its_batch).await
+                    }
+                )*
+            }
+        };
+    }
+
+    on_one_thread!(sqlite: Sqlite, postgres: Postgres, mysql: MySql);
 }
 
 fn completion(app: &TestApp, order_id: &str, payment_system: &str) -> Completion {
@@ -526,27 +572,25 @@ async fn completions_queued_together_are_credited_in_turn(app: TestApp) {
     );
     let other_system = app.order(bob, None, "7.00", "cstm:otherpay").await;
 
-    let (reader, queue) = queue_on(&app);
-    let answers = queue
-        .complete_all(
-            &reader,
-            vec![
-                // Queued in the order opposite to their ids, so that the
-                // credits follow the queue, not the table.
-                completion(&app, &b, "cstm:paygate"),
-                completion(&app, &a, "cstm:paygate"),
-                completion(&app, &c, "cstm:paygate"),
-                completion(&app, &d, "cstm:paygate"),
-                completion(&app, "Order:NoSuchOne", "cstm:paygate"),
-                completion(&app, &done_before, "cstm:paygate"),
-                completion(&app, &other_system, "cstm:paygate"),
-                // The same webhook twice: one completion.
-                completion(&app, &a, "cstm:paygate"),
-                // The same order under another payment system: not found.
-                completion(&app, &a, "cstm:otherpay"),
-            ],
-        )
-        .await;
+    let (answers, groups) = complete_at_once(
+        &app,
+        vec![
+            // Sent in the order opposite to their ids, so that the credits
+            // follow the arrival, not the table.
+            completion(&app, &b, "cstm:paygate"),
+            completion(&app, &a, "cstm:paygate"),
+            completion(&app, &c, "cstm:paygate"),
+            completion(&app, &d, "cstm:paygate"),
+            completion(&app, "Order:NoSuchOne", "cstm:paygate"),
+            completion(&app, &done_before, "cstm:paygate"),
+            completion(&app, &other_system, "cstm:paygate"),
+            // The same webhook twice: one completion.
+            completion(&app, &a, "cstm:paygate"),
+            // The same order under another payment system: not found.
+            completion(&app, &a, "cstm:otherpay"),
+        ],
+    )
+    .await;
     assert_eq!(answers.len(), 9);
     assert_eq!(balance_after(&answers[0]), "4.00");
     assert_eq!(balance_after(&answers[1]), "6.00");
@@ -583,10 +627,9 @@ async fn completions_queued_together_are_credited_in_turn(app: TestApp) {
     }
     assert_eq!(order_row(&app, &other_system).await.status, "pending");
     if app.backend == Backend::Postgres {
-        // One statement for the seven distinct orders (the repeated
-        // webhook rides along with the first), one for the order under
-        // another payment system; neither failed.
-        assert_eq!(queue.statements_run(), (2, 8, 0));
+        // One transaction for the seven distinct orders; each later request
+        // for an order already in it waited for it, one after the other.
+        assert_eq!(groups, [7, 1, 1]);
     }
 }
 
@@ -602,17 +645,15 @@ async fn a_failing_order_fails_alone_in_its_batch(app: TestApp) {
     let first = app.order(bob, None, "1.00", "cstm:paygate").await;
     let second = app.order(bob, None, "2.00", "cstm:paygate").await;
 
-    let (reader, queue) = queue_on(&app);
-    let answers = queue
-        .complete_all(
-            &reader,
-            vec![
-                completion(&app, &first, "cstm:paygate"),
-                completion(&app, &too_much, "cstm:paygate"),
-                completion(&app, &second, "cstm:paygate"),
-            ],
-        )
-        .await;
+    let (answers, groups) = complete_at_once(
+        &app,
+        vec![
+            completion(&app, &first, "cstm:paygate"),
+            completion(&app, &too_much, "cstm:paygate"),
+            completion(&app, &second, "cstm:paygate"),
+        ],
+    )
+    .await;
     assert_eq!(balance_after(&answers[0]), "1.00");
     assert!(
         matches!(answers[1], Err(CompleteError::ProcessingFailed(_))),
@@ -630,8 +671,9 @@ async fn a_failing_order_fails_alone_in_its_batch(app: TestApp) {
     assert_eq!(logged_credit(&app, &second).await, (100, 300));
     assert_eq!(log_rows(&app).await, 2);
     if app.backend == Backend::Postgres {
-        // The three were tried in one statement first, which failed.
-        assert_eq!(queue.statements_run(), (1, 3, 1));
+        // The three were tried in one transaction first, which failed, then
+        // each alone.
+        assert_eq!(groups, [3, 1, 1, 1]);
     }
 }
 

@@ -1,9 +1,21 @@
--- The statement masterpay issues for one GET /v2/master-account/balance
--- (server_id 0, by user_id) on PostgreSQL, as captured with log_statement =
--- 'all': the token lookup (token, project state and permissions) with the
--- balance joined to it, and the user read only when there is no balance row
--- (balances::join_by_id), one statement (see tokens::authenticate). Run by bench/run with pgbench -M prepared
--- (parameters bound like sqlx binds them); users, tokhash, zero,
--- perm_balance and perm_complete come from -D.
+-- One GET /v2/master-account/balance (server_id 0, by user_id) as the service
+-- runs it on PostgreSQL: the token with the account read in the same statement,
+-- a group of one. Generated from src/store/postgres by tests/pgbench_scripts.rs;
+-- bench/run runs it with pgbench -M prepared (users, tokhash, zero from -D).
 \set uid random(1, :users)
-SELECT "app_tokens"."id", "app_tokens"."project_id", "app_tokens"."active", "app_tokens"."last_used_at", "projects"."active", (SELECT COUNT(*) FROM "token_permissions" WHERE "token_permissions"."token_id" = "app_tokens"."id" AND "token_permissions"."permission" = :perm_balance), (SELECT COUNT(*) FROM "token_permissions" WHERE "token_permissions"."token_id" = "app_tokens"."id" AND "token_permissions"."permission" = :perm_complete), COALESCE("balances"."user_id", (SELECT "users"."id" FROM "users" WHERE "users"."project_id" = "app_tokens"."project_id" AND "users"."id" = :uid)), "balances"."main_cents", "balances"."bonus_cents" FROM "app_tokens" LEFT JOIN "projects" ON "projects"."id" = "app_tokens"."project_id" LEFT JOIN "balances" ON "balances"."user_id" = :uid AND "balances"."server_id" = :zero AND "balances"."project_id" = "app_tokens"."project_id" WHERE "app_tokens"."token_hash" = :tokhash;
+SELECT "r"."idx", "t"."id" AS "token_id", "t"."project_id", "t"."active" AS "token_active",
+    "t"."last_used_at", "p"."active" AS "project_active",
+    (SELECT string_agg("g"."permission", ',') FROM "token_permissions" AS "g"
+        WHERE "g"."token_id" = "t"."id") AS "permissions",
+    "by_id"."id" AS "user_by_id", "by_email"."id" AS "user_by_email",
+    "b"."main_cents", "b"."bonus_cents", "s"."id" AS "server_found"
+FROM unnest(ARRAY[:tokhash]::text[], ARRAY[:uid]::int8[], ARRAY[NULL]::text[], ARRAY[:zero]::int8[])
+    WITH ORDINALITY AS "r" ("token_hash", "user_id", "email", "server_id", "idx")
+LEFT JOIN "app_tokens" AS "t" ON "t"."token_hash" = "r"."token_hash"
+LEFT JOIN "projects" AS "p" ON "p"."id" = "t"."project_id"
+LEFT JOIN "users" AS "by_id" ON "by_id"."id" = "r"."user_id" AND "by_id"."project_id" = "t"."project_id"
+LEFT JOIN "users" AS "by_email" ON "by_email"."email" = "r"."email" AND "by_email"."project_id" = "t"."project_id"
+LEFT JOIN "balances" AS "b" ON "b"."user_id" = COALESCE("by_id"."id", "by_email"."id")
+    AND "b"."server_id" = "r"."server_id"
+LEFT JOIN "servers" AS "s" ON "s"."id" = "r"."server_id" AND "s"."project_id" = "t"."project_id"
+ORDER BY "r"."idx";

@@ -1,4 +1,4 @@
-//! `POST /v2/payment/order/complete` (seed section 4.2).
+//! `POST /v2/payment/order/complete`: the endpoint, its body and its reply.
 
 use chrono::{DateTime, Utc};
 use poem::{Request, RequestBody};
@@ -21,11 +21,11 @@ use super::{
     security::CompleteToken,
 };
 use crate::{
-    app::AppState,
     service::{
-        orders::{CompleteError, Completion},
+        orders::{self, CompleteError, Completion},
         validate,
     },
+    state::AppState,
 };
 
 pub struct CompleteApi;
@@ -213,12 +213,12 @@ impl<'a> ApiExtractor<'a> for CompleteBody {
             .get(poem::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        let expects_continue = crate::middleware::expects_continue(request.headers());
+        let expects_continue = super::middleware::expects_continue(request.headers());
         if let Some(declared) = declared
             && declared > limit as u64
             && (expects_continue
                 || declared
-                    > limit.saturating_add(crate::middleware::OVERSIZED_BODY_DRAIN_BYTES) as u64)
+                    > limit.saturating_add(super::middleware::OVERSIZED_BODY_DRAIN_BYTES) as u64)
         {
             return Err(ApiError::payload_too_large().into());
         }
@@ -255,7 +255,7 @@ enum BodyReadError {
 /// what follows is read and thrown away by [`DrainUnreadBody`] before the
 /// 413 goes out, so that the client can read it.
 ///
-/// [`DrainUnreadBody`]: crate::middleware::DrainUnreadBody
+/// [`DrainUnreadBody`]: super::middleware::DrainUnreadBody
 async fn read_body(
     body: poem::Body,
     limit: usize,
@@ -358,12 +358,12 @@ impl CompleteApi {
             }
         };
         let completion = Completion {
-            project_id: auth.0.project_id,
+            project_id: auth.0.principal.project_id,
             order_id,
             payment_system,
             payment_id,
         };
-        let result = state.completions.complete(&state.reader, completion).await;
+        let result = orders::complete(&*state.store, &completion).await;
         state.metrics.record_completion(match &result {
             Ok(_) => "completed",
             Err(CompleteError::OrderNotFound) => "order_not_found",
@@ -424,7 +424,7 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
-    use crate::middleware::{
+    use crate::api::middleware::{
         OVERSIZED_BODY_DRAIN_BYTES, SharedBody,
         tests::{counted_body, far},
     };

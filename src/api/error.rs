@@ -20,7 +20,7 @@ use poem::{
 use poem_openapi::{Enum, Object, types::Example};
 use serde::Serialize;
 
-use crate::service::tokens::AuthError;
+use crate::service::auth::AuthError;
 
 /// Field name → one human-readable sentence.
 pub type FieldErrors = BTreeMap<String, String>;
@@ -119,7 +119,7 @@ impl From<AuthError> for ApiError {
             AuthError::ProjectNotFound => {
                 return ApiError::new(StatusCode::NOT_FOUND, "PROJECT_NOT_FOUND");
             }
-            AuthError::Db(err) => {
+            AuthError::Store(err) => {
                 tracing::error!(error = %err, "authentication failed: database unavailable");
                 return ApiError::service_unavailable();
             }

@@ -1,13 +1,16 @@
 //! HTTP only: the v2 endpoints, their security scheme, error bodies and the
-//! catch-all that turns every framework rejection into the seed's JSON.
+//! catch-all that turns every framework rejection into the JSON error body
+//! (docs/api.md).
 //! Business rules live in `service/`.
 
 pub mod balance;
+pub mod balance_query;
 pub mod complete;
 pub mod docs;
 pub mod error;
+pub mod json_body;
+pub mod middleware;
 pub mod params;
-pub mod payload;
 pub mod security;
 
 use poem::{
@@ -54,20 +57,19 @@ Amounts are decimal strings with exactly two fraction digits (`"1250.50"`), neve
 
 Served by every instance at `/openapi.json` and `/openapi.yaml` (also printed by `masterpay openapi`), with Swagger UI at `/docs/`: click **Authorize**, paste the token, then **Try it out** on an operation. The project's CI generates clients from it with openapi-python-client and openapi-typescript and runs them against a live server."#;
 
-/// The v2 endpoints themselves, for `app`'s direct dispatch.
-pub fn v2_operations() -> (balance::BalanceApi, complete::CompleteApi) {
-    (balance::BalanceApi, complete::CompleteApi)
-}
-
 /// Builds the v2 service; `server_url` is where the document says the API lives.
 pub fn v2_service() -> V2Service {
-    OpenApiService::new(v2_operations(), "masterpay API", API_VERSION)
-        .description(DESCRIPTION)
-        .license(LicenseObject::new("MIT").url("https://opensource.org/licenses/MIT"))
-        .server(
-            ServerObject::new("/")
-                .description("The masterpay instance that serves this document (relative URL)."),
-        )
+    OpenApiService::new(
+        (balance::BalanceApi, complete::CompleteApi),
+        "masterpay API",
+        API_VERSION,
+    )
+    .description(DESCRIPTION)
+    .license(LicenseObject::new("MIT").url("https://opensource.org/licenses/MIT"))
+    .server(
+        ServerObject::new("/")
+            .description("The masterpay instance that serves this document (relative URL)."),
+    )
 }
 
 /// The published document, as committed in `openapi/v2.yaml`.

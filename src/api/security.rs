@@ -1,32 +1,24 @@
 //! Authentication and per-endpoint permissions.
 //!
-//! The seed's chain (section 5, ordered by DESIGN.md section 2) is split in
-//! two, because part of it must run before routing:
+//! The chain (docs/api.md, "Authentication") is split in two, because part
+//! of it must run before routing:
 //!
 //! 1. [`V2Authentication`], a middleware over every `/v2/...` path, checks
 //!    EMPTY_TOKEN → INVALID_TOKEN → TOKEN_NOT_FOUND → TOKEN_DISABLED →
-//!    EMPTY_ACCESS → PROJECT_NOT_FOUND and stores the [`Principal`]. Routing
-//!    (NOT_FOUND for unknown v2 paths and wrong methods) happens only after
-//!    it, so nobody can enumerate routes without a valid token.
+//!    EMPTY_ACCESS → PROJECT_NOT_FOUND (`service::auth`) and stores the
+//!    [`Authenticated`] caller. Routing (NOT_FOUND for unknown v2 paths and
+//!    wrong methods) happens only after it, so nobody can enumerate routes
+//!    without a valid token.
 //! 2. The bearer security schemes, one type per permission ([`BalanceToken`],
 //!    [`CompleteToken`]), both published as the single `ApplicationToken`
 //!    scheme. Each endpoint names the permission it needs by the type of its
 //!    auth argument; the checker answers ACCESS_DENIED when the token lacks
 //!    it. Endpoint validation runs only after that.
 //!
-//! Each request reads the token afresh (on SQLite possibly from a cache that
-//! is valid only while the database is unchanged, see
-//! `db::Reader::one_cached`), so a change made with the command line holds
-//! from the very next request.
-//!
-//! The middleware also hands the endpoint the reader it authenticated with
-//! ([`Authenticated`]). For a GET, which only reads, that reader holds one
-//! read transaction for the whole request on SQLite (`db::Reader::with_snapshot`):
-//! the token and the balance are read from one state of the database. Where
-//! every read goes to the database (PostgreSQL, MySQL), a balance request's
-//! lookup is read in the token's own statement instead, and handed over with
-//! it ([`Authenticated::prefetched`]); the endpoint answers from it only
-//! after its own checks, and only for exactly the lookup it validated.
+//! For a balance request the middleware reads the query as the endpoint
+//! does, so that the asked account is read in the token's own statement
+//! (one statement per request); the endpoint still validates the query
+//! itself and uses that row only for exactly the account it validated.
 
 use poem::{
     Endpoint, Middleware, Request, Result,
@@ -34,29 +26,15 @@ use poem::{
 };
 use poem_openapi::{SecurityScheme, auth::Bearer};
 
-use super::{balance, error::ApiError};
+use super::{balance_query, error::ApiError};
 use crate::{
-    app::AppState,
-    db::Reader,
     service::{
-        balances::Prefetched,
-        tokens::{self, Permission, Principal},
+        auth::{self, Authenticated},
+        balances,
+        tokens::Permission,
     },
+    state::AppState,
 };
-
-/// What the middleware learned about an authenticated v2 request: who is
-/// calling, and the reader it authenticated with, for the endpoint's own
-/// reads (see the module docs). One request extension, not two: each insert
-/// into a request's extension map costs a hash-map insert and its drop.
-#[derive(Clone)]
-pub struct Authenticated {
-    pub principal: Principal,
-    pub reader: Reader,
-    /// The balance a balance request's query asks for, read in the token's
-    /// statement where reads go to the database (see
-    /// `tokens::authenticate`); `None` elsewhere.
-    pub prefetched: Option<Prefetched>,
-}
 
 /// The middleware of step 1; see the module docs.
 pub struct V2Authentication;
@@ -97,48 +75,28 @@ async fn authenticate(req: &Request) -> Result<Authenticated, ApiError> {
         None => None,
         Some(value) => Some(value.to_str().unwrap_or("\u{0}invalid")),
     };
-    let token = tokens::bearer_token(header).map_err(ApiError::from)?;
-    // A GET only reads; any other method may write and must not hold a
-    // read transaction while it does.
-    let reader = if req.method() == Method::GET {
-        state.reader.with_snapshot().await
-    } else {
-        state.reader.clone()
-    };
-    // Where the token is read from the database on every request, a balance
-    // request's lookup rides along in the same statement. The query is read
-    // here as the endpoint reads it; the endpoint still checks everything
-    // itself and uses the row only for exactly the lookup it validated.
-    let lookup = if !reader.is_inline() && req.method() == Method::GET {
-        balance::requested_lookup(req.uri().path(), req.uri().query())
+    let token = auth::bearer_token(header).map_err(ApiError::from)?;
+    let account = if req.method() == Method::GET {
+        balance_query::requested_lookup(req.uri().path(), req.uri().query())
+            .as_ref()
+            .and_then(balances::account_key)
     } else {
         None
     };
-    let (principal, prefetched) = tokens::authenticate(
-        &reader,
-        &state.token_usage,
-        Some(&state.token_reads),
-        token,
-        lookup,
-    )
-    .await
-    .map_err(ApiError::from)?;
-    Ok(Authenticated {
-        principal,
-        reader,
-        prefetched,
-    })
+    auth::authenticate(&*state.store, &state.token_usage, &state.db, token, account)
+        .await
+        .map_err(ApiError::from)
 }
 
-/// Step 2: the principal of step 1 (or, should the scheme ever be mounted
+/// Step 2: the caller of step 1 (or, should the scheme ever be mounted
 /// without the middleware, a fresh authentication) must hold `permission`.
-async fn authorize(req: &Request, permission: Permission) -> Result<Principal> {
-    let principal = match req.extensions().get::<Authenticated>() {
-        Some(authenticated) => authenticated.principal,
-        None => authenticate(req).await?.principal,
+async fn authorize(req: &Request, permission: Permission) -> Result<Authenticated> {
+    let caller = match req.extensions().get::<Authenticated>() {
+        Some(authenticated) => authenticated.clone(),
+        None => authenticate(req).await?,
     };
-    if principal.may(permission) {
-        Ok(principal)
+    if caller.principal.may(permission) {
+        Ok(caller)
     } else {
         Err(ApiError::access_denied().into())
     }
@@ -163,9 +121,9 @@ async fn authorize(req: &Request, permission: Permission) -> Result<Principal> {
     bearer_format = "64 alphanumeric characters",
     checker = "check_balance"
 )]
-pub struct BalanceToken(pub Principal);
+pub struct BalanceToken(pub Authenticated);
 
-async fn check_balance(req: &Request, _bearer: Bearer) -> Result<Principal> {
+async fn check_balance(req: &Request, _bearer: Bearer) -> Result<Authenticated> {
     authorize(req, Permission::Balance).await
 }
 
@@ -188,8 +146,8 @@ async fn check_balance(req: &Request, _bearer: Bearer) -> Result<Principal> {
     bearer_format = "64 alphanumeric characters",
     checker = "check_complete"
 )]
-pub struct CompleteToken(pub Principal);
+pub struct CompleteToken(pub Authenticated);
 
-async fn check_complete(req: &Request, _bearer: Bearer) -> Result<Principal> {
+async fn check_complete(req: &Request, _bearer: Bearer) -> Result<Authenticated> {
     authorize(req, Permission::Complete).await
 }

@@ -1,4 +1,4 @@
-//! The `masterpay` command line (DESIGN.md section 3), one module per command.
+//! The `masterpay` command line, one module per command.
 //!
 //! Every command opens the database, applies pending migrations, and calls
 //! the same `service` functions the API uses. `--json` (accepted anywhere
@@ -25,7 +25,7 @@ use sea_orm::DatabaseConnection;
 pub use self::output::Output;
 use crate::{
     config::{FileSettings, Settings, SettingsArgs},
-    db,
+    store::database,
 };
 
 #[derive(Debug, Parser)]
@@ -158,7 +158,7 @@ async fn dispatch(cli: Cli) -> CliResult {
 
 /// Connects and migrates, with the URL in the error when it fails.
 async fn open(settings: &Settings) -> anyhow::Result<DatabaseConnection> {
-    let db = db::connect(&settings.database_url, &settings.pool)
+    let db = database::connect(&settings.database_url, &settings.pool)
         .await
         .map_err(|err| {
             anyhow::anyhow!(
@@ -166,7 +166,7 @@ async fn open(settings: &Settings) -> anyhow::Result<DatabaseConnection> {
                 redact(&settings.database_url)
             )
         })?;
-    db::migrate(&db)
+    database::migrate(&db)
         .await
         .map_err(|err| anyhow::anyhow!("cannot migrate database: {err}"))?;
     Ok(db)

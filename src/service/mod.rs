@@ -1,18 +1,18 @@
-//! Business rules over sea-orm, shared by the HTTP API and the command line.
+//! The rules, shared by the HTTP API and the command line.
 //!
 //! Nothing here knows about HTTP: each operation takes plain values and
 //! returns a domain result or an error enum of its own, which `api/` maps to
-//! status codes and `cli/` to one-line messages. Every write that touches
-//! more than one row runs in one transaction.
+//! status codes and `cli/` to one-line messages. The request path's reads
+//! and writes go through the `store::Store` trait (`auth`, `balances::lookup`,
+//! `orders::complete`); administration works on sea-orm directly, every
+//! write that touches more than one row in one transaction.
 
 pub mod audit;
+pub mod auth;
 pub mod balances;
-pub mod batching;
-pub mod completion_queue;
 pub mod orders;
 pub mod projects;
 pub mod servers;
-pub mod token_reads;
 pub mod tokens;
 pub mod users;
 pub mod validate;
@@ -62,30 +62,4 @@ pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction,
     }
 }
 
-/// The current time, truncated to microseconds so that every backend stores
-/// and returns exactly the same value.
-pub fn now() -> chrono::DateTime<chrono::Utc> {
-    use chrono::{SubsecRound, Utc};
-    Utc::now().trunc_subsecs(6)
-}
-
-/// What the unit tests of several modules set up alike.
-#[cfg(test)]
-pub(crate) mod testing {
-    use sea_orm::DatabaseConnection;
-
-    use crate::db::PoolSettings;
-
-    /// A migrated SQLite database at `url` holding one project ("shop") and
-    /// one user of it with `email`: the connection, the project's id and
-    /// the user's.
-    pub(crate) async fn shop(url: &str, email: &str) -> (DatabaseConnection, i64, i64) {
-        let db = crate::db::connect(url, &PoolSettings::default())
-            .await
-            .expect("connect");
-        crate::db::migrate(&db).await.expect("migrate");
-        let project = super::projects::create(&db, "shop").await.unwrap().id;
-        let user = super::users::create(&db, project, email).await.unwrap().id;
-        (db, project, user)
-    }
-}
+pub use crate::store::now;

@@ -13,14 +13,14 @@ use std::{future::Future, time::Duration};
 
 use masterpay::{
     app::Application,
-    config::Settings,
-    db::{self, PoolSettings},
+    config::{PoolSettings, Settings},
     money::Money,
     service::{
         balances, orders, projects, servers,
         tokens::{self, Permission},
         users,
     },
+    store::database,
 };
 use reqwest::Url;
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend};
@@ -164,10 +164,10 @@ impl TestApp {
         adjust: impl FnOnce(&mut Settings),
     ) -> Option<TestApp> {
         let database = TestDatabase::create(backend).await?;
-        let db = db::connect(&database.url, &test_pool())
+        let db = database::connect(&database.url, &test_pool())
             .await
             .expect("connect test database");
-        db::migrate(&db).await.expect("migrate test database");
+        database::migrate(&db).await.expect("migrate test database");
         let settings = Settings {
             database_url: database.url.clone(),
             listen: "127.0.0.1:0".into(),
@@ -212,9 +212,14 @@ impl TestApp {
         self.db.get_database_backend()
     }
 
-    /// A reader of the test database, as the service's own.
-    pub fn reader(&self) -> masterpay::db::Reader {
-        masterpay::db::Reader::new(self.db.clone(), &self.database.url, &test_pool())
+    /// A store of the test database, as the service's own.
+    pub fn store(&self) -> std::sync::Arc<dyn masterpay::store::Store> {
+        masterpay::store::for_database(
+            &self.db,
+            &self.database.url,
+            std::sync::Arc::new(masterpay::store::Uncounted),
+        )
+        .expect("store")
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -704,5 +709,37 @@ impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.cut();
         self.accept.abort();
+    }
+}
+
+/// The group sizes a store reports, in the order it ran them.
+#[derive(Default)]
+pub struct RecordedGroups {
+    pub token_reads: std::sync::Mutex<Vec<usize>>,
+    pub completions: std::sync::Mutex<Vec<usize>>,
+}
+
+impl masterpay::store::GroupSizes for RecordedGroups {
+    fn token_reads(&self, size: usize) {
+        self.token_reads.lock().unwrap().push(size);
+    }
+
+    fn completions(&self, size: usize) {
+        self.completions.lock().unwrap().push(size);
+    }
+}
+
+impl TestApp {
+    /// A store of the test database that records its group sizes.
+    pub fn recorded_store(
+        &self,
+    ) -> (
+        std::sync::Arc<dyn masterpay::store::Store>,
+        std::sync::Arc<RecordedGroups>,
+    ) {
+        let groups = std::sync::Arc::new(RecordedGroups::default());
+        let store = masterpay::store::for_database(&self.db, &self.database.url, groups.clone())
+            .expect("store");
+        (store, groups)
     }
 }

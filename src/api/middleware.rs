@@ -22,10 +22,8 @@ use poem::{
 use rand::{Rng, distr::Alphanumeric};
 use tracing::Instrument;
 
-use crate::{
-    api::error::ApiError,
-    metrics::{Metrics, RequestLabels, endpoint_label},
-};
+use super::error::ApiError;
+use crate::metrics::{Metrics, RequestLabels, endpoint_label};
 
 pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 

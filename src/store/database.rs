@@ -1,0 +1,200 @@
+//! Connecting to the database, bringing its schema up to date, and telling
+//! an unreachable database from a failed statement.
+//!
+//! One URL selects the backend: `sqlite://PATH` (the embedded default; the
+//! file is created when missing), `postgres://...` or `mysql://...`.
+//! SQLite runs in WAL mode with a busy timeout so that several processes can
+//! share one file, and with foreign keys switched on (they are off by
+//! default). Every backend bounds a statement (see [`PoolSettings`]), so that
+//! a request is answered within its timeout even when the database hangs.
+
+use std::time::Duration;
+
+use migration::{Migrator, MigratorTrait};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, RuntimeErr, sqlx};
+
+use super::StoreError;
+use crate::config::PoolSettings;
+
+/// A pooled connection idle for this long is pinged before it is used.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
+
+/// How often opening a SQLite file is retried while it is locked (about
+/// 5 s in all with the linear back-off below).
+const SQLITE_OPEN_RETRIES: u32 = 22;
+
+/// Opens a pool for `url`.
+pub async fn connect(url: &str, settings: &PoolSettings) -> Result<DatabaseConnection, DbErr> {
+    let mut options = ConnectOptions::new(url.to_owned());
+    let statement_ms = settings.statement_timeout.as_millis();
+    let sqlite_busy = sqlite_busy_timeout(settings.statement_timeout);
+    options
+        .max_connections(settings.max_connections)
+        .min_connections(0)
+        .connect_timeout(settings.acquire_timeout)
+        .acquire_timeout(settings.acquire_timeout)
+        // sqlx pings a pooled connection on every checkout by default: one
+        // extra round trip per statement. Ping only connections that sat
+        // idle; one that died in use fails its statement with an I/O error,
+        // which counts as unavailable (503), and the pool drops it.
+        .test_before_acquire_if_idle_for(IDLE_BEFORE_PING)
+        .sqlx_logging(false)
+        .map_sqlx_sqlite_opts(move |opts| {
+            opts.create_if_missing(true)
+                .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+                .busy_timeout(sqlite_busy)
+                .foreign_keys(true)
+        })
+        .map_sqlx_postgres_opts(move |opts| {
+            opts.options([("statement_timeout", statement_ms.to_string())])
+        })
+        .map_sqlx_mysql_opts(|opts| opts.timezone(Some(String::from("+00:00"))))
+        .map_sqlx_mysql_pool_opts(move |opts| {
+            opts.after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    bound_mariadb_statements(conn, statement_ms).await;
+                    Ok(())
+                })
+            })
+        });
+    if !url.starts_with("sqlite:") {
+        return Database::connect(options).await;
+    }
+    // One writer at a time is all SQLite allows; a small pool avoids
+    // queuing many connections on its file lock.
+    options.max_connections(settings.max_connections.min(8));
+    // Opening a connection switches the file to WAL mode. While several
+    // processes create the same new file at once, SQLite may answer that
+    // switch with SQLITE_BUSY at once, without waiting on its busy timeout
+    // (it would deadlock otherwise). The file is usable a moment later, so
+    // opening is retried for a bounded time.
+    let mut attempt = 0;
+    loop {
+        match Database::connect(options.clone()).await {
+            Err(err) if is_sqlite_busy(&err) && attempt < SQLITE_OPEN_RETRIES => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// How long a SQLite writer waits for the file's write lock: the statement
+/// timeout, but at least 5 s, so that a short statement timeout meant for
+/// PostgreSQL or MariaDB does not make SQLite writers give up while another
+/// process (an admin command, a second instance) writes.
+pub(crate) fn sqlite_busy_timeout(statement_timeout: Duration) -> Duration {
+    statement_timeout.max(Duration::from_secs(5))
+}
+
+/// MariaDB's counterpart of PostgreSQL's `statement_timeout`: the session's
+/// `max_statement_time` (seconds; it applies to reads and writes alike, so a
+/// statement stuck on a row lock fails instead of holding its connection).
+/// MySQL has no such variable (its `max_execution_time` bounds only
+/// SELECTs); there the request timeout is the only bound, and a warning says
+/// so once per connection.
+async fn bound_mariadb_statements(conn: &mut sqlx::MySqlConnection, statement_ms: u128) {
+    use sqlx::{AssertSqlSafe, Executor};
+    let seconds = format!("{}.{:03}", statement_ms / 1000, statement_ms % 1000);
+    let set = format!("SET SESSION max_statement_time = {seconds}");
+    if let Err(err) = conn.execute(AssertSqlSafe(set)).await {
+        tracing::warn!(error = %err, "statement timeout not set (not MariaDB?)");
+    }
+}
+
+/// True for SQLite's "database is busy / locked" (primary codes 5 and 6,
+/// extended codes included).
+fn is_sqlite_busy(err: &DbErr) -> bool {
+    let Some(err) = sqlx_error(err) else {
+        return false;
+    };
+    err.as_database_error()
+        .and_then(|db_err| db_err.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+}
+
+/// Applies pending migrations. Several processes may start at once on one
+/// database: when one of them loses the race its attempt fails, so it waits
+/// and checks again until nothing is pending.
+pub async fn migrate(db: &DatabaseConnection) -> Result<(), DbErr> {
+    let mut attempt = 0;
+    loop {
+        match Migrator::up(db, None).await {
+            Ok(()) => return Ok(()),
+            Err(err) => {
+                attempt += 1;
+                if Migrator::get_pending_migrations(db)
+                    .await
+                    .map(|p| p.is_empty())
+                    .unwrap_or(false)
+                {
+                    return Ok(());
+                }
+                if attempt >= 10 {
+                    return Err(err);
+                }
+                tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+            }
+        }
+    }
+}
+
+fn sqlx_error(err: &DbErr) -> Option<&sqlx::Error> {
+    match err {
+        DbErr::Conn(RuntimeErr::SqlxError(e))
+        | DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e)) => Some(e),
+        _ => None,
+    }
+}
+
+/// True when the error means the database could not be reached at all (as
+/// opposed to a statement that failed), which the API answers with 503.
+pub fn is_unavailable(err: &DbErr) -> bool {
+    match err {
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
+        _ => sqlx_error(err).is_some_and(sqlx_is_unavailable),
+    }
+}
+
+/// [`is_unavailable`] for an error of sqlx itself: the connection broke
+/// under a statement (server gone, network cut) or none could be had.
+fn sqlx_is_unavailable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_) => true,
+        // The server ended the session: shutting down, terminated by an
+        // administrator, or a proxy that closed it (SQLSTATE classes 08 and
+        // 57P0).
+        sqlx::Error::Database(db_err) => db_err
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P0")),
+        _ => false,
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(err: sqlx::Error) -> StoreError {
+        if sqlx_is_unavailable(&err) {
+            StoreError::Unavailable(err.to_string())
+        } else {
+            StoreError::Failed(err.to_string())
+        }
+    }
+}
+
+impl From<DbErr> for StoreError {
+    fn from(err: DbErr) -> StoreError {
+        if is_unavailable(&err) {
+            StoreError::Unavailable(err.to_string())
+        } else {
+            StoreError::Failed(err.to_string())
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The request path's storage seam.
+//!
+//! Both v2 endpoints need only two things of the database: a token read by
+//! its hash (with, for a balance request, the asked account read in the same
+//! statement) and an order completed exactly once. [`Store`] is those two
+//! operations; each backend implements them in a module of its own, with its
+//! own SQL and whatever its speed needs:
+//!
+//! - [`sqlite`]: reads on connections used inline by the calling thread,
+//!   one writer at a time through the pool;
+//! - [`postgres`]: concurrent requests' reads and completions grouped into
+//!   one statement each;
+//! - [`mysql`]: one statement per read, one transaction per completion.
+//!
+//! The rules (which checks run in which order, what a missing row means)
+//! stay in `service`, which sees only this trait and these row types. The
+//! command line and migrations work through sea-orm ([`database`]).
+
+pub mod database;
+pub mod mysql;
+pub mod postgres;
+pub mod sqlite;
+
+use std::{future::Future, pin::Pin, sync::Arc};
+
+use chrono::{DateTime, Utc};
+use sea_orm::{DatabaseConnection, DbBackend};
+
+/// What the store's operations return: a boxed future, so that the store
+/// can be shared as `Arc<dyn Store>` whatever the backend.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The request path's database operations (see the module docs).
+pub trait Store: Send + Sync {
+    /// The token whose hash is `token_hash` (`None`: no such token), and,
+    /// when `account` is given, that account of the token's project read in
+    /// the same statement.
+    fn read_token<'a>(
+        &'a self,
+        token_hash: &'a str,
+        account: Option<&'a AccountKey>,
+    ) -> StoreFuture<'a, Result<Option<TokenRow>, StoreError>>;
+
+    /// Completes a pending order exactly once: status, credit of the main
+    /// balance and operation-log row in one transaction.
+    fn complete<'a>(
+        &'a self,
+        completion: &'a Completion,
+    ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>>;
+}
+
+/// Counts what the grouping backends put into one statement; the
+/// application hands the store its metrics through this.
+pub trait GroupSizes: Send + Sync {
+    /// A statement read `size` requests' tokens.
+    fn token_reads(&self, size: usize);
+    /// A transaction completed (or tried) `size` orders.
+    fn completions(&self, size: usize);
+}
+
+/// A [`GroupSizes`] that records nothing (the command line, tests).
+pub struct Uncounted;
+
+impl GroupSizes for Uncounted {
+    fn token_reads(&self, _: usize) {}
+    fn completions(&self, _: usize) {}
+}
+
+/// The store of the database `db` was opened on (`url`), sharing its pool.
+pub fn for_database(
+    db: &DatabaseConnection,
+    url: &str,
+    sizes: Arc<dyn GroupSizes>,
+) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match db.get_database_backend() {
+        DbBackend::Sqlite => Arc::new(sqlite::SqliteStore::new(db, url)?),
+        DbBackend::Postgres => Arc::new(postgres::PostgresStore::new(db, sizes)),
+        _ => Arc::new(mysql::MySqlStore::new(db)),
+    })
+}
+
+/// An account as a balance request names it: the user by id, by e-mail
+/// (lower-cased) or both, and the server (0 = the general account).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountKey {
+    pub user_id: Option<i64>,
+    pub email: Option<String>,
+    pub server_id: i64,
+}
+
+/// A token as stored, with its project's state and its permissions.
+#[derive(Debug, Clone)]
+pub struct TokenRow {
+    pub token_id: i64,
+    pub project_id: i64,
+    pub active: bool,
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// `None` when the project row is gone.
+    pub project_active: Option<bool>,
+    /// The permission names granted to the token.
+    pub permissions: Vec<String>,
+    /// The asked account, when one was asked.
+    pub account: Option<AccountRow>,
+}
+
+/// What a statement found of an [`AccountKey`] in the token's project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccountRow {
+    /// The project's user with the asked id, if any.
+    pub user_by_id: Option<i64>,
+    /// The project's user with the asked e-mail, if any.
+    pub user_by_email: Option<i64>,
+    /// The project's server with the asked id, if any.
+    pub server_found: bool,
+    /// The balance row of the user (by id, else by e-mail) on the server;
+    /// `None` when there is none.
+    pub main_cents: Option<i64>,
+    pub bonus_cents: Option<i64>,
+}
+
+/// The permission names of a token, as the statements aggregate them
+/// (comma-separated; NULL when there are none).
+fn permission_list(joined: Option<String>) -> Vec<String> {
+    joined
+        .map(|joined| joined.split(',').map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// A completion request whose formats were already validated.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub project_id: i64,
+    pub order_id: String,
+    pub payment_system: String,
+    /// `None` when the caller gave none, `null` or `""`.
+    pub payment_id: Option<String>,
+}
+
+/// An order as a successful completion left it.
+#[derive(Debug, Clone)]
+pub struct CompletedOrder {
+    pub order_id: String,
+    pub payment_system: String,
+    pub payment_id: Option<String>,
+    pub amount_cents: i64,
+    pub completed_at: DateTime<Utc>,
+    pub user_id: i64,
+    /// 0 for the general account.
+    pub server_id: i64,
+    pub balance_after_cents: i64,
+}
+
+/// A database operation that failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached (or not in time); nothing was done.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// A statement failed; its transaction was rolled back.
+    #[error("database error: {0}")]
+    Failed(String),
+}
+
+impl StoreError {
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// Why an order was not completed. Nothing was changed in any case.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CompleteError {
+    /// Missing, of another project, or stored with another payment system.
+    #[error("order not found")]
+    OrderNotFound,
+    #[error("order already completed")]
+    AlreadyCompleted,
+    /// The status update itself failed.
+    #[error("status update failed: {0}")]
+    UpdateFailed(StoreError),
+    /// Crediting or logging failed after the status update.
+    #[error("payment processing failed: {0}")]
+    ProcessingFailed(StoreError),
+    /// The database could not be reached.
+    #[error("database unavailable: {0}")]
+    Unavailable(StoreError),
+}
+
+impl CompleteError {
+    /// A failure of the status update (or of what comes before it).
+    fn at_update(err: StoreError) -> CompleteError {
+        match err {
+            StoreError::Unavailable(_) => CompleteError::Unavailable(err),
+            StoreError::Failed(_) => CompleteError::UpdateFailed(err),
+        }
+    }
+
+    /// A failure of the credit, the log row or the commit.
+    fn at_credit(err: StoreError) -> CompleteError {
+        match err {
+            StoreError::Unavailable(_) => CompleteError::Unavailable(err),
+            StoreError::Failed(_) => CompleteError::ProcessingFailed(err),
+        }
+    }
+}
+
+/// The completion time every backend stores: now, to the microsecond, so
+/// that each stores and returns exactly the same value.
+pub fn now() -> DateTime<Utc> {
+    use chrono::SubsecRound;
+    Utc::now().trunc_subsecs(6)
+}

@@ -1,0 +1,209 @@
+//! The MariaDB/MySQL store: every statement through the sqlx pool, one
+//! statement per token read, one transaction per completion.
+//!
+//! MariaDB has no `UPDATE ... RETURNING`, so a completion reads back what
+//! its update and its upsert changed, inside the transaction (the rows stay
+//! locked by the update until the commit).
+
+use entity::{balance, operation_log, payment_order};
+use sea_orm::{
+    DatabaseConnection,
+    sqlx::{self, MySqlPool, Row, mysql::MySqlRow},
+};
+
+use super::{
+    AccountKey, AccountRow, CompleteError, CompletedOrder, Completion, Store, StoreError,
+    StoreFuture, TokenRow, now, permission_list,
+};
+
+/// The token by its hash, with its project's state and permissions, and the
+/// asked account of its project (all NULL when no account is asked): the
+/// user by id and by e-mail, the balance of the one found (by id first), and
+/// the server. Parameters: user id, e-mail, server id, server id, token hash.
+const READ_TOKEN: &str = r#"SELECT t.id AS token_id, t.project_id, t.active AS token_active,
+    t.last_used_at, p.active AS project_active,
+    (SELECT GROUP_CONCAT(g.permission SEPARATOR ',') FROM token_permissions AS g
+        WHERE g.token_id = t.id) AS permissions,
+    by_id.id AS user_by_id, by_email.id AS user_by_email,
+    b.main_cents, b.bonus_cents, s.id AS server_found
+FROM app_tokens AS t
+LEFT JOIN projects AS p ON p.id = t.project_id
+LEFT JOIN users AS by_id ON by_id.id = ? AND by_id.project_id = t.project_id
+LEFT JOIN users AS by_email ON by_email.email = ? AND by_email.project_id = t.project_id
+LEFT JOIN balances AS b ON b.user_id = COALESCE(by_id.id, by_email.id) AND b.server_id = ?
+LEFT JOIN servers AS s ON s.id = ? AND s.project_id = t.project_id
+WHERE t.token_hash = ?"#;
+
+/// The status update of a completion, guarded so that it matches a pending
+/// order only once. Parameters: completed status, time, payment id, order
+/// id, project id, payment system, completed status.
+const COMPLETE_ORDER: &str = r#"UPDATE payment_orders SET status = ?, completed_at = ?, payment_id = ?
+WHERE order_id = ? AND project_id = ? AND payment_system = ? AND status <> ?"#;
+
+/// The order a completion names, in any status. Parameters: order id,
+/// project id, payment system.
+const FIND_ORDER: &str = r#"SELECT id, user_id, server_id, amount_cents, payment_id FROM payment_orders
+WHERE order_id = ? AND project_id = ? AND payment_system = ?"#;
+
+/// The credit of the main balance, creating the balance row when missing.
+/// Parameters: user id, server id, amount, time, project id.
+const CREDIT_MAIN: &str = r#"INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at, project_id)
+VALUES (?, ?, ?, 0, ?, ?)
+ON DUPLICATE KEY UPDATE main_cents = main_cents + VALUES(main_cents), updated_at = VALUES(updated_at)"#;
+
+/// The main balance after the credit. Parameters: user id, server id.
+const MAIN_BALANCE: &str = r#"SELECT main_cents FROM balances WHERE user_id = ? AND server_id = ?"#;
+
+/// The operation-log row of a credited order. Parameters: kind, order row
+/// id, user id, server id, amount, balance before, balance after, time.
+const LOG_CREDIT: &str = r#"INSERT INTO operation_log (kind, order_ref, user_id, server_id, balance_type,
+    amount_cents, balance_before_cents, balance_after_cents, created_at)
+VALUES (?, ?, ?, ?, 'main', ?, ?, ?, ?)"#;
+
+pub struct MySqlStore {
+    pool: MySqlPool,
+}
+
+impl MySqlStore {
+    pub fn new(db: &DatabaseConnection) -> MySqlStore {
+        MySqlStore {
+            pool: db.get_mysql_connection_pool().clone(),
+        }
+    }
+
+    async fn read_token_now(
+        &self,
+        token_hash: &str,
+        account: Option<&AccountKey>,
+    ) -> Result<Option<TokenRow>, StoreError> {
+        let server_id = account.map(|a| a.server_id);
+        let row = sqlx::query(READ_TOKEN)
+            .bind(account.and_then(|a| a.user_id))
+            .bind(account.and_then(|a| a.email.as_deref()))
+            .bind(server_id)
+            .bind(server_id)
+            .bind(token_hash)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| token_row(&row, account.is_some()))
+            .transpose()
+            .map_err(StoreError::from)
+    }
+
+    async fn complete_now(&self, request: &Completion) -> Result<CompletedOrder, CompleteError> {
+        let mut txn = self
+            .pool
+            .begin()
+            .await
+            .map_err(|err| CompleteError::Unavailable(err.into()))?;
+        let completed_at = now();
+        let updated = sqlx::query(COMPLETE_ORDER)
+            .bind(payment_order::STATUS_COMPLETED)
+            .bind(completed_at)
+            .bind(&request.payment_id)
+            .bind(&request.order_id)
+            .bind(request.project_id)
+            .bind(&request.payment_system)
+            .bind(payment_order::STATUS_COMPLETED)
+            .execute(&mut *txn)
+            .await
+            .map_err(|err| CompleteError::at_update(err.into()))?
+            .rows_affected();
+        let order = sqlx::query(FIND_ORDER)
+            .bind(&request.order_id)
+            .bind(request.project_id)
+            .bind(&request.payment_system)
+            .fetch_optional(&mut *txn)
+            .await
+            .map_err(|err| CompleteError::at_update(err.into()))?;
+        let order = match (updated, order) {
+            (0, Some(_)) => return Err(CompleteError::AlreadyCompleted),
+            (_, None) => return Err(CompleteError::OrderNotFound),
+            (_, Some(order)) => order,
+        };
+        let read = |err: sqlx::Error| CompleteError::at_credit(err.into());
+        let order_ref: i64 = order.try_get("id").map_err(read)?;
+        let user_id: i64 = order.try_get("user_id").map_err(read)?;
+        let server_id: Option<i64> = order.try_get("server_id").map_err(read)?;
+        let server_id = server_id.unwrap_or(balance::GENERAL_ACCOUNT);
+        let amount_cents: i64 = order.try_get("amount_cents").map_err(read)?;
+        let payment_id: Option<String> = order.try_get("payment_id").map_err(read)?;
+        sqlx::query(CREDIT_MAIN)
+            .bind(user_id)
+            .bind(server_id)
+            .bind(amount_cents)
+            .bind(completed_at)
+            .bind(request.project_id)
+            .execute(&mut *txn)
+            .await
+            .map_err(read)?;
+        let after: i64 = sqlx::query_scalar(MAIN_BALANCE)
+            .bind(user_id)
+            .bind(server_id)
+            .fetch_one(&mut *txn)
+            .await
+            .map_err(read)?;
+        sqlx::query(LOG_CREDIT)
+            .bind(operation_log::KIND_ORDER_CREDIT)
+            .bind(order_ref)
+            .bind(user_id)
+            .bind(server_id)
+            .bind(amount_cents)
+            .bind(after - amount_cents)
+            .bind(after)
+            .bind(completed_at)
+            .execute(&mut *txn)
+            .await
+            .map_err(read)?;
+        txn.commit().await.map_err(read)?;
+        Ok(CompletedOrder {
+            order_id: request.order_id.clone(),
+            payment_system: request.payment_system.clone(),
+            payment_id,
+            amount_cents,
+            completed_at,
+            user_id,
+            server_id,
+            balance_after_cents: after,
+        })
+    }
+}
+
+impl Store for MySqlStore {
+    fn read_token<'a>(
+        &'a self,
+        token_hash: &'a str,
+        account: Option<&'a AccountKey>,
+    ) -> StoreFuture<'a, Result<Option<TokenRow>, StoreError>> {
+        Box::pin(self.read_token_now(token_hash, account))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        completion: &'a Completion,
+    ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>> {
+        Box::pin(self.complete_now(completion))
+    }
+}
+
+fn token_row(row: &MySqlRow, with_account: bool) -> Result<TokenRow, sqlx::Error> {
+    Ok(TokenRow {
+        token_id: row.try_get("token_id")?,
+        project_id: row.try_get("project_id")?,
+        active: row.try_get("token_active")?,
+        last_used_at: row.try_get("last_used_at")?,
+        project_active: row.try_get("project_active")?,
+        permissions: permission_list(row.try_get("permissions")?),
+        account: if with_account {
+            Some(AccountRow {
+                user_by_id: row.try_get("user_by_id")?,
+                user_by_email: row.try_get("user_by_email")?,
+                server_found: row.try_get::<Option<i64>, _>("server_found")?.is_some(),
+                main_cents: row.try_get("main_cents")?,
+                bonus_cents: row.try_get("bonus_cents")?,
+            })
+        } else {
+            None
+        },
+    })
+}

@@ -1,0 +1,419 @@
+//! The PostgreSQL store: concurrent requests' statements in groups.
+//!
+//! Many stateless instances share one PostgreSQL, whose cost per request is
+//! mostly a statement and a commit. So the token reads of concurrent
+//! requests are one statement over arrays of their parameters, and their
+//! completions one transaction (see [`group`] for how groups form). A lone
+//! request is a group of one: there is one way to read and one way to
+//! complete.
+//!
+//! A completion group is one transaction of two statements: the status
+//! update of every pending order it names (locked in the order of their ids),
+//! then the credits (summed per account, upserted in (user, server) order)
+//! and one log row per order. The fixed lock order keeps groups, of this
+//! instance or another, from waiting on each other in a cycle. A statement
+//! that fails names the step (ORDER_UPDATE_FAILED or PAYMENT_PROCESSING_ERROR)
+//! and changes nothing; a group of several then runs again one order at a
+//! time, so that one bad order fails alone.
+
+pub mod group;
+
+use std::sync::Arc;
+
+use entity::{operation_log, payment_order};
+use futures_util::FutureExt;
+use sea_orm::{
+    DatabaseConnection,
+    sqlx::{self, PgPool, Row, postgres::PgRow},
+};
+
+use self::group::Groups;
+use super::{
+    AccountKey, AccountRow, CompleteError, CompletedOrder, Completion, GroupSizes, Store,
+    StoreError, StoreFuture, TokenRow, now, permission_list,
+};
+
+/// Statements of one kind in flight at once, per instance. One made the
+/// largest groups, but a group waiting on a row lock (an operator's long
+/// transaction) would hold up every completion of the instance; with two,
+/// requests keep flowing past one stalled statement.
+const MAX_RUNNING: usize = 2;
+/// Requests in one statement at most.
+const MAX_GROUP: usize = 32;
+
+/// The tokens of a group of requests by their hashes (`$1`), one row per
+/// request in their order (`idx`), with each token's project state and
+/// permissions and each request's account (`$2` user ids, `$3` e-mails, `$4`
+/// server ids; NULL where no account is asked): the user by id and by
+/// e-mail in the token's project, the balance of the one found (by id
+/// first), and the server. `token_id` is NULL for an unknown token.
+pub const READ_TOKENS: &str = r#"SELECT "r"."idx", "t"."id" AS "token_id", "t"."project_id", "t"."active" AS "token_active",
+    "t"."last_used_at", "p"."active" AS "project_active",
+    (SELECT string_agg("g"."permission", ',') FROM "token_permissions" AS "g"
+        WHERE "g"."token_id" = "t"."id") AS "permissions",
+    "by_id"."id" AS "user_by_id", "by_email"."id" AS "user_by_email",
+    "b"."main_cents", "b"."bonus_cents", "s"."id" AS "server_found"
+FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[])
+    WITH ORDINALITY AS "r" ("token_hash", "user_id", "email", "server_id", "idx")
+LEFT JOIN "app_tokens" AS "t" ON "t"."token_hash" = "r"."token_hash"
+LEFT JOIN "projects" AS "p" ON "p"."id" = "t"."project_id"
+LEFT JOIN "users" AS "by_id" ON "by_id"."id" = "r"."user_id" AND "by_id"."project_id" = "t"."project_id"
+LEFT JOIN "users" AS "by_email" ON "by_email"."email" = "r"."email" AND "by_email"."project_id" = "t"."project_id"
+LEFT JOIN "balances" AS "b" ON "b"."user_id" = COALESCE("by_id"."id", "by_email"."id")
+    AND "b"."server_id" = "r"."server_id"
+LEFT JOIN "servers" AS "s" ON "s"."id" = "r"."server_id" AND "s"."project_id" = "t"."project_id"
+ORDER BY "r"."idx""#;
+
+/// The status update of a group of completions (`$1` order ids, `$2`
+/// project ids, `$3` payment systems, `$4` payment ids; `$5` the completed
+/// status, `$6` the time): the pending orders they name, locked in the order
+/// of their ids, set completed under the same guard as alone; one row per
+/// request in their order, with the order it completed (NULL when none) and
+/// whether the order it names exists at all.
+pub const COMPLETE_ORDERS: &str = r#"WITH "r" AS (
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[])
+        WITH ORDINALITY AS "r" ("order_id", "project_id", "payment_system", "payment_id", "idx")
+), "k" AS (
+    SELECT "p"."id", "r"."idx", "r"."payment_id" FROM "payment_orders" AS "p"
+    JOIN "r" ON "p"."order_id" = "r"."order_id" AND "p"."project_id" = "r"."project_id"
+        AND "p"."payment_system" = "r"."payment_system"
+    WHERE "p"."status" <> $5
+    ORDER BY "p"."id" FOR NO KEY UPDATE OF "p"
+), "o" AS (
+    UPDATE "payment_orders" SET "status" = $5, "completed_at" = $6, "payment_id" = "k"."payment_id"
+    FROM "k" WHERE "payment_orders"."id" = "k"."id" AND "payment_orders"."status" <> $5
+    RETURNING "k"."idx", "payment_orders"."id", "payment_orders"."user_id",
+        COALESCE("payment_orders"."server_id", 0) AS "server_id", "payment_orders"."amount_cents",
+        "payment_orders"."payment_id", "payment_orders"."project_id"
+)
+SELECT "r"."idx", "o"."id" AS "order_ref", "o"."user_id", "o"."server_id", "o"."amount_cents",
+    "o"."payment_id", "o"."project_id",
+    EXISTS (SELECT 1 FROM "payment_orders" AS "p" WHERE "p"."order_id" = "r"."order_id"
+        AND "p"."project_id" = "r"."project_id" AND "p"."payment_system" = "r"."payment_system") AS "known"
+FROM "r" LEFT JOIN "o" ON "o"."idx" = "r"."idx"
+ORDER BY "r"."idx""#;
+
+/// The credits and log rows of the orders a group completed (`$1` their
+/// places in the group, `$2` order row ids, `$3` users, `$4` servers, `$5`
+/// amounts, `$6` projects; `$7` the log kind, `$8` the time): the amounts
+/// summed per account and credited in (user, server) order, each order's
+/// balance after its own credit (the group's orders of one account credited
+/// in request order), one log row each. One row per order: its place and its
+/// balance after.
+pub const CREDIT_AND_LOG: &str = r#"WITH "o" AS (
+    SELECT * FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[])
+        AS "o" ("idx", "order_ref", "user_id", "server_id", "amount_cents", "project_id")
+), "s" AS (
+    SELECT "user_id", "server_id", "project_id", SUM("amount_cents")::int8 AS "total"
+    FROM "o" GROUP BY "user_id", "server_id", "project_id"
+), "b" AS (
+    INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id")
+    SELECT "user_id", "server_id", "total", 0, $8, "project_id" FROM "s" ORDER BY "user_id", "server_id"
+    ON CONFLICT ("user_id", "server_id") DO UPDATE
+    SET "main_cents" = "balances"."main_cents" + EXCLUDED."main_cents", "updated_at" = EXCLUDED."updated_at"
+    RETURNING "user_id", "server_id", "main_cents"
+), "w" AS (
+    SELECT "o"."idx", "o"."order_ref", "o"."user_id", "o"."server_id", "o"."amount_cents",
+        ("b"."main_cents" - "s"."total" + SUM("o"."amount_cents") OVER (
+            PARTITION BY "o"."user_id", "o"."server_id" ORDER BY "o"."idx"))::int8 AS "after"
+    FROM "o" JOIN "s" USING ("user_id", "server_id") JOIN "b" USING ("user_id", "server_id")
+), "l" AS (
+    INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type",
+        "amount_cents", "balance_before_cents", "balance_after_cents", "created_at")
+    SELECT $7, "order_ref", "user_id", "server_id", 'main', "amount_cents", "after" - "amount_cents", "after", $8
+    FROM "w" ORDER BY "idx"
+)
+SELECT "idx", "after" FROM "w" ORDER BY "idx""#;
+
+/// A token read waiting for its group.
+struct TokenRead {
+    token_hash: String,
+    account: Option<AccountKey>,
+}
+
+type TokenOutcome = Result<Option<TokenRow>, StoreError>;
+type CompleteOutcome = Result<CompletedOrder, CompleteError>;
+
+pub struct PostgresStore {
+    token_reads: Arc<Groups<TokenRead, TokenOutcome>>,
+    completions: Arc<Groups<Completion, CompleteOutcome>>,
+}
+
+impl PostgresStore {
+    pub fn new(db: &DatabaseConnection, sizes: Arc<dyn GroupSizes>) -> PostgresStore {
+        let pool = db.get_postgres_connection_pool().clone();
+        let (read_pool, read_sizes) = (pool.clone(), Arc::clone(&sizes));
+        let token_reads = Groups::new(
+            MAX_RUNNING,
+            MAX_GROUP,
+            |_| None,
+            Box::new(move |reads: Vec<TokenRead>| {
+                read_sizes.token_reads(reads.len());
+                let pool = read_pool.clone();
+                async move { read_tokens(&pool, &reads).await }.boxed()
+            }),
+        );
+        // A completion of an order already being completed waits for that
+        // group: each statement updates an order at most once, and the first
+        // webhook to arrive is the one that completes it.
+        let completions = Groups::new(
+            MAX_RUNNING,
+            MAX_GROUP,
+            |completion: &Completion| Some(completion.order_id.as_str()),
+            Box::new(move |group: Vec<Completion>| {
+                let (pool, sizes) = (pool.clone(), Arc::clone(&sizes));
+                async move { complete_group(&pool, &*sizes, group).await }.boxed()
+            }),
+        );
+        PostgresStore {
+            token_reads,
+            completions,
+        }
+    }
+}
+
+impl Store for PostgresStore {
+    fn read_token<'a>(
+        &'a self,
+        token_hash: &'a str,
+        account: Option<&'a AccountKey>,
+    ) -> StoreFuture<'a, Result<Option<TokenRow>, StoreError>> {
+        let read = TokenRead {
+            token_hash: token_hash.to_owned(),
+            account: account.cloned(),
+        };
+        Box::pin(async move {
+            self.token_reads
+                .submit(read)
+                .await
+                .unwrap_or_else(|| Err(StoreError::Failed("token read panicked".into())))
+        })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        completion: &'a Completion,
+    ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>> {
+        Box::pin(async move {
+            self.completions
+                .submit(completion.clone())
+                .await
+                .unwrap_or_else(|| {
+                    Err(CompleteError::UpdateFailed(StoreError::Failed(
+                        "completion panicked".into(),
+                    )))
+                })
+        })
+    }
+}
+
+/// Runs [`READ_TOKENS`] for `reads`: one outcome each, in their order.
+async fn read_tokens(pool: &PgPool, reads: &[TokenRead]) -> Vec<TokenOutcome> {
+    let column = |f: fn(&TokenRead) -> Option<i64>| reads.iter().map(f).collect::<Vec<_>>();
+    let rows = sqlx::query(READ_TOKENS)
+        .bind(
+            reads
+                .iter()
+                .map(|r| r.token_hash.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(column(|r| r.account.as_ref().and_then(|a| a.user_id)))
+        .bind(
+            reads
+                .iter()
+                .map(|r| r.account.as_ref().and_then(|a| a.email.as_deref()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(column(|r| r.account.as_ref().map(|a| a.server_id)))
+        .fetch_all(pool)
+        .await;
+    let rows = match rows {
+        Ok(rows) if rows.len() == reads.len() => rows,
+        Ok(rows) => {
+            let err = StoreError::Failed(format!("{} rows for {} reads", rows.len(), reads.len()));
+            return vec![Err(err); reads.len()];
+        }
+        Err(err) => return vec![Err(err.into()); reads.len()],
+    };
+    rows.iter()
+        .zip(reads)
+        .map(|(row, read)| token_row(row, read.account.is_some()).map_err(StoreError::from))
+        .collect()
+}
+
+fn token_row(row: &PgRow, with_account: bool) -> Result<Option<TokenRow>, sqlx::Error> {
+    let Some(token_id) = row.try_get::<Option<i64>, _>("token_id")? else {
+        return Ok(None);
+    };
+    Ok(Some(TokenRow {
+        token_id,
+        project_id: row.try_get("project_id")?,
+        active: row.try_get("token_active")?,
+        last_used_at: row.try_get("last_used_at")?,
+        project_active: row.try_get("project_active")?,
+        permissions: permission_list(row.try_get("permissions")?),
+        account: if with_account {
+            Some(AccountRow {
+                user_by_id: row.try_get("user_by_id")?,
+                user_by_email: row.try_get("user_by_email")?,
+                server_found: row.try_get::<Option<i64>, _>("server_found")?.is_some(),
+                main_cents: row.try_get("main_cents")?,
+                bonus_cents: row.try_get("bonus_cents")?,
+            })
+        } else {
+            None
+        },
+    }))
+}
+
+/// Completes `group`; when its transaction fails for any reason but an
+/// unreachable database, runs each of its completions again alone, so that
+/// one bad order fails alone with its own code.
+async fn complete_group(
+    pool: &PgPool,
+    sizes: &dyn GroupSizes,
+    group: Vec<Completion>,
+) -> Vec<CompleteOutcome> {
+    sizes.completions(group.len());
+    match complete_in_one_transaction(pool, &group).await {
+        Ok(outcomes) => outcomes,
+        Err(err) if group.len() == 1 || matches!(err, CompleteError::Unavailable(_)) => {
+            vec![Err(err); group.len()]
+        }
+        Err(err) => {
+            tracing::debug!(error = %err, size = group.len(), "completion group failed; completing its orders one by one");
+            let mut outcomes = Vec::with_capacity(group.len());
+            for completion in group {
+                sizes.completions(1);
+                let alone = std::slice::from_ref(&completion);
+                outcomes.push(match complete_in_one_transaction(pool, alone).await {
+                    Ok(mut outcome) => outcome.pop().unwrap_or(Err(CompleteError::OrderNotFound)),
+                    Err(err) => Err(err),
+                });
+            }
+            outcomes
+        }
+    }
+}
+
+/// One transaction: [`COMPLETE_ORDERS`], then [`CREDIT_AND_LOG`] for the
+/// orders it completed. `Err` when it failed (nothing was changed); else an
+/// outcome per completion of `group`, in its order.
+async fn complete_in_one_transaction(
+    pool: &PgPool,
+    group: &[Completion],
+) -> Result<Vec<CompleteOutcome>, CompleteError> {
+    let mut txn = pool
+        .begin()
+        .await
+        .map_err(|err| CompleteError::Unavailable(err.into()))?;
+    let completed_at = now();
+    let updated = sqlx::query(COMPLETE_ORDERS)
+        .bind(
+            group
+                .iter()
+                .map(|c| c.order_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(group.iter().map(|c| c.project_id).collect::<Vec<_>>())
+        .bind(
+            group
+                .iter()
+                .map(|c| c.payment_system.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            group
+                .iter()
+                .map(|c| c.payment_id.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(payment_order::STATUS_COMPLETED)
+        .bind(completed_at)
+        .fetch_all(&mut *txn)
+        .await
+        .map_err(|err| CompleteError::at_update(err.into()))?;
+    let read = |err: sqlx::Error| CompleteError::at_credit(err.into());
+    // What each request's update did: the completed order's (row id, user,
+    // server, amount, payment id, project), or whether the order exists.
+    let mut completed = Vec::new();
+    let mut outcomes: Vec<CompleteOutcome> = Vec::with_capacity(group.len());
+    for (row, request) in updated.iter().zip(group) {
+        let idx: i64 = row.try_get("idx").map_err(read)?;
+        match row.try_get::<Option<i64>, _>("order_ref").map_err(read)? {
+            None if row.try_get::<bool, _>("known").map_err(read)? => {
+                outcomes.push(Err(CompleteError::AlreadyCompleted))
+            }
+            None => outcomes.push(Err(CompleteError::OrderNotFound)),
+            Some(order_ref) => {
+                let order = CompletedOrder {
+                    order_id: request.order_id.clone(),
+                    payment_system: request.payment_system.clone(),
+                    payment_id: row.try_get("payment_id").map_err(read)?,
+                    amount_cents: row.try_get("amount_cents").map_err(read)?,
+                    completed_at,
+                    user_id: row.try_get("user_id").map_err(read)?,
+                    server_id: row.try_get("server_id").map_err(read)?,
+                    balance_after_cents: 0,
+                };
+                let project_id: i64 = row.try_get("project_id").map_err(read)?;
+                completed.push((idx, order_ref, project_id, outcomes.len()));
+                outcomes.push(Ok(order));
+            }
+        }
+    }
+    if updated.len() != group.len() {
+        return Err(CompleteError::UpdateFailed(StoreError::Failed(format!(
+            "{} rows for {} completions",
+            updated.len(),
+            group.len()
+        ))));
+    }
+    if !completed.is_empty() {
+        let order = |at: usize| match &outcomes[at] {
+            Ok(order) => order,
+            Err(_) => unreachable!("only completed orders are credited"),
+        };
+        let credited = sqlx::query(CREDIT_AND_LOG)
+            .bind(completed.iter().map(|c| c.0).collect::<Vec<_>>())
+            .bind(completed.iter().map(|c| c.1).collect::<Vec<_>>())
+            .bind(
+                completed
+                    .iter()
+                    .map(|c| order(c.3).user_id)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                completed
+                    .iter()
+                    .map(|c| order(c.3).server_id)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                completed
+                    .iter()
+                    .map(|c| order(c.3).amount_cents)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(completed.iter().map(|c| c.2).collect::<Vec<_>>())
+            .bind(operation_log::KIND_ORDER_CREDIT)
+            .bind(completed_at)
+            .fetch_all(&mut *txn)
+            .await
+            .map_err(read)?;
+        if credited.len() != completed.len() {
+            return Err(CompleteError::ProcessingFailed(StoreError::Failed(
+                format!("{} credits for {} orders", credited.len(), completed.len()),
+            )));
+        }
+        // Both lists are in `idx` order.
+        for (row, &(_, _, _, at)) in credited.iter().zip(&completed) {
+            let after: i64 = row.try_get("after").map_err(read)?;
+            if let Ok(order) = &mut outcomes[at] {
+                order.balance_after_cents = after;
+            }
+        }
+    }
+    txn.commit().await.map_err(read)?;
+    Ok(outcomes)
+}
