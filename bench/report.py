@@ -8,8 +8,8 @@ bench/out/RUN/latency/, merged). Ratios: an endpoint's requests/s over its
 ceiling's, measured in the same run, their rounds alternating: /healthz of the
 same binary (HTTP ceiling), and on PostgreSQL the pgbench run of the
 endpoint's own SQL (database ceiling). Beside each ratio, the lowest and
-highest of its rounds' ratios show how much the machine drifted. Targets are
-those of issue 6.
+highest of its rounds' ratios show how much the machine drifted. The targets
+checked are the service's performance floors (docs/performance.md).
 
 The latency targets are set beside what a closed loop allows: wrk and pgbench
 keep every connection busy, so by Little's law the mean latency is about
@@ -153,7 +153,7 @@ for (backend, size, target), r in by.items():
             spread = f"{pairs[0]:.2f} to {pairs[-1]:.2f}" if pairs else "-"
             print(f"| {backend} | {size} | {target} | {label} | {ratio:.2f} | {spread} |")
 
-# Issue 6 targets.
+# The performance floors the service must hold.
 checks = []
 
 
@@ -216,7 +216,7 @@ for r in rows:
         check(f"{r['backend']} {r['size']} complete: mostly real completions ({dup} of {ok + dup} were 409)", False)
 
 if checks:
-    print("\nTargets (issue 6):\n")
+    print("\nTargets:\n")
     for label, ok in checks:
         print(f"- [{'x' if ok else ' '}] {label}")
 
@@ -258,7 +258,7 @@ if needs:
 # PostgreSQL reads and writes concurrent requests in groups (the warm-up's
 # and every round's): the mean group, from the server's own histograms.
 # pgbench's ceilings run one request per statement, as each request alone
-# would (docs/benchmarks.md, steps 26 and 27).
+# would.
 batches = out / "batches.tsv"
 if batches.exists():
     lines = []
@@ -279,7 +279,7 @@ if lookup:
 
 # PostgreSQL completions' writes: how many updates stayed in their page
 # (heap-only, no index touched) and the WAL the completion rounds wrote per
-# completion (service and pgbench together; docs/benchmarks.md, step 30).
+# completion (service and pgbench together).
 writes = out / "pg-writes.tsv"
 if writes.exists():
     rows = {}

@@ -1,7 +1,9 @@
-//! Authentication and permissions: seed sections 2.3, 3.2 and 5 and the
-//! check order of DESIGN.md section 2, on every backend. Token changes made
-//! through the service layer (what the CLI runs) take effect on the very next
-//! request of the running server.
+//! Authentication and permissions on every backend: each refusal's code, the
+//! order the checks run in (the one openapi/v2.yaml publishes: EMPTY_TOKEN,
+//! INVALID_TOKEN, TOKEN_NOT_FOUND, TOKEN_DISABLED, EMPTY_ACCESS,
+//! PROJECT_NOT_FOUND, NOT_FOUND, ACCESS_DENIED, then the parameters), and
+//! that a token reaches only its own project. Token changes made through the service layer (what the CLI runs)
+//! take effect on the very next request of the running server.
 
 mod common;
 
@@ -209,9 +211,9 @@ async fn missing_endpoint_permission_is_access_denied(app: TestApp) {
 
 /// `tokens::edit`, as an operator runs it. The request before it made the
 /// server record the token's `last_used_at` in the background; the edit must
-/// wait for that write, never fail with "database is locked" (it did in 2 of
-/// about 10 full-suite runs while the edit's transaction read before writing
-/// on SQLite).
+/// wait for that write, never fail with "database is locked" (as an edit
+/// whose transaction reads before it writes does on SQLite, in about 2 of 10
+/// full-suite runs).
 async fn edit_token(app: &TestApp, id: i64, name: Option<&str>, permissions: &[Permission]) {
     tokens::edit(&app.db, id, name, Some(permissions))
         .await

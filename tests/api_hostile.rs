@@ -1,6 +1,6 @@
-//! Hostile input (issue 5): huge numbers, unicode, SQL metacharacters,
-//! control characters, slow clients. Every answer is a 4xx JSON error (or a
-//! plain success for harmless input) and nothing changes.
+//! Hostile input: huge numbers, unicode, SQL metacharacters, control
+//! characters, slow clients. Every answer is a 4xx JSON error (or a plain
+//! success for harmless input) and nothing changes.
 
 mod common;
 

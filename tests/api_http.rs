@@ -1,6 +1,6 @@
 //! The HTTP surface around the endpoints: every framework rejection is the
-//! seed's JSON (never plain text, never 405), body limits, health, readiness,
-//! the served OpenAPI document and Swagger UI.
+//! contract's JSON error (never plain text, never 405), body limits, health,
+//! readiness, the served OpenAPI document and Swagger UI.
 
 mod common;
 
@@ -111,8 +111,8 @@ async fn body_declared_too_large_with_expect_continue_is_refused_unsent(app: Tes
 /// The client's send buffer is kept small and the body (1 MB: over the
 /// limit, but within what the server drains) larger than the kernel holds
 /// for a server that does not read, so the client is still sending when the
-/// answer is ready; before the server drained such bodies it closed the
-/// connection at that point, and the client's send failed (broken pipe or
+/// answer is ready. A server that does not drain such bodies closes the
+/// connection at that point, and the client's send fails (broken pipe or
 /// connection reset) instead of reading the answer.
 async fn an_answer_before_the_body_is_read_still_reaches_a_client_sending_it(app: TestApp) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

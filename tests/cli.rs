@@ -1,5 +1,5 @@
-//! The command line of DESIGN.md section 3, run as a user would: the real
-//! binary against a fresh sqlite://, postgres:// and mysql:// database.
+//! The command line (every command, text and `--json`), run as a user would:
+//! the real binary against a fresh sqlite://, postgres:// and mysql:// database.
 
 mod common;
 

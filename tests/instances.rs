@@ -1,6 +1,6 @@
-//! Several `masterpay serve` processes on one database (issue 5): exactly
-//! once across instances, and an exact ledger after one instance is killed
-//! with SIGKILL in the middle of a stream of completions.
+//! Several `masterpay serve` processes on one database: exactly once across
+//! instances, and an exact ledger after one instance is killed with SIGKILL
+//! in the middle of a stream of completions.
 
 mod common;
 
