@@ -1,5 +1,5 @@
-//! POST /v2/payment/order/complete: seed sections 3.1 and 4.2 and DESIGN.md
-//! section 2 (atomic, exactly-once completion), on every backend.
+//! POST /v2/payment/order/complete as openapi/v2.yaml and docs/api.md
+//! describe it (atomic, exactly-once completion), on every backend.
 
 mod common;
 

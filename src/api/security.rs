@@ -36,7 +36,7 @@ use crate::{
     state::AppState,
 };
 
-/// The middleware of step 1; see the module docs.
+/// The middleware of the first part of the chain; see the module docs.
 pub struct V2Authentication;
 
 impl<E: Endpoint> Middleware<E> for V2Authentication {
@@ -88,8 +88,9 @@ async fn authenticate(req: &Request) -> Result<Authenticated, ApiError> {
         .map_err(ApiError::from)
 }
 
-/// Step 2: the caller of step 1 (or, should the scheme ever be mounted
-/// without the middleware, a fresh authentication) must hold `permission`.
+/// The second part: the caller the middleware authenticated (or, should the
+/// scheme ever be mounted without it, a fresh authentication) must hold
+/// `permission`.
 async fn authorize(req: &Request, permission: Permission) -> Result<Authenticated> {
     let caller = match req.extensions().get::<Authenticated>() {
         Some(authenticated) => authenticated.clone(),

@@ -1,4 +1,4 @@
-//! Formats fixed by the contract (seed sections 2 and 8), shared by the API
+//! Formats fixed by the contract (openapi/v2.yaml), shared by the API
 //! and the command line so that both accept exactly the same input.
 
 use std::sync::LazyLock;
