@@ -27,9 +27,8 @@ on_every_backend!(
     every_access_log_line_is_written_before_the_server_exits,
     sigterm_drains_a_completion_in_flight,
     a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout,
-    balances_survive_the_account_key_migration_down_and_up,
-    completion_tables_leave_room_for_in_page_updates,
-    log_rows_reference_their_account_through_the_migration,
+    the_schema_goes_down_and_up_again_and_holds_the_rules,
+    entity_relations_are_the_foreign_keys_of_the_schema,
 );
 
 fn masterpay(url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
@@ -41,256 +40,296 @@ fn masterpay(url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Ou
     cmd.output().expect("run masterpay")
 }
 
-/// On PostgreSQL the tables a completion updates keep room in their pages
-/// (`fillfactor = 90`), so that its updates touch no index; rolling the
-/// migration back restores the default. Nothing to see on the others.
-async fn completion_tables_leave_room_for_in_page_updates(app: TestApp) {
-    use migration::{Migrator, MigratorTrait};
-    if app.backend != Backend::Postgres {
-        return;
-    }
-    let with_room = "SELECT COUNT(*) FROM pg_class WHERE relname IN ('payment_orders', 'balances') \
-                     AND relnamespace = current_schema()::regnamespace \
-                     AND 'fillfactor=90' = ANY(reloptions)";
-    assert_eq!(app.count(with_room).await, 2);
-    app.roll_back_through("m20261124_000003_room_for_in_page_updates")
-        .await;
-    assert_eq!(app.count(with_room).await, 0, "down resets the fillfactor");
-    Migrator::up(&app.db, None).await.expect("up");
-    assert_eq!(app.count(with_room).await, 2);
-    // A completion still works on the altered tables.
-    let token = app.full_token().await;
-    let user = app.user("room@example.com").await;
-    let order = app.order(user, None, "3.10", "cstm:paygate").await;
-    assert_eq!(
-        app.complete_order(&token, &order, "cstm:paygate")
-            .await
-            .status,
-        200
-    );
-    assert_eq!(app.main_balance(user, 0).await.to_string(), "3.10");
-}
-
-/// The migration that keys balances by their account rolled back (with the
-/// ones after it) and applied again: every balance keeps its amounts, one
-/// row per account holds in both schemas, and the API reads the same
-/// balances afterwards. On MariaDB, where the change commits by itself, a
-/// migration cut off after it completes on the next start.
-async fn balances_survive_the_account_key_migration_down_and_up(app: TestApp) {
+/// The migration goes down (every table dropped) and up again on a database
+/// a running server has just used, and the schema it makes then holds: the
+/// service completes an order and reads the balance, and the database itself
+/// refuses what the rules forbid (a second row for an account, money out of
+/// range, a balance whose project is not its user's, a log row without its
+/// account or a second one for an order).
+async fn the_schema_goes_down_and_up_again_and_holds_the_rules(app: TestApp) {
     use migration::{Migrator, MigratorTrait};
     use sea_orm::ConnectionTrait;
-    let user = app.user("keyed@example.com").await;
-    let server = app.server("keyed").await;
-    app.set_balance(user, None, "5.00", "6.00").await;
-    app.set_balance(user, Some(server), "7.25", "0.00").await;
-    // After migration 000004 a balance row carries its user's project too.
-    let project = |down: bool| {
-        if down {
-            (String::new(), String::new())
-        } else {
-            (", project_id".to_owned(), format!(", {}", app.project_id))
+    // Used before the rollback, so that the server holds statements and
+    // connections on the tables that go.
+    let token = app.full_token().await;
+    let user = app.user("before@example.com").await;
+    let order = app.order(user, None, "1.00", "cstm:paygate").await;
+    let reply = app.complete_order(&token, &order, "cstm:paygate").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+
+    let tables = match app.backend {
+        Backend::Sqlite => {
+            "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' \
+             AND name NOT IN ('seaql_migrations', 'sqlite_sequence')"
+        }
+        Backend::Postgres => {
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_name <> 'seaql_migrations'"
+        }
+        Backend::MySql => {
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name <> 'seaql_migrations'"
         }
     };
-    let amounts = format!(
-        "SELECT COUNT(*) FROM balances WHERE user_id = {user} AND \
-         ((server_id = 0 AND main_cents = 500 AND bonus_cents = 600) OR \
-          (server_id = {server} AND main_cents = 725 AND bonus_cents = 0))"
-    );
-    for (step, down) in [("down", true), ("up", false)] {
-        if down {
-            app.roll_back_through("m20261124_000002_balances_keyed_by_account")
-                .await;
+    assert_eq!(app.count(tables).await, 8);
+    Migrator::down(&app.db, None).await.expect("down");
+    assert_eq!(app.count(tables).await, 0, "down drops every table");
+    Migrator::up(&app.db, None).await.expect("up");
+    assert_eq!(app.count(tables).await, 8);
+    let storage = match app.backend {
+        Backend::Sqlite => Some(
+            "SELECT COUNT(*) FROM sqlite_schema WHERE name = 'balances' \
+             AND sql LIKE '%WITHOUT ROWID'",
+        ),
+        Backend::Postgres => Some(
+            "SELECT COUNT(*) FROM pg_class WHERE relname IN ('payment_orders', 'balances') \
+             AND relnamespace = current_schema()::regnamespace \
+             AND 'fillfactor=90' = ANY(reloptions)",
+        ),
+        Backend::MySql => None,
+    };
+    if let Some(storage) = storage {
+        let expected = if app.backend == Backend::Postgres {
+            2
         } else {
-            if app.backend == Backend::MySql {
-                // The key changed (one ALTER TABLE, which commits by
-                // itself), then the process stopped before the migration
-                // was recorded.
-                app.exec(
-                    "ALTER TABLE balances DROP COLUMN id, \
-                     ADD PRIMARY KEY (user_id, server_id), DROP INDEX ux_balances_user_server",
-                )
-                .await;
-            }
-            Migrator::up(&app.db, None).await.expect("up");
-        }
-        let (project_column, project_value) = project(down);
-        let duplicate = format!(
-            "INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at{project_column}) \
-             VALUES ({user}, 0, 1, 1, '2026-01-01 00:00:00'{project_value})"
-        );
-        assert_eq!(
-            app.count(&format!(
-                "SELECT COUNT(*) FROM balances WHERE user_id = {user}"
-            ))
-            .await,
-            2,
-            "{step}"
-        );
-        assert_eq!(
-            app.count(&amounts).await,
-            2,
-            "{step}: both rows as they were"
-        );
-        assert!(
-            app.db.execute_unprepared(&duplicate).await.is_err(),
-            "{step}: a second row for an account is refused"
-        );
-        for (refused, why) in [
-            ((user, 999, -1), "a negative balance"),
-            ((user, -1, 0), "a negative server id"),
-            ((user + 1000, 999, 0), "an unknown user"),
-        ] {
-            let (user_id, server_id, cents) = refused;
-            let insert = format!(
-                "INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at{project_column}) \
-                 VALUES ({user_id}, {server_id}, {cents}, 0, '2026-01-01 00:00:00'{project_value})"
-            );
-            assert!(
-                app.db.execute_unprepared(&insert).await.is_err(),
-                "{step}: {why} is refused"
-            );
-        }
-        app.exec(&format!(
-            "INSERT INTO balances (user_id, server_id, updated_at{project_column}) \
-             VALUES ({user}, 998, '2026-01-01 00:00:00'{project_value})"
-        ))
-        .await;
-        assert_eq!(
-            app.count(&format!(
-                "SELECT COUNT(*) FROM balances WHERE user_id = {user} AND server_id = 998 \
-                 AND main_cents = 0 AND bonus_cents = 0"
-            ))
-            .await,
-            1,
-            "{step}: amounts default to zero"
-        );
-        app.exec(&format!(
-            "DELETE FROM balances WHERE user_id = {user} AND server_id = 998"
-        ))
-        .await;
-        assert_eq!(
-            app.has_column("balances", "id").await,
-            down,
-            "{step}: the id column is there only before the migration"
-        );
+            1
+        };
+        assert_eq!(app.count(storage).await, expected, "{storage}");
     }
+
+    // Everything again, from an empty schema. Ids start over with the
+    // tables, so the project made again is the test's own.
+    let project = app.project("Test project").await;
+    assert_eq!(project, app.project_id);
     let token = app.full_token().await;
+    let user = app.user("after@example.com").await;
+    let server = app.server("again").await;
+    let other = app.project("Other").await;
+    let stranger = app.user_in(other, "stranger@example.com").await;
+    app.set_balance(user, None, "5.00", "6.00").await;
+    let order = app.order(user, Some(server), "3.10", "cstm:paygate").await;
+    let reply = app.complete_order(&token, &order, "cstm:paygate").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
     let reply = app
         .get_balance(Some(&token), &format!("server_id={server}&user_id={user}"))
         .await;
-    assert_eq!(reply.status, 200);
-    assert_eq!(reply.body["main_balance"], "7.25");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.body["main_balance"], "3.10");
     let reply = app
         .get_balance(Some(&token), &format!("server_id=0&user_id={user}"))
         .await;
-    assert_eq!(reply.body["main_balance"], "5.00");
     assert_eq!(reply.body["bonus_balance"], "6.00");
-}
 
-/// Migration 000005: an operation-log row references its account (its
-/// balance row), not only its user. Under the new key a log row for an
-/// account without a balance row, or for an unknown user, is refused, and a
-/// completion that opens its account logs it. Rolled back, the key is the
-/// user's again. A log row the old key allowed and the new one does not
-/// stops the migration, which then changes nothing. Every row is kept, and
-/// no log id is handed out twice. On MariaDB, where the key swap commits by
-/// itself, a migration cut off after it completes on the next start.
-async fn log_rows_reference_their_account_through_the_migration(app: TestApp) {
-    use migration::{Migrator, MigratorTrait};
-    use sea_orm::ConnectionTrait;
-    let user = app.user("ledger@example.com").await;
-    let server = app.server("ledger").await;
-    app.set_balance(user, None, "5.00", "6.00").await;
-    let log = |user_id: i64, server_id: i64| {
+    let balance = |user_id: i64, server_id: i64, cents: &str, project_id: i64| {
+        format!(
+            "INSERT INTO balances (user_id, server_id, main_cents, bonus_cents, updated_at, project_id) \
+             VALUES ({user_id}, {server_id}, {cents}, 0, '2026-01-01 00:00:00', {project_id})"
+        )
+    };
+    let log = |user_id: i64, server_id: i64, order_ref: &str| {
         format!(
             "INSERT INTO operation_log (kind, order_ref, user_id, server_id, balance_type, \
              amount_cents, balance_before_cents, balance_after_cents, created_at) \
-             VALUES ('balance_set', NULL, {user_id}, {server_id}, 'main', 0, 0, 0, \
+             VALUES ('balance_set', {order_ref}, {user_id}, {server_id}, 'main', 0, 0, 0, \
              '2026-01-01 00:00:00')"
         )
     };
-    let refused = async |sql: String, why: &str| {
-        assert!(
-            app.db.execute_unprepared(&sql).await.is_err(),
-            "{why} is refused"
-        );
-    };
-    // What the account's key refuses and the user's key does not, and
-    // what both refuse.
-    let account_key_holds = async |when: &str| {
-        refused(
-            log(user, server),
-            &format!("{when}: a log row of an account without a balance"),
-        )
-        .await;
-        refused(
-            log(user + 1000, 0),
-            &format!("{when}: a log row of an unknown user"),
-        )
-        .await;
-    };
-    let rows = "SELECT COUNT(*) FROM operation_log";
-    let highest = "SELECT MAX(id) FROM operation_log";
-    account_key_holds("migrated").await;
-    app.exec(&log(user, 0)).await;
-    let kept = app.count(rows).await;
-    assert_eq!(kept, 3, "two from balance set, one inserted");
-
-    app.roll_back_through("m20261124_000005_log_rows_reference_their_account")
-        .await;
-    refused(log(user + 1000, 0), "under the user's key, an unknown user").await;
-    // A row the user's key allows and the account's key does not.
-    app.exec(&log(user, server)).await;
-    let stray = app.count(highest).await;
-    Migrator::up(&app.db, None)
+    let order_ref = app
+        .count(&format!(
+            "SELECT id FROM payment_orders WHERE order_id = '{order}'"
+        ))
         .await
-        .expect_err("a log row without its account stops the migration");
-    app.exec(&log(user, server)).await;
-    assert_eq!(
-        app.count(rows).await,
-        kept + 2,
-        "the failed migration changed nothing: the user's key still holds"
-    );
+        .to_string();
+    for (refused, why) in [
+        (
+            balance(user, 0, "1", project),
+            "a second row for an account",
+        ),
+        (balance(user, 999, "-1", project), "a negative balance"),
+        (
+            balance(user, 999, "100000000000000000", project),
+            "a balance above the ceiling",
+        ),
+        (balance(user, -1, "0", project), "a negative server id"),
+        (
+            balance(user, 999, "0", other),
+            "another project than the user's",
+        ),
+        (
+            balance(stranger, 999, "0", project),
+            "another project than the user's",
+        ),
+        (balance(user + 1000, 999, "0", project), "an unknown user"),
+        (
+            log(user, 999, "NULL"),
+            "a log row of an account without a balance",
+        ),
+        (
+            log(user, server, &order_ref),
+            "a second log row for an order",
+        ),
+    ] {
+        assert!(
+            app.db.execute_unprepared(&refused).await.is_err(),
+            "{why} is refused: {refused}"
+        );
+    }
+    // Amounts default to zero, and with its account there the log row goes in.
     app.exec(&format!(
-        "DELETE FROM operation_log WHERE server_id = {server}"
+        "INSERT INTO balances (user_id, server_id, updated_at, project_id) \
+         VALUES ({user}, 999, '2026-01-01 00:00:00', {project})"
     ))
     .await;
-
-    if app.backend == Backend::MySql {
-        // The keys swapped (one ALTER TABLE, which commits by itself), then
-        // the process stopped before the migration was recorded.
-        app.exec(
-            "ALTER TABLE operation_log DROP FOREIGN KEY fk_log_user, \
-             ADD CONSTRAINT fk_log_account FOREIGN KEY (user_id, server_id) \
-             REFERENCES balances (user_id, server_id) ON DELETE RESTRICT",
-        )
-        .await;
-    }
-    Migrator::up(&app.db, None).await.expect("up");
-    assert_eq!(app.count(rows).await, kept, "every row is kept");
-    account_key_holds("migrated again").await;
-    app.exec(&log(user, 0)).await;
-    assert!(
-        app.count(highest).await > stray + 1,
-        "a new log row's id comes after every id handed out before"
-    );
-
-    let token = app.full_token().await;
-    let newcomer = app.user("newcomer@example.com").await;
-    let order = app
-        .order(newcomer, Some(server), "3.10", "cstm:paygate")
-        .await;
-    let reply = app.complete_order(&token, &order, "cstm:paygate").await;
-    assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(
         app.count(&format!(
-            "SELECT COUNT(*) FROM operation_log WHERE user_id = {newcomer} \
-             AND server_id = {server} AND amount_cents = 310"
+            "SELECT COUNT(*) FROM balances WHERE user_id = {user} AND server_id = 999 \
+             AND main_cents = 0 AND bonus_cents = 0"
         ))
         .await,
-        1,
-        "a completion that opens its account logs it"
+        1
     );
+    app.exec(&log(user, 999, "NULL")).await;
+}
+
+/// The entities' `belongs_to` relations are exactly the database's foreign
+/// keys: same columns, same referenced key, same `ON DELETE`, and (where the
+/// database keeps them; SQLite does not) same names.
+async fn entity_relations_are_the_foreign_keys_of_the_schema(app: TestApp) {
+    use sea_orm::{
+        ConnectionTrait, Iterable, RelationTrait, Statement,
+        sea_query::{ForeignKeyCreateStatement, TableName, TableRef},
+    };
+    let named = app.backend != Backend::Sqlite;
+    let key = |name: &str,
+               table: &str,
+               columns: &[String],
+               to: &str,
+               to_columns: &[String],
+               on_delete: &str| {
+        let name = if named { name } else { "" };
+        format!(
+            "{name}: {table} ({}) -> {to} ({}) ON DELETE {}",
+            columns.join(", "),
+            to_columns.join(", "),
+            on_delete.to_uppercase()
+        )
+    };
+
+    fn belongs_to<R: RelationTrait + Iterable>() -> Vec<ForeignKeyCreateStatement> {
+        R::iter()
+            .map(|relation| relation.def())
+            // sea-orm marks `belongs_to` as the side that is not the owner.
+            .filter(|def| !def.is_owner)
+            .map(Into::<ForeignKeyCreateStatement>::into)
+            .collect()
+    }
+    let table_name = |table: Option<&TableRef>| match table {
+        Some(TableRef::Table(TableName(_, name), _)) => name.to_string(),
+        other => panic!("not a table: {other:?}"),
+    };
+    let mut declared: Vec<String> = [
+        belongs_to::<entity::project::Relation>(),
+        belongs_to::<entity::user::Relation>(),
+        belongs_to::<entity::server::Relation>(),
+        belongs_to::<entity::balance::Relation>(),
+        belongs_to::<entity::payment_order::Relation>(),
+        belongs_to::<entity::app_token::Relation>(),
+        belongs_to::<entity::token_permission::Relation>(),
+        belongs_to::<entity::operation_log::Relation>(),
+    ]
+    .concat()
+    .iter()
+    .map(|statement| {
+        let fk = statement.get_foreign_key();
+        key(
+            fk.get_name().expect("a named key"),
+            &table_name(fk.get_table()),
+            &fk.get_columns(),
+            &table_name(fk.get_ref_table()),
+            &fk.get_ref_columns(),
+            &format!("{:?}", fk.get_on_delete().expect("ON DELETE declared")),
+        )
+    })
+    .collect();
+    declared.sort();
+
+    // One row per column of a key: its name (SQLite: its number within the
+    // table), table, column, referenced table, referenced column, action.
+    let sql = match app.backend {
+        Backend::Sqlite => {
+            "SELECT CAST(p.id AS TEXT), m.name, p.\"from\", p.\"table\", p.\"to\", p.on_delete \
+             FROM sqlite_schema AS m, pragma_foreign_key_list(m.name) AS p \
+             WHERE m.type = 'table' ORDER BY m.name, p.id, p.seq"
+        }
+        Backend::Postgres => {
+            "SELECT c.conname::text, c.conrelid::regclass::text, a.attname::text, \
+             c.confrelid::regclass::text, r.attname::text, \
+             CASE c.confdeltype WHEN 'r' THEN 'RESTRICT' WHEN 'c' THEN 'CASCADE' \
+             ELSE c.confdeltype::text END \
+             FROM pg_constraint AS c, unnest(c.conkey, c.confkey) WITH ORDINALITY AS k(col, ref, n), \
+             pg_attribute AS a, pg_attribute AS r \
+             WHERE c.contype = 'f' AND c.connamespace = current_schema()::regnamespace \
+             AND a.attrelid = c.conrelid AND a.attnum = k.col \
+             AND r.attrelid = c.confrelid AND r.attnum = k.ref \
+             ORDER BY 2, 1, k.n"
+        }
+        Backend::MySql => {
+            "SELECT k.constraint_name, k.table_name, k.column_name, k.referenced_table_name, \
+             k.referenced_column_name, c.delete_rule \
+             FROM information_schema.key_column_usage AS k \
+             JOIN information_schema.referential_constraints AS c \
+             ON c.constraint_schema = k.constraint_schema AND c.constraint_name = k.constraint_name \
+             WHERE k.table_schema = DATABASE() AND k.referenced_table_name IS NOT NULL \
+             ORDER BY k.table_name, k.constraint_name, k.ordinal_position"
+        }
+    };
+    let rows = app
+        .db
+        .query_all_raw(Statement::from_string(app.backend_kind(), sql))
+        .await
+        .expect("foreign keys");
+    struct Found {
+        name: String,
+        table: String,
+        columns: Vec<String>,
+        to: String,
+        to_columns: Vec<String>,
+        on_delete: String,
+    }
+    let mut keys: Vec<Found> = Vec::new();
+    for row in rows {
+        let text = |i: usize| row.try_get_by_index::<String>(i).expect("text");
+        let (name, table) = (text(0), text(1));
+        match keys.last_mut() {
+            Some(last) if last.name == name && last.table == table => {
+                last.columns.push(text(2));
+                last.to_columns.push(text(4));
+            }
+            _ => keys.push(Found {
+                name,
+                table,
+                columns: vec![text(2)],
+                to: text(3),
+                to_columns: vec![text(4)],
+                on_delete: text(5),
+            }),
+        }
+    }
+    let mut found: Vec<String> = keys
+        .iter()
+        .map(|k| {
+            key(
+                &k.name,
+                &k.table,
+                &k.columns,
+                &k.to,
+                &k.to_columns,
+                &k.on_delete,
+            )
+        })
+        .collect();
+    found.sort();
+    assert_eq!(found, declared);
 }
 
 async fn audit_passes_on_a_consistent_ledger_and_names_every_mismatch(app: TestApp) {

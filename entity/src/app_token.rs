@@ -33,6 +33,29 @@ impl std::fmt::Debug for Model {
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-pub enum Relation {}
+pub enum Relation {
+    #[sea_orm(
+        belongs_to = "super::project::Entity",
+        from = "Column::ProjectId",
+        to = "super::project::Column::Id",
+        on_delete = "Restrict",
+        fk_name = "fk_tokens_project"
+    )]
+    Project,
+    #[sea_orm(has_many = "super::token_permission::Entity")]
+    TokenPermission,
+}
+
+impl Related<super::project::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::Project.def()
+    }
+}
+
+impl Related<super::token_permission::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::TokenPermission.def()
+    }
+}
 
 impl ActiveModelBehavior for ActiveModel {}

@@ -9,7 +9,7 @@ use sea_orm::entity::prelude::*;
 pub const GENERAL_ACCOUNT: i64 = 0;
 
 /// Keyed by its account, (user, server): every statement finds a balance
-/// that way (migration `m20261124_000002_balances_keyed_by_account`).
+/// that way.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "balances")]
 pub struct Model {
@@ -24,12 +24,35 @@ pub struct Model {
     pub updated_at: ChronoDateTimeUtc,
     /// The user's project, kept equal to it by the foreign key
     /// `(user_id, project_id)` → `users (id, project_id)`: a lookup finds the
-    /// balance of a project's user without reading the user (migration
-    /// `m20261124_000004_balances_carry_their_project`).
+    /// balance of a project's user without reading the user.
     pub project_id: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-pub enum Relation {}
+pub enum Relation {
+    /// Through the pair, so that the row's project is its user's.
+    #[sea_orm(
+        belongs_to = "super::user::Entity",
+        from = "(Column::UserId, Column::ProjectId)",
+        to = "(super::user::Column::Id, super::user::Column::ProjectId)",
+        on_delete = "Restrict",
+        fk_name = "fk_balances_user_project"
+    )]
+    User,
+    #[sea_orm(has_many = "super::operation_log::Entity")]
+    OperationLog,
+}
+
+impl Related<super::user::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::User.def()
+    }
+}
+
+impl Related<super::operation_log::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::OperationLog.def()
+    }
+}
 
 impl ActiveModelBehavior for ActiveModel {}

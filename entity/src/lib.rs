@@ -5,6 +5,10 @@
 //! figures. Conversion to `rust_decimal::Decimal` happens only at the edges
 //! (`masterpay::money`). Every id is `i64` on every backend, because mixing
 //! `i32` and `i64` binds for one column breaks PostgreSQL's prepared statements.
+//!
+//! Each `Relation` enum declares the foreign keys of its table as the
+//! `migration` crate creates them (same names, same `ON DELETE`), and the
+//! `has_many` side of the keys that point to it.
 
 pub mod app_token;
 pub mod balance;

@@ -33,6 +33,38 @@ pub struct Model {
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-pub enum Relation {}
+pub enum Relation {
+    /// The order credited; none for `balance_set` rows.
+    #[sea_orm(
+        belongs_to = "super::payment_order::Entity",
+        from = "Column::OrderRef",
+        to = "super::payment_order::Column::Id",
+        on_delete = "Restrict",
+        fk_name = "fk_log_order"
+    )]
+    PaymentOrder,
+    /// The account changed: the balance row, written first in the same
+    /// transaction.
+    #[sea_orm(
+        belongs_to = "super::balance::Entity",
+        from = "(Column::UserId, Column::ServerId)",
+        to = "(super::balance::Column::UserId, super::balance::Column::ServerId)",
+        on_delete = "Restrict",
+        fk_name = "fk_log_account"
+    )]
+    Balance,
+}
+
+impl Related<super::payment_order::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::PaymentOrder.def()
+    }
+}
+
+impl Related<super::balance::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::Balance.def()
+    }
+}
 
 impl ActiveModelBehavior for ActiveModel {}

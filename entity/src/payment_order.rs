@@ -28,6 +28,58 @@ pub struct Model {
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-pub enum Relation {}
+pub enum Relation {
+    #[sea_orm(
+        belongs_to = "super::project::Entity",
+        from = "Column::ProjectId",
+        to = "super::project::Column::Id",
+        on_delete = "Restrict",
+        fk_name = "fk_orders_project"
+    )]
+    Project,
+    #[sea_orm(
+        belongs_to = "super::user::Entity",
+        from = "Column::UserId",
+        to = "super::user::Column::Id",
+        on_delete = "Restrict",
+        fk_name = "fk_orders_user"
+    )]
+    User,
+    #[sea_orm(
+        belongs_to = "super::server::Entity",
+        from = "Column::ServerId",
+        to = "super::server::Column::Id",
+        on_delete = "Restrict",
+        fk_name = "fk_orders_server"
+    )]
+    Server,
+    /// At most one row: `order_ref` is unique.
+    #[sea_orm(has_many = "super::operation_log::Entity")]
+    OperationLog,
+}
+
+impl Related<super::project::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::Project.def()
+    }
+}
+
+impl Related<super::user::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::User.def()
+    }
+}
+
+impl Related<super::server::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::Server.def()
+    }
+}
+
+impl Related<super::operation_log::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::OperationLog.def()
+    }
+}
 
 impl ActiveModelBehavior for ActiveModel {}

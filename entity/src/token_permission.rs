@@ -12,6 +12,22 @@ pub struct Model {
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-pub enum Relation {}
+pub enum Relation {
+    /// Deleting a token deletes its permissions.
+    #[sea_orm(
+        belongs_to = "super::app_token::Entity",
+        from = "Column::TokenId",
+        to = "super::app_token::Column::Id",
+        on_delete = "Cascade",
+        fk_name = "fk_permissions_token"
+    )]
+    AppToken,
+}
+
+impl Related<super::app_token::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::AppToken.def()
+    }
+}
 
 impl ActiveModelBehavior for ActiveModel {}

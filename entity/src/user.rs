@@ -12,6 +12,37 @@ pub struct Model {
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-pub enum Relation {}
+pub enum Relation {
+    #[sea_orm(
+        belongs_to = "super::project::Entity",
+        from = "Column::ProjectId",
+        to = "super::project::Column::Id",
+        on_delete = "Restrict",
+        fk_name = "fk_users_project"
+    )]
+    Project,
+    #[sea_orm(has_many = "super::balance::Entity")]
+    Balance,
+    #[sea_orm(has_many = "super::payment_order::Entity")]
+    PaymentOrder,
+}
+
+impl Related<super::project::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::Project.def()
+    }
+}
+
+impl Related<super::balance::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::Balance.def()
+    }
+}
+
+impl Related<super::payment_order::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::PaymentOrder.def()
+    }
+}
 
 impl ActiveModelBehavior for ActiveModel {}

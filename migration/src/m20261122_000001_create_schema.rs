@@ -1,10 +1,36 @@
-//! The initial schema: projects, users, servers, balances, payment orders,
+//! The schema: projects, users, servers, balances, payment orders,
 //! application tokens with their permissions, and the operation log.
 //!
 //! Money is `BIGINT` minor units everywhere (see the `entity` crate docs).
 //! The largest amount the service accepts is 10^17 - 1 cents, i.e. fifteen
 //! integer digits; the balance columns carry the same ceiling as a CHECK, so a
 //! credit that would pass it fails inside its transaction and rolls back.
+//!
+//! Shaped by what the request path reads and writes:
+//!
+//! - A balance row is keyed by its account, `(user_id, server_id)`, the key
+//!   every statement finds it by. SQLite stores the rows in that key's B-tree
+//!   (`WITHOUT ROWID`) and InnoDB clusters them by it, so a lookup or a
+//!   credit reads one B-tree, not a unique index and then the row.
+//! - A balance row carries its user's project, kept equal to it by the
+//!   foreign key `(user_id, project_id)` → `users (id, project_id)`: a lookup
+//!   of a project's user reads the balance row alone, and `users` only when
+//!   there is none (to tell a user without a balance from no such user). A
+//!   user never changes project, so the copy cannot go stale.
+//! - An operation-log row references its account (`balances`), not its user.
+//!   Every writer changes the balance row first and logs after it in the
+//!   same transaction, so the key says all a key to `users` would, and its
+//!   check (PostgreSQL locks the referenced row, InnoDB too) lands on the row
+//!   just updated instead of dirtying a random user's page.
+//! - On PostgreSQL `payment_orders` and `balances` keep 10 % of each page
+//!   free (`fillfactor = 90`). A completion changes only unindexed columns,
+//!   so with room in the page its updates are heap-only and touch no index.
+//!   SQLite and MariaDB have no such setting (InnoDB updates rows in place).
+//!
+//! PostgreSQL runs the migration in one transaction. SQLite and MariaDB run
+//! its statements one by one (MariaDB commits each DDL statement by itself);
+//! tables are created `IF NOT EXISTS`, and so are indexes except on MariaDB,
+//! where sea-query leaves it out because MySQL has no such clause.
 
 use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
 
@@ -52,10 +78,12 @@ fn time<T: IntoIden>(col: T, backend: DbBackend) -> ColumnDef {
     instant(col, backend).not_null().to_owned()
 }
 
+/// A foreign key from `from` (a table and its columns) to `to`; a row that
+/// is referenced cannot be deleted.
 fn fk(
     name: &str,
-    from: (impl IntoIden, impl IntoIden),
-    to: (impl IntoIden, impl IntoIden),
+    from: (impl IntoIden, impl IdenList),
+    to: (impl IntoIden, impl IdenList),
 ) -> ForeignKeyCreateStatement {
     ForeignKey::create()
         .name(name)
@@ -64,6 +92,10 @@ fn fk(
         .on_delete(ForeignKeyAction::Restrict)
         .to_owned()
 }
+
+/// What PostgreSQL adds to the tables a completion updates: room in each
+/// page for the new row versions (see the module docs).
+const ROOM_FOR_UPDATES: &str = "WITH (fillfactor = 90)";
 
 fn index(
     name: &str,
@@ -104,23 +136,33 @@ impl MigrationTrait for Migration {
             )
             .await?;
 
-        manager
-            .create_table(
-                Table::create()
-                    .table(Users::Table)
-                    .if_not_exists()
-                    .col(id(Users::Id))
-                    .col(big(Users::ProjectId))
-                    .col(text(Users::Email, 254))
-                    .col(time(Users::CreatedAt, db))
-                    .foreign_key(&mut fk(
-                        "fk_users_project",
-                        (Users::Table, Users::ProjectId),
-                        (Projects::Table, Projects::Id),
-                    ))
-                    .to_owned(),
-            )
-            .await?;
+        // `ux_users_id_project` is what the balances' composite foreign key
+        // points to: a foreign key must reference a unique key on every
+        // backend, and `id` alone is not the pair. PostgreSQL has it as a
+        // constraint of the table, the others as an index.
+        let mut users = Table::create();
+        users
+            .table(Users::Table)
+            .if_not_exists()
+            .col(id(Users::Id))
+            .col(big(Users::ProjectId))
+            .col(text(Users::Email, 254))
+            .col(time(Users::CreatedAt, db))
+            .foreign_key(&mut fk(
+                "fk_users_project",
+                (Users::Table, Users::ProjectId),
+                (Projects::Table, Projects::Id),
+            ));
+        if db == DbBackend::Postgres {
+            users.index(
+                Index::create()
+                    .name("ux_users_id_project")
+                    .col(Users::Id)
+                    .col(Users::ProjectId)
+                    .unique(),
+            );
+        }
+        manager.create_table(users).await?;
         manager
             .create_index(index(
                 "ux_users_project_email",
@@ -129,6 +171,16 @@ impl MigrationTrait for Migration {
                 true,
             ))
             .await?;
+        if db != DbBackend::Postgres {
+            manager
+                .create_index(index(
+                    "ux_users_id_project",
+                    Users::Table,
+                    &["id", "project_id"],
+                    true,
+                ))
+                .await?;
+        }
 
         manager
             .create_table(
@@ -156,90 +208,91 @@ impl MigrationTrait for Migration {
             ))
             .await?;
 
-        manager
-            .create_table(
-                Table::create()
-                    .table(Balances::Table)
-                    .if_not_exists()
-                    .col(id(Balances::Id))
-                    .col(big(Balances::UserId))
-                    .col(
-                        big(Balances::ServerId)
-                            .check(Expr::col(Balances::ServerId).gte(0))
-                            .to_owned(),
-                    )
-                    .col(
-                        big(Balances::MainCents)
-                            .default(0)
-                            .check(Expr::col(Balances::MainCents).between(0, MAX_CENTS))
-                            .to_owned(),
-                    )
-                    .col(
-                        big(Balances::BonusCents)
-                            .default(0)
-                            .check(Expr::col(Balances::BonusCents).between(0, MAX_CENTS))
-                            .to_owned(),
-                    )
-                    .col(time(Balances::UpdatedAt, db))
-                    .foreign_key(&mut fk(
-                        "fk_balances_user",
-                        (Balances::Table, Balances::UserId),
-                        (Users::Table, Users::Id),
-                    ))
+        // Keyed by the account; no foreign key on `server_id`, whose 0 (the
+        // general account) is not a row of `servers`.
+        let mut balances = Table::create();
+        balances
+            .table(Balances::Table)
+            .if_not_exists()
+            .col(big(Balances::UserId))
+            .col(
+                big(Balances::ServerId)
+                    .check(Expr::col(Balances::ServerId).gte(0))
                     .to_owned(),
             )
-            .await?;
-        manager
-            .create_index(index(
-                "ux_balances_user_server",
-                Balances::Table,
-                &["user_id", "server_id"],
-                true,
-            ))
-            .await?;
+            .col(
+                big(Balances::MainCents)
+                    .default(0)
+                    .check(Expr::col(Balances::MainCents).between(0, MAX_CENTS))
+                    .to_owned(),
+            )
+            .col(
+                big(Balances::BonusCents)
+                    .default(0)
+                    .check(Expr::col(Balances::BonusCents).between(0, MAX_CENTS))
+                    .to_owned(),
+            )
+            .col(time(Balances::UpdatedAt, db))
+            .col(big(Balances::ProjectId))
+            .primary_key(
+                Index::create()
+                    .col(Balances::UserId)
+                    .col(Balances::ServerId),
+            )
+            .foreign_key(&mut fk(
+                "fk_balances_user_project",
+                (Balances::Table, (Balances::UserId, Balances::ProjectId)),
+                (Users::Table, (Users::Id, Users::ProjectId)),
+            ));
+        if db == DbBackend::Sqlite {
+            balances.extra("WITHOUT ROWID");
+        } else if db == DbBackend::Postgres {
+            balances.extra(ROOM_FOR_UPDATES);
+        }
+        manager.create_table(balances).await?;
 
-        manager
-            .create_table(
-                Table::create()
-                    .table(PaymentOrders::Table)
-                    .if_not_exists()
-                    .col(id(PaymentOrders::Id))
-                    .col(text(PaymentOrders::OrderId, 20))
-                    .col(big(PaymentOrders::ProjectId))
-                    .col(big(PaymentOrders::UserId))
-                    .col(ColumnDef::new(PaymentOrders::ServerId).big_integer().null())
-                    .col(text(PaymentOrders::PaymentSystem, 32))
-                    .col(
-                        big(PaymentOrders::AmountCents)
-                            .check(Expr::col(PaymentOrders::AmountCents).between(1, MAX_CENTS))
-                            .to_owned(),
-                    )
-                    .col(text(PaymentOrders::Status, 16))
-                    .col(
-                        ColumnDef::new(PaymentOrders::PaymentId)
-                            .string_len(255)
-                            .null(),
-                    )
-                    .col(time(PaymentOrders::CreatedAt, db))
-                    .col(instant(PaymentOrders::CompletedAt, db).null().to_owned())
-                    .foreign_key(&mut fk(
-                        "fk_orders_project",
-                        (PaymentOrders::Table, PaymentOrders::ProjectId),
-                        (Projects::Table, Projects::Id),
-                    ))
-                    .foreign_key(&mut fk(
-                        "fk_orders_user",
-                        (PaymentOrders::Table, PaymentOrders::UserId),
-                        (Users::Table, Users::Id),
-                    ))
-                    .foreign_key(&mut fk(
-                        "fk_orders_server",
-                        (PaymentOrders::Table, PaymentOrders::ServerId),
-                        (Servers::Table, Servers::Id),
-                    ))
+        let mut orders = Table::create();
+        orders
+            .table(PaymentOrders::Table)
+            .if_not_exists()
+            .col(id(PaymentOrders::Id))
+            .col(text(PaymentOrders::OrderId, 20))
+            .col(big(PaymentOrders::ProjectId))
+            .col(big(PaymentOrders::UserId))
+            .col(ColumnDef::new(PaymentOrders::ServerId).big_integer().null())
+            .col(text(PaymentOrders::PaymentSystem, 32))
+            .col(
+                big(PaymentOrders::AmountCents)
+                    .check(Expr::col(PaymentOrders::AmountCents).between(1, MAX_CENTS))
                     .to_owned(),
             )
-            .await?;
+            .col(text(PaymentOrders::Status, 16))
+            .col(
+                ColumnDef::new(PaymentOrders::PaymentId)
+                    .string_len(255)
+                    .null(),
+            )
+            .col(time(PaymentOrders::CreatedAt, db))
+            .col(instant(PaymentOrders::CompletedAt, db).null().to_owned())
+            .foreign_key(&mut fk(
+                "fk_orders_project",
+                (PaymentOrders::Table, PaymentOrders::ProjectId),
+                (Projects::Table, Projects::Id),
+            ))
+            .foreign_key(&mut fk(
+                "fk_orders_user",
+                (PaymentOrders::Table, PaymentOrders::UserId),
+                (Users::Table, Users::Id),
+            ))
+            .foreign_key(&mut fk(
+                "fk_orders_server",
+                (PaymentOrders::Table, PaymentOrders::ServerId),
+                (Servers::Table, Servers::Id),
+            ));
+        if db == DbBackend::Postgres {
+            orders.extra(ROOM_FOR_UPDATES);
+        }
+        manager.create_table(orders).await?;
         manager
             .create_index(index(
                 "ux_orders_order_id",
@@ -357,9 +410,12 @@ impl MigrationTrait for Migration {
                         (PaymentOrders::Table, PaymentOrders::Id),
                     ))
                     .foreign_key(&mut fk(
-                        "fk_log_user",
-                        (OperationLog::Table, OperationLog::UserId),
-                        (Users::Table, Users::Id),
+                        "fk_log_account",
+                        (
+                            OperationLog::Table,
+                            (OperationLog::UserId, OperationLog::ServerId),
+                        ),
+                        (Balances::Table, (Balances::UserId, Balances::ServerId)),
                     ))
                     .to_owned(),
             )
@@ -375,6 +431,9 @@ impl MigrationTrait for Migration {
                 true,
             ))
             .await?;
+        // One account's entries in order: `masterpay audit`'s sums per
+        // account, queries of one account's history, and on MariaDB (where a
+        // foreign key needs an index) the index of `fk_log_account`.
         manager
             .create_index(index(
                 "ix_log_account",
@@ -435,12 +494,12 @@ enum Servers {
 #[derive(DeriveIden)]
 enum Balances {
     Table,
-    Id,
     UserId,
     ServerId,
     MainCents,
     BonusCents,
     UpdatedAt,
+    ProjectId,
 }
 
 #[derive(DeriveIden)]

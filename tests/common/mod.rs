@@ -392,45 +392,6 @@ impl TestApp {
             .expect("one row");
         row.try_get_by_index::<i64>(0).expect("integer")
     }
-
-    /// Rolls back the migration named `name` and every one after it, so
-    /// that a test names the schema it goes back to, whatever migrations
-    /// come later. From a fully migrated database (as every test starts).
-    pub async fn roll_back_through(&self, name: &str) {
-        use migration::{Migrator, MigratorTrait};
-        let names: Vec<String> = Migrator::migrations()
-            .iter()
-            .map(|migration| migration.name().to_owned())
-            .collect();
-        let position = names
-            .iter()
-            .position(|known| known == name)
-            .unwrap_or_else(|| panic!("no migration {name}"));
-        let steps = u32::try_from(names.len() - position).expect("a few migrations");
-        Migrator::down(&self.db, Some(steps))
-            .await
-            .unwrap_or_else(|err| panic!("rolling back through {name}: {err}"));
-    }
-
-    /// Whether `table` of the test database has a column `column`.
-    pub async fn has_column(&self, table: &str, column: &str) -> bool {
-        let sql = match self.backend_kind() {
-            DbBackend::Sqlite => {
-                format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = '{column}'")
-            }
-            DbBackend::Postgres => format!(
-                "SELECT COUNT(*) FROM information_schema.columns \
-                 WHERE table_schema = current_schema() AND table_name = '{table}' \
-                 AND column_name = '{column}'"
-            ),
-            _ => format!(
-                "SELECT COUNT(*) FROM information_schema.columns \
-                 WHERE table_schema = DATABASE() AND table_name = '{table}' \
-                 AND column_name = '{column}'"
-            ),
-        };
-        self.count(&sql).await > 0
-    }
 }
 
 impl Drop for TestApp {
