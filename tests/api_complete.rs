@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use sea_orm::ConnectionTrait;
 
 use common::{Backend, TestApp};
-use entity::payment_order;
+use entity::payment_order::{self, OrderStatus};
 use masterpay::service::orders::{self, CompleteError, CompletedOrder, Completion};
 use serde_json::{Value, json};
 
@@ -59,7 +59,7 @@ async fn completion_sets_status_credits_main_balance_and_logs_once(app: TestApp)
     let r = app.complete_order(&token, &order, "cstm:paygate").await;
     assert_eq!(r.status, 200, "{}", r.text);
     let row = order_row(&app, &order).await;
-    assert_eq!(row.status, "completed");
+    assert_eq!(row.status, OrderStatus::Completed);
     assert!(row.completed_at.is_some());
     assert_eq!(app.main_balance(user, 0).await.to_string(), "110.25");
     let bonus = app
@@ -156,7 +156,7 @@ async fn order_of_another_project_is_order_not_found(app: TestApp) {
     app.complete_order(&token, &order, "cstm:paygate")
         .await
         .assert_error(404, "ORDER_NOT_FOUND");
-    assert_eq!(order_row(&app, &order).await.status, "pending");
+    assert_eq!(order_row(&app, &order).await.status, OrderStatus::Pending);
     assert_eq!(app.main_balance(stranger, 0).await.to_string(), "0.00");
 }
 
@@ -167,7 +167,7 @@ async fn other_payment_system_is_order_not_found_and_changes_nothing(app: TestAp
     app.complete_order(&token, &order, "cstm:othergate")
         .await
         .assert_error(404, "ORDER_NOT_FOUND");
-    assert_eq!(order_row(&app, &order).await.status, "pending");
+    assert_eq!(order_row(&app, &order).await.status, OrderStatus::Pending);
     assert_eq!(app.main_balance(user, 0).await.to_string(), "0.00");
     assert_eq!(log_rows(&app).await, 0);
 }
@@ -205,7 +205,7 @@ async fn malformed_payment_system_and_order_id_are_validation_errors(app: TestAp
     )
     .await
     .assert_validation(&["order_id", "payment_system"]);
-    assert_eq!(order_row(&app, &order).await.status, "pending");
+    assert_eq!(order_row(&app, &order).await.status, OrderStatus::Pending);
 }
 
 async fn missing_fields_are_each_reported(app: TestApp) {
@@ -271,7 +271,7 @@ async fn payment_id_longer_than_255_or_not_a_string_is_validation_error(app: Tes
             .await
             .assert_validation(&["payment_id"]);
     }
-    assert_eq!(order_row(&app, &order).await.status, "pending");
+    assert_eq!(order_row(&app, &order).await.status, OrderStatus::Pending);
 }
 
 async fn body_that_is_not_a_json_object_is_validation_error_under_body(app: TestApp) {
@@ -394,7 +394,7 @@ async fn failing_status_update_is_order_update_failed_and_changes_nothing(app: T
     app.complete_order(&token, &order, "cstm:paygate")
         .await
         .assert_error(500, "ORDER_UPDATE_FAILED");
-    assert_eq!(order_row(&app, &order).await.status, "pending");
+    assert_eq!(order_row(&app, &order).await.status, OrderStatus::Pending);
     assert_eq!(app.main_balance(user, 0).await.to_string(), "0.00");
     assert_eq!(log_rows(&app).await, 0);
     // The failure leaves nothing half-done: a retry succeeds once the cause is gone.
@@ -419,7 +419,7 @@ async fn failing_operation_log_is_payment_processing_error_and_rolls_back(app: T
         .assert_error(500, "PAYMENT_PROCESSING_ERROR");
     assert_eq!(
         order_row(&app, &order).await.status,
-        "pending",
+        OrderStatus::Pending,
         "status rolled back"
     );
     assert_eq!(
@@ -447,7 +447,7 @@ async fn credit_past_the_balance_ceiling_is_payment_processing_error_and_rolls_b
     app.complete_order(&token, &order, "cstm:paygate")
         .await
         .assert_error(500, "PAYMENT_PROCESSING_ERROR");
-    assert_eq!(order_row(&app, &order).await.status, "pending");
+    assert_eq!(order_row(&app, &order).await.status, OrderStatus::Pending);
     assert_eq!(
         app.main_balance(user, 0).await.to_string(),
         "999999999999999.99"
@@ -622,10 +622,13 @@ async fn completions_queued_together_are_credited_in_turn(app: TestApp) {
     assert_eq!(log_rows(&app).await, 5);
     for (order, payment_id) in [(&a, format!("pay-{a}")), (&d, format!("pay-{d}"))] {
         let row = order_row(&app, order).await;
-        assert_eq!(row.status, "completed");
+        assert_eq!(row.status, OrderStatus::Completed);
         assert_eq!(row.payment_id, Some(payment_id));
     }
-    assert_eq!(order_row(&app, &other_system).await.status, "pending");
+    assert_eq!(
+        order_row(&app, &other_system).await.status,
+        OrderStatus::Pending
+    );
     if app.backend == Backend::Postgres {
         // One transaction for the seven distinct orders; each later request
         // for an order already in it waited for it, one after the other.
@@ -661,7 +664,10 @@ async fn a_failing_order_fails_alone_in_its_batch(app: TestApp) {
         answers[1]
     );
     assert_eq!(balance_after(&answers[2]), "3.00");
-    assert_eq!(order_row(&app, &too_much).await.status, "pending");
+    assert_eq!(
+        order_row(&app, &too_much).await.status,
+        OrderStatus::Pending
+    );
     assert_eq!(
         app.main_balance(whale, 0).await.to_string(),
         "999999999999999.99"
@@ -725,7 +731,7 @@ async fn duplicate_webhooks_for_many_orders_at_once_credit_each_once(app: TestAp
     for (order, user, account, amount) in &orders {
         let cents = amount.replace('.', "").parse::<i64>().unwrap();
         *expected.entry((*user, *account)).or_default() += cents;
-        assert_eq!(order_row(&app, order).await.status, "completed");
+        assert_eq!(order_row(&app, order).await.status, OrderStatus::Completed);
     }
     for ((user, account), total) in &expected {
         let balance = app.main_balance(*user, *account).await;

@@ -42,19 +42,11 @@ pub enum Relation {
         fk_name = "fk_tokens_project"
     )]
     Project,
-    #[sea_orm(has_many = "super::token_permission::Entity")]
-    TokenPermission,
 }
 
 impl Related<super::project::Entity> for Entity {
     fn to() -> RelationDef {
         Relation::Project.def()
-    }
-}
-
-impl Related<super::token_permission::Entity> for Entity {
-    fn to() -> RelationDef {
-        Relation::TokenPermission.def()
     }
 }
 

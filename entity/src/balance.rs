@@ -39,19 +39,11 @@ pub enum Relation {
         fk_name = "fk_balances_user_project"
     )]
     User,
-    #[sea_orm(has_many = "super::operation_log::Entity")]
-    OperationLog,
 }
 
 impl Related<super::user::Entity> for Entity {
     fn to() -> RelationDef {
         Relation::User.def()
-    }
-}
-
-impl Related<super::operation_log::Entity> for Entity {
-    fn to() -> RelationDef {
-        Relation::OperationLog.def()
     }
 }
 

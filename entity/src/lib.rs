@@ -7,8 +7,11 @@
 //! `i32` and `i64` binds for one column breaks PostgreSQL's prepared statements.
 //!
 //! Each `Relation` enum declares the foreign keys of its table as the
-//! `migration` crate creates them (same names, same `ON DELETE`), and the
-//! `has_many` side of the keys that point to it.
+//! `migration` crate creates them (same names, same `ON DELETE`): a table
+//! names the tables it references, never the other way round, so the
+//! modules import each other in one direction only. Columns that hold one of
+//! a few words (an order's status, a log row's kind and balance type) are
+//! active enums.
 
 pub mod app_token;
 pub mod balance;

@@ -7,24 +7,40 @@
 //! zero gives its current balance, which is what `masterpay audit` checks.
 use sea_orm::entity::prelude::*;
 
-/// A row written by a completed order.
-pub const KIND_ORDER_CREDIT: &str = "order_credit";
-/// A row written by the `balance set` command.
-pub const KIND_BALANCE_SET: &str = "balance_set";
+/// What wrote a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, EnumIter, DeriveActiveEnum)]
+#[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
+pub enum LogKind {
+    /// A completed order's credit of a main balance.
+    #[sea_orm(string_value = "order_credit")]
+    OrderCredit,
+    /// The `balance set` command.
+    #[sea_orm(string_value = "balance_set")]
+    BalanceSet,
+}
+
+/// Which of an account's two balances a row changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, EnumIter, DeriveActiveEnum)]
+#[sea_orm(rs_type = "String", db_type = "String(StringLen::N(8))")]
+pub enum BalanceType {
+    #[sea_orm(string_value = "main")]
+    Main,
+    #[sea_orm(string_value = "bonus")]
+    Bonus,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "operation_log")]
 pub struct Model {
     #[sea_orm(primary_key)]
     pub id: i64,
-    pub kind: String,
+    pub kind: LogKind,
     /// The `payment_orders.id` credited; `None` for `balance_set`.
     pub order_ref: Option<i64>,
     pub user_id: i64,
     /// 0 for the general account.
     pub server_id: i64,
-    /// `main` or `bonus`.
-    pub balance_type: String,
+    pub balance_type: BalanceType,
     /// Signed change in minor units.
     pub amount_cents: i64,
     pub balance_before_cents: i64,

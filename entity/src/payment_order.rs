@@ -1,10 +1,17 @@
 //! A payment order, created pending and completed exactly once by the API.
 use sea_orm::entity::prelude::*;
 
-/// Status of an order that has not been completed yet.
-pub const STATUS_PENDING: &str = "pending";
-/// Status of a completed (credited) order; final.
-pub const STATUS_COMPLETED: &str = "completed";
+/// Where an order is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, EnumIter, DeriveActiveEnum)]
+#[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
+pub enum OrderStatus {
+    /// Created, not completed yet.
+    #[sea_orm(string_value = "pending")]
+    Pending,
+    /// Completed: its amount was credited, exactly once. Final.
+    #[sea_orm(string_value = "completed")]
+    Completed,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "payment_orders")]
@@ -21,7 +28,7 @@ pub struct Model {
     pub payment_system: String,
     /// Amount in minor units (cents), > 0.
     pub amount_cents: i64,
-    pub status: String,
+    pub status: OrderStatus,
     pub payment_id: Option<String>,
     pub created_at: ChronoDateTimeUtc,
     pub completed_at: Option<ChronoDateTimeUtc>,
@@ -53,9 +60,6 @@ pub enum Relation {
         fk_name = "fk_orders_server"
     )]
     Server,
-    /// At most one row: `order_ref` is unique.
-    #[sea_orm(has_many = "super::operation_log::Entity")]
-    OperationLog,
 }
 
 impl Related<super::project::Entity> for Entity {
@@ -73,12 +77,6 @@ impl Related<super::user::Entity> for Entity {
 impl Related<super::server::Entity> for Entity {
     fn to() -> RelationDef {
         Relation::Server.def()
-    }
-}
-
-impl Related<super::operation_log::Entity> for Entity {
-    fn to() -> RelationDef {
-        Relation::OperationLog.def()
     }
 }
 

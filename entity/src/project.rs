@@ -13,39 +13,6 @@ pub struct Model {
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-pub enum Relation {
-    #[sea_orm(has_many = "super::user::Entity")]
-    User,
-    #[sea_orm(has_many = "super::server::Entity")]
-    Server,
-    #[sea_orm(has_many = "super::payment_order::Entity")]
-    PaymentOrder,
-    #[sea_orm(has_many = "super::app_token::Entity")]
-    AppToken,
-}
-
-impl Related<super::user::Entity> for Entity {
-    fn to() -> RelationDef {
-        Relation::User.def()
-    }
-}
-
-impl Related<super::server::Entity> for Entity {
-    fn to() -> RelationDef {
-        Relation::Server.def()
-    }
-}
-
-impl Related<super::payment_order::Entity> for Entity {
-    fn to() -> RelationDef {
-        Relation::PaymentOrder.def()
-    }
-}
-
-impl Related<super::app_token::Entity> for Entity {
-    fn to() -> RelationDef {
-        Relation::AppToken.def()
-    }
-}
+pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}

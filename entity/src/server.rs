@@ -21,19 +21,11 @@ pub enum Relation {
         fk_name = "fk_servers_project"
     )]
     Project,
-    #[sea_orm(has_many = "super::payment_order::Entity")]
-    PaymentOrder,
 }
 
 impl Related<super::project::Entity> for Entity {
     fn to() -> RelationDef {
         Relation::Project.def()
-    }
-}
-
-impl Related<super::payment_order::Entity> for Entity {
-    fn to() -> RelationDef {
-        Relation::PaymentOrder.def()
     }
 }
 

@@ -21,27 +21,11 @@ pub enum Relation {
         fk_name = "fk_users_project"
     )]
     Project,
-    #[sea_orm(has_many = "super::balance::Entity")]
-    Balance,
-    #[sea_orm(has_many = "super::payment_order::Entity")]
-    PaymentOrder,
 }
 
 impl Related<super::project::Entity> for Entity {
     fn to() -> RelationDef {
         Relation::Project.def()
-    }
-}
-
-impl Related<super::balance::Entity> for Entity {
-    fn to() -> RelationDef {
-        Relation::Balance.def()
-    }
-}
-
-impl Related<super::payment_order::Entity> for Entity {
-    fn to() -> RelationDef {
-        Relation::PaymentOrder.def()
     }
 }
 

@@ -1,7 +1,10 @@
 //! Master-account balances: the lookup behind `GET /v2/master-account/balance`
 //! and the `balance set` command.
 
-use entity::{balance, operation_log};
+use entity::{
+    balance,
+    operation_log::{self, BalanceType, LogKind},
+};
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
@@ -239,8 +242,8 @@ pub async fn set(
     };
     let mut after = before;
     for (column, target, kind) in [
-        (balance::Column::MainCents, main, "main"),
-        (balance::Column::BonusCents, bonus, "bonus"),
+        (balance::Column::MainCents, main, BalanceType::Main),
+        (balance::Column::BonusCents, bonus, BalanceType::Bonus),
     ] {
         // Lock (or create) the row with a zero change, then move it to the target.
         let (current, _) = add_in_txn(&txn, user.project_id, user.id, server_id, column, 0).await?;
@@ -264,11 +267,11 @@ pub async fn set(
             .exec(&txn)
             .await?;
         operation_log::ActiveModel {
-            kind: Set(operation_log::KIND_BALANCE_SET.to_owned()),
+            kind: Set(LogKind::BalanceSet),
             order_ref: Set(None),
             user_id: Set(user.id),
             server_id: Set(server_id),
-            balance_type: Set(kind.to_owned()),
+            balance_type: Set(kind),
             amount_cents: Set(delta),
             balance_before_cents: Set(current.cents()),
             balance_after_cents: Set(new.cents()),

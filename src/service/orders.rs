@@ -65,7 +65,7 @@ pub async fn create(
         server_id: Set(server_id),
         payment_system: Set(new.payment_system),
         amount_cents: Set(new.amount.cents()),
-        status: Set(payment_order::STATUS_PENDING.to_owned()),
+        status: Set(payment_order::OrderStatus::Pending),
         payment_id: Set(None),
         created_at: Set(now()),
         completed_at: Set(None),

@@ -5,9 +5,9 @@
 //! its update and its upsert changed, inside the transaction (the rows stay
 //! locked by the update until the commit).
 
-use entity::{balance, operation_log, payment_order};
+use entity::{balance, operation_log::LogKind, payment_order::OrderStatus};
 use sea_orm::{
-    DatabaseConnection,
+    ActiveEnum, DatabaseConnection,
     sqlx::{self, MySqlPool, Row, mysql::MySqlRow},
 };
 
@@ -98,13 +98,13 @@ impl MySqlStore {
             .map_err(|err| CompleteError::Unavailable(err.into()))?;
         let completed_at = now();
         let updated = sqlx::query(COMPLETE_ORDER)
-            .bind(payment_order::STATUS_COMPLETED)
+            .bind(OrderStatus::Completed.to_value())
             .bind(completed_at)
             .bind(&request.payment_id)
             .bind(&request.order_id)
             .bind(request.project_id)
             .bind(&request.payment_system)
-            .bind(payment_order::STATUS_COMPLETED)
+            .bind(OrderStatus::Completed.to_value())
             .execute(&mut *txn)
             .await
             .map_err(|err| CompleteError::at_update(err.into()))?
@@ -144,7 +144,7 @@ impl MySqlStore {
             .await
             .map_err(read)?;
         sqlx::query(LOG_CREDIT)
-            .bind(operation_log::KIND_ORDER_CREDIT)
+            .bind(LogKind::OrderCredit.to_value())
             .bind(order_ref)
             .bind(user_id)
             .bind(server_id)

@@ -29,10 +29,10 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use entity::{balance, operation_log, payment_order};
+use entity::{balance, operation_log::LogKind, payment_order::OrderStatus};
 use rusqlite::{OpenFlags, OptionalExtension, named_params};
 use sea_orm::{
-    DatabaseConnection,
+    ActiveEnum, DatabaseConnection,
     sqlx::{self, Row, SqlitePool, sqlite::SqliteConnectOptions},
 };
 
@@ -170,7 +170,7 @@ impl SqliteStore {
             .map_err(|err| CompleteError::Unavailable(err.into()))?;
         let completed_at = now();
         let updated = sqlx::query(COMPLETE_ORDER)
-            .bind(payment_order::STATUS_COMPLETED)
+            .bind(OrderStatus::Completed.to_value())
             .bind(completed_at)
             .bind(&request.payment_id)
             .bind(&request.order_id)
@@ -209,7 +209,7 @@ impl SqliteStore {
             .await
             .map_err(read)?;
         sqlx::query(LOG_CREDIT)
-            .bind(operation_log::KIND_ORDER_CREDIT)
+            .bind(LogKind::OrderCredit.to_value())
             .bind(order_ref)
             .bind(user_id)
             .bind(server_id)

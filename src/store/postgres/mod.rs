@@ -20,10 +20,10 @@ pub mod group;
 
 use std::sync::Arc;
 
-use entity::{operation_log, payment_order};
+use entity::{operation_log::LogKind, payment_order::OrderStatus};
 use futures_util::FutureExt;
 use sea_orm::{
-    DatabaseConnection,
+    ActiveEnum, DatabaseConnection,
     sqlx::{self, PgPool, Row, postgres::PgRow},
 };
 
@@ -328,7 +328,7 @@ async fn complete_in_one_transaction(
                 .map(|c| c.payment_id.as_deref())
                 .collect::<Vec<_>>(),
         )
-        .bind(payment_order::STATUS_COMPLETED)
+        .bind(OrderStatus::Completed.to_value())
         .bind(completed_at)
         .fetch_all(&mut *txn)
         .await
@@ -396,7 +396,7 @@ async fn complete_in_one_transaction(
                     .collect::<Vec<_>>(),
             )
             .bind(completed.iter().map(|c| c.2).collect::<Vec<_>>())
-            .bind(operation_log::KIND_ORDER_CREDIT)
+            .bind(LogKind::OrderCredit.to_value())
             .bind(completed_at)
             .fetch_all(&mut *txn)
             .await
