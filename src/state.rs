@@ -9,7 +9,7 @@ use crate::{
     config::Settings,
     metrics::Metrics,
     service::auth::UsageRecorder,
-    store::{self, GroupSizes, Store, StoreError},
+    store::{GroupSizes, Store, StoreError, database},
 };
 
 #[derive(Clone)]
@@ -30,7 +30,7 @@ impl AppState {
         let metrics = Arc::new(Metrics::new());
         let sizes = Arc::new(MeteredGroups(Arc::clone(&metrics)));
         Ok(AppState {
-            store: store::for_database(&db, &settings.database_url, sizes)?,
+            store: database::open_store(&db, &settings.database_url, &settings.pool, sizes)?,
             db,
             token_usage: Arc::default(),
             metrics,

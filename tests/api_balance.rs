@@ -352,7 +352,7 @@ async fn the_lookup_read_with_the_token_is_the_lookup_read_alone(app: TestApp) {
     let mut outcomes = std::collections::BTreeSet::new();
     for request in &cases {
         let key = balances::account_key(request);
-        let caller = auth::authenticate(&*store, &usage, &app.db, &token, key.clone())
+        let caller = auth::authenticate(&store, &usage, &token, key.clone())
             .await
             .expect("token");
         assert_eq!(caller.principal.project_id, app.project_id);
@@ -397,7 +397,7 @@ async fn a_prefetched_lookup_answers_only_the_same_lookup(app: TestApp) {
     };
     let (for_alice, for_bob) = (lookup(alice), lookup(bob));
     let key = balances::account_key(&for_alice);
-    let caller = auth::authenticate(&*store, &usage, &app.db, &token, key)
+    let caller = auth::authenticate(&store, &usage, &token, key)
         .await
         .expect("token");
     let read = |request| {
@@ -407,7 +407,7 @@ async fn a_prefetched_lookup_answers_only_the_same_lookup(app: TestApp) {
     assert_eq!(read(for_alice).await, "1.00/2.00");
     assert_eq!(read(for_bob).await, "3.00/4.00");
     // No account asked, none read.
-    let caller = auth::authenticate(&*store, &usage, &app.db, &token, None)
+    let caller = auth::authenticate(&store, &usage, &token, None)
         .await
         .expect("token");
     assert!(caller.account.is_none());
@@ -494,7 +494,7 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
     }
     let authenticate = |token: &'static str, request: &Option<LookupRequest>| {
         let key = request.as_ref().and_then(balances::account_key);
-        auth::authenticate(&*store, &usage, &app.db, token, key)
+        auth::authenticate(&store, &usage, token, key)
     };
     let together = futures::future::join_all(
         cases

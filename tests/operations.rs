@@ -7,11 +7,7 @@ mod common;
 use std::process::Command;
 
 use common::{Backend, ServerProcess, TcpProxy, TestApp};
-use masterpay::{
-    app::Application,
-    config::{PoolSettings, Settings},
-    store::database,
-};
+use masterpay::{app::Application, config::Settings, store::database};
 use reqwest::Url;
 use serde_json::{Value, json};
 
@@ -882,9 +878,6 @@ async fn sigterm_drains_a_completion_in_flight(app: TestApp) {
     assert!(status.success(), "{status:?}");
     assert_eq!(app.main_balance(user, 0).await.to_string(), "4.20");
 }
-
-#[allow(dead_code)]
-fn unused(_: PoolSettings) {}
 
 /// A completion whose statement waits on a row lock held elsewhere fails
 /// after the statement timeout (PostgreSQL `statement_timeout`, MariaDB

@@ -4,7 +4,6 @@ use poem_openapi::{ApiResponse, Object, OpenApi, param::Query, payload::Json, ty
 use serde::Serialize;
 
 use super::{
-    ApiTags,
     balance_query::{
         BalanceType, BalanceTypeSpec, EmailSpec, ServerIdSpec, UserIdSpec, validate_query,
     },
@@ -15,6 +14,7 @@ use super::{
     json_body::JsonBody,
     params::RawParam,
     security::BalanceToken,
+    tags::ApiTags,
 };
 use crate::{
     service::balances::{self, BalanceLookupError},

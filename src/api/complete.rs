@@ -11,7 +11,6 @@ use poem_openapi::{
 use serde_json::Value;
 
 use super::{
-    ApiTags,
     error::{
         AlreadyCompletedBody, AlreadyCompletedCode, ApiError, AuthErrorBody, CompleteFailedBody,
         CompleteFailedCode, CompleteUnavailableBody, CompleteUnavailableCode, FieldErrors,
@@ -19,6 +18,7 @@ use super::{
         ValidationErrorBody,
     },
     security::CompleteToken,
+    tags::ApiTags,
 };
 use crate::{
     service::{

@@ -12,6 +12,7 @@ pub mod json_body;
 pub mod middleware;
 pub mod params;
 pub mod security;
+pub mod tags;
 
 use poem::{
     Response,
@@ -19,7 +20,7 @@ use poem::{
     http::StatusCode,
 };
 use poem_openapi::{
-    LicenseObject, OpenApiService, ServerObject, Tags,
+    LicenseObject, OpenApiService, ServerObject,
     error::{AuthorizationError, ContentTypeError, ParseParamError, ParseRequestPayloadError},
 };
 
@@ -27,14 +28,6 @@ use self::error::{ApiError, FieldErrors};
 
 /// Version of the published contract.
 pub const API_VERSION: &str = "2.0.0";
-
-#[derive(Tags)]
-pub enum ApiTags {
-    /// Balances of users' master accounts.
-    MasterAccount,
-    /// Completion of payment orders.
-    PaymentOrders,
-}
 
 /// The v2 API as poem-openapi sees it: both endpoints and the document.
 pub type V2Service = OpenApiService<(balance::BalanceApi, complete::CompleteApi), ()>;

@@ -83,7 +83,7 @@ async fn authenticate(req: &Request) -> Result<Authenticated, ApiError> {
     } else {
         None
     };
-    auth::authenticate(&*state.store, &state.token_usage, &state.db, token, account)
+    auth::authenticate(&state.store, &state.token_usage, token, account)
         .await
         .map_err(ApiError::from)
 }

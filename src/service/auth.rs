@@ -14,12 +14,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError},
 };
 
 use chrono::{DateTime, Utc};
-use entity::app_token;
-use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
 
 use super::tokens::{self, Permission, TOKEN_LEN};
 use crate::store::{AccountKey, AccountRow, Store, StoreError, now};
@@ -109,9 +107,8 @@ pub fn bearer_token(header: Option<&str>) -> Result<&str, AuthError> {
 /// `account` of the token's project in the same statement when given. A
 /// successful authentication records the token's use through `usage`.
 pub async fn authenticate(
-    store: &dyn Store,
+    store: &Arc<dyn Store>,
     usage: &UsageRecorder,
-    db: &DatabaseConnection,
     token: &str,
     account: Option<AccountKey>,
 ) -> Result<Authenticated, AuthError> {
@@ -131,7 +128,7 @@ pub async fn authenticate(
     if row.project_active != Some(true) {
         return Err(AuthError::ProjectNotFound);
     }
-    usage.record(db, row.token_id, row.last_used_at);
+    usage.record(store, row.token_id, row.last_used_at);
     Ok(Authenticated {
         principal: Principal {
             token_id: row.token_id,
@@ -159,23 +156,15 @@ pub struct UsageRecorder {
 const USAGE_RESOLUTION: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
 impl UsageRecorder {
-    fn record(&self, db: &DatabaseConnection, token_id: i64, last_used_at: Option<DateTime<Utc>>) {
+    fn record(&self, store: &Arc<dyn Store>, token_id: i64, last_used_at: Option<DateTime<Utc>>) {
         let now = now();
         let fresh = |t: DateTime<Utc>| now - t <= USAGE_RESOLUTION;
         if last_used_at.is_some_and(fresh) || !self.claim(token_id, now) {
             return;
         }
-        let db = db.clone();
+        let store = Arc::clone(store);
         tokio::spawn(async move {
-            let result = app_token::Entity::update_many()
-                .col_expr(
-                    app_token::Column::LastUsedAt,
-                    sea_orm::sea_query::Expr::value(now),
-                )
-                .filter(app_token::Column::Id.eq(token_id))
-                .exec(&db)
-                .await;
-            if let Err(err) = result {
+            if let Err(err) = store.record_token_use(token_id, now).await {
                 tracing::debug!(token_id, error = %err, "could not record last use");
             }
         });

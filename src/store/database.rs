@@ -1,6 +1,8 @@
 //! Connecting to the database, bringing its schema up to date, and telling
 //! an unreachable database from a failed statement.
 //!
+//! [`open_store`] gives the request path's store of a connected database.
+//!
 //! One URL selects the backend: `sqlite://PATH` (the embedded default; the
 //! file is created when missing), `postgres://...` or `mysql://...`.
 //! SQLite runs in WAL mode with a busy timeout so that several processes can
@@ -8,13 +10,31 @@
 //! default). Every backend bounds a statement (see [`PoolSettings`]), so that
 //! a request is answered within its timeout even when the database hangs.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use migration::{Migrator, MigratorTrait};
-use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, RuntimeErr, sqlx};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend, DbErr, RuntimeErr, sqlx};
 
-use super::StoreError;
+use super::{GroupSizes, Store, StoreError, mysql, postgres, sqlite};
 use crate::config::PoolSettings;
+
+/// The store of the database `db` was opened on (`url`, `settings`),
+/// sharing its pool.
+pub fn open_store(
+    db: &DatabaseConnection,
+    url: &str,
+    settings: &PoolSettings,
+    sizes: Arc<dyn GroupSizes>,
+) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match db.get_database_backend() {
+        DbBackend::Sqlite => Arc::new(sqlite::SqliteStore::new(
+            url,
+            sqlite_busy_timeout(settings.statement_timeout),
+        )?),
+        DbBackend::Postgres => Arc::new(postgres::PostgresStore::new(db, settings, sizes)),
+        _ => Arc::new(mysql::MySqlStore::new(db)),
+    })
+}
 
 /// A pooled connection idle for this long is pinged before it is used.
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
@@ -85,7 +105,7 @@ pub async fn connect(url: &str, settings: &PoolSettings) -> Result<DatabaseConne
 /// timeout, but at least 5 s, so that a short statement timeout meant for
 /// PostgreSQL or MariaDB does not make SQLite writers give up while another
 /// process (an admin command, a second instance) writes.
-pub(crate) fn sqlite_busy_timeout(statement_timeout: Duration) -> Duration {
+fn sqlite_busy_timeout(statement_timeout: Duration) -> Duration {
     statement_timeout.max(Duration::from_secs(5))
 }
 
@@ -104,16 +124,9 @@ async fn bound_mariadb_statements(conn: &mut sqlx::MySqlConnection, statement_ms
     }
 }
 
-/// True for SQLite's "database is busy / locked" (primary codes 5 and 6,
-/// extended codes included).
+/// True for SQLite's "database is busy / locked".
 fn is_sqlite_busy(err: &DbErr) -> bool {
-    let Some(err) = sqlx_error(err) else {
-        return false;
-    };
-    err.as_database_error()
-        .and_then(|db_err| db_err.code())
-        .and_then(|code| code.parse::<i32>().ok())
-        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+    sqlx_error(err).is_some_and(sqlx_is_contended)
 }
 
 /// Applies pending migrations. Several processes may start at once on one
@@ -151,17 +164,32 @@ fn sqlx_error(err: &DbErr) -> Option<&sqlx::Error> {
     }
 }
 
-/// True when the error means the database could not be reached at all (as
-/// opposed to a statement that failed), which the API answers with 503.
-pub fn is_unavailable(err: &DbErr) -> bool {
-    match err {
-        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
-        _ => sqlx_error(err).is_some_and(sqlx_is_unavailable),
+/// Whether a statement waited too long for a lock: PostgreSQL's statement
+/// timeout, lock timeout, deadlock or serialization failure; MariaDB's
+/// `max_statement_time`, lock wait timeout or deadlock; SQLite's busy or
+/// locked file.
+fn sqlx_is_contended(err: &sqlx::Error) -> bool {
+    let Some(db_err) = err.as_database_error() else {
+        return false;
+    };
+    if let Some(mysql) = db_err.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return matches!(mysql.number(), 1969 | 1205 | 1213);
     }
+    let code = db_err.code();
+    if db_err
+        .try_downcast_ref::<sqlx::sqlite::SqliteError>()
+        .is_some()
+    {
+        return code
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| matches!(code & 0xff, 5 | 6));
+    }
+    code.is_some_and(|code| matches!(&*code, "57014" | "55P03" | "40P01" | "40001"))
 }
 
-/// [`is_unavailable`] for an error of sqlx itself: the connection broke
-/// under a statement (server gone, network cut) or none could be had.
+/// Whether the database could not be reached at all (as opposed to a
+/// statement that failed), which the API answers with 503: the connection
+/// broke under a statement (server gone, network cut) or none could be had.
 fn sqlx_is_unavailable(err: &sqlx::Error) -> bool {
     match err {
         sqlx::Error::Io(_)
@@ -183,16 +211,8 @@ impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> StoreError {
         if sqlx_is_unavailable(&err) {
             StoreError::Unavailable(err.to_string())
-        } else {
-            StoreError::Failed(err.to_string())
-        }
-    }
-}
-
-impl From<DbErr> for StoreError {
-    fn from(err: DbErr) -> StoreError {
-        if is_unavailable(&err) {
-            StoreError::Unavailable(err.to_string())
+        } else if sqlx_is_contended(&err) {
+            StoreError::Contended(err.to_string())
         } else {
             StoreError::Failed(err.to_string())
         }

@@ -14,17 +14,17 @@
 //!
 //! The rules (which checks run in which order, what a missing row means)
 //! stay in `service`, which sees only this trait and these row types. The
-//! command line and migrations work through sea-orm ([`database`]).
+//! command line and migrations work through sea-orm; [`database`] connects,
+//! migrates and opens the store of a database.
 
 pub mod database;
 pub mod mysql;
 pub mod postgres;
 pub mod sqlite;
 
-use std::{future::Future, pin::Pin, sync::Arc};
+use std::{future::Future, pin::Pin};
 
 use chrono::{DateTime, Utc};
-use sea_orm::{DatabaseConnection, DbBackend};
 
 /// What the store's operations return: a boxed future, so that the store
 /// can be shared as `Arc<dyn Store>` whatever the backend.
@@ -47,6 +47,13 @@ pub trait Store: Send + Sync {
         &'a self,
         completion: &'a Completion,
     ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>>;
+
+    /// Records that the token `token_id` was used at `at`.
+    fn record_token_use(
+        &self,
+        token_id: i64,
+        at: DateTime<Utc>,
+    ) -> StoreFuture<'_, Result<(), StoreError>>;
 }
 
 /// Counts what the grouping backends put into one statement; the
@@ -58,25 +65,12 @@ pub trait GroupSizes: Send + Sync {
     fn completions(&self, size: usize);
 }
 
-/// A [`GroupSizes`] that records nothing (the command line, tests).
+/// A [`GroupSizes`] that records nothing.
 pub struct Uncounted;
 
 impl GroupSizes for Uncounted {
     fn token_reads(&self, _: usize) {}
     fn completions(&self, _: usize) {}
-}
-
-/// The store of the database `db` was opened on (`url`), sharing its pool.
-pub fn for_database(
-    db: &DatabaseConnection,
-    url: &str,
-    sizes: Arc<dyn GroupSizes>,
-) -> Result<Arc<dyn Store>, StoreError> {
-    Ok(match db.get_database_backend() {
-        DbBackend::Sqlite => Arc::new(sqlite::SqliteStore::new(db, url)?),
-        DbBackend::Postgres => Arc::new(postgres::PostgresStore::new(db, sizes)),
-        _ => Arc::new(mysql::MySqlStore::new(db)),
-    })
 }
 
 /// An account as a balance request names it: the user by id, by e-mail
@@ -156,9 +150,20 @@ pub enum StoreError {
     /// The database could not be reached (or not in time); nothing was done.
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// A statement waited too long for a lock (statement timeout, lock
+    /// timeout, deadlock); its transaction was rolled back.
+    #[error("database contended: {0}")]
+    Contended(String),
     /// A statement failed; its transaction was rolled back.
     #[error("database error: {0}")]
     Failed(String),
+}
+
+impl From<StoreError> for CompleteError {
+    /// A failure before the transaction began: nothing was done.
+    fn from(err: StoreError) -> CompleteError {
+        CompleteError::Unavailable(err)
+    }
 }
 
 impl StoreError {
@@ -191,7 +196,7 @@ impl CompleteError {
     fn at_update(err: StoreError) -> CompleteError {
         match err {
             StoreError::Unavailable(_) => CompleteError::Unavailable(err),
-            StoreError::Failed(_) => CompleteError::UpdateFailed(err),
+            StoreError::Contended(_) | StoreError::Failed(_) => CompleteError::UpdateFailed(err),
         }
     }
 
@@ -199,7 +204,9 @@ impl CompleteError {
     fn at_credit(err: StoreError) -> CompleteError {
         match err {
             StoreError::Unavailable(_) => CompleteError::Unavailable(err),
-            StoreError::Failed(_) => CompleteError::ProcessingFailed(err),
+            StoreError::Contended(_) | StoreError::Failed(_) => {
+                CompleteError::ProcessingFailed(err)
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 //! its update and its upsert changed, inside the transaction (the rows stay
 //! locked by the update until the commit).
 
+use chrono::{DateTime, Utc};
 use entity::{balance, operation_log::LogKind, payment_order::OrderStatus};
 use sea_orm::{
     ActiveEnum, DatabaseConnection,
@@ -18,19 +19,24 @@ use super::{
 
 /// The token by its hash, with its project's state and permissions, and the
 /// asked account of its project (all NULL when no account is asked): the
-/// user by id and by e-mail, the balance of the one found (by id first), and
-/// the server. Parameters: user id, e-mail, server id, server id, token hash.
+/// user by e-mail, the balance of the user (by id, else by e-mail) on the
+/// server, the user by id (proved by the balance row, which carries its
+/// user's project; read from users only without one), and the server.
+/// Parameters: user id, user id, e-mail, user id, server id, server id,
+/// token hash.
 const READ_TOKEN: &str = r#"SELECT t.id AS token_id, t.project_id, t.active AS token_active,
     t.last_used_at, p.active AS project_active,
     (SELECT GROUP_CONCAT(g.permission SEPARATOR ',') FROM token_permissions AS g
         WHERE g.token_id = t.id) AS permissions,
-    by_id.id AS user_by_id, by_email.id AS user_by_email,
-    b.main_cents, b.bonus_cents, s.id AS server_found
+    CASE WHEN b.user_id = ? THEN b.user_id
+        ELSE (SELECT u.id FROM users AS u WHERE u.id = ? AND u.project_id = t.project_id)
+    END AS user_by_id,
+    by_email.id AS user_by_email, b.main_cents, b.bonus_cents, s.id AS server_found
 FROM app_tokens AS t
 LEFT JOIN projects AS p ON p.id = t.project_id
-LEFT JOIN users AS by_id ON by_id.id = ? AND by_id.project_id = t.project_id
 LEFT JOIN users AS by_email ON by_email.email = ? AND by_email.project_id = t.project_id
-LEFT JOIN balances AS b ON b.user_id = COALESCE(by_id.id, by_email.id) AND b.server_id = ?
+LEFT JOIN balances AS b ON b.user_id = COALESCE(?, by_email.id) AND b.server_id = ?
+    AND b.project_id = t.project_id
 LEFT JOIN servers AS s ON s.id = ? AND s.project_id = t.project_id
 WHERE t.token_hash = ?"#;
 
@@ -51,8 +57,15 @@ const CREDIT_MAIN: &str = r#"INSERT INTO balances (user_id, server_id, main_cent
 VALUES (?, ?, ?, 0, ?, ?)
 ON DUPLICATE KEY UPDATE main_cents = main_cents + VALUES(main_cents), updated_at = VALUES(updated_at)"#;
 
-/// The main balance after the credit. Parameters: user id, server id.
-const MAIN_BALANCE: &str = r#"SELECT main_cents FROM balances WHERE user_id = ? AND server_id = ?"#;
+/// The main balance after the credit, read under the row lock the upsert
+/// holds (a plain read would see the transaction's snapshot, which holds
+/// the new value only because the upsert changed the row). Parameters: user
+/// id, server id.
+const MAIN_BALANCE: &str =
+    r#"SELECT main_cents FROM balances WHERE user_id = ? AND server_id = ? FOR UPDATE"#;
+
+/// When a token was last used. Parameters: time, token id.
+const RECORD_TOKEN_USE: &str = r#"UPDATE app_tokens SET last_used_at = ? WHERE id = ?"#;
 
 /// The operation-log row of a credited order. Parameters: kind, order row
 /// id, user id, server id, amount, balance before, balance after, time.
@@ -76,10 +89,13 @@ impl MySqlStore {
         token_hash: &str,
         account: Option<&AccountKey>,
     ) -> Result<Option<TokenRow>, StoreError> {
+        let user_id = account.and_then(|a| a.user_id);
         let server_id = account.map(|a| a.server_id);
         let row = sqlx::query(READ_TOKEN)
-            .bind(account.and_then(|a| a.user_id))
+            .bind(user_id)
+            .bind(user_id)
             .bind(account.and_then(|a| a.email.as_deref()))
+            .bind(user_id)
             .bind(server_id)
             .bind(server_id)
             .bind(token_hash)
@@ -183,6 +199,21 @@ impl Store for MySqlStore {
         completion: &'a Completion,
     ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>> {
         Box::pin(self.complete_now(completion))
+    }
+
+    fn record_token_use(
+        &self,
+        token_id: i64,
+        at: DateTime<Utc>,
+    ) -> StoreFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            sqlx::query(RECORD_TOKEN_USE)
+                .bind(at)
+                .bind(token_id)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
     }
 }
 

@@ -13,28 +13,27 @@
 //! reads at once).
 //!
 //! **One writer at a time.** SQLite allows one writer per file. A completion
-//! is one `BEGIN IMMEDIATE` transaction on the sqlx pool (so that waiting for
-//! the file lock does not block a thread of the runtime), and this process's
-//! writers queue on an async mutex in front of it instead of polling the
-//! file lock in SQLite's busy handler, whose back-off sleeps made the tail
-//! latency. Another process's writer is waited for up to the busy timeout.
+//! is one `BEGIN IMMEDIATE` transaction on the store's one write connection,
+//! run whole on a blocking thread (one hand-off per completion, instead of
+//! one per statement on the sqlx pool; waiting for another process's write
+//! lock, up to the busy timeout, blocks no thread of the runtime). This
+//! process's writers queue on an async mutex in front of it instead of
+//! polling the file lock in SQLite's busy handler, whose back-off sleeps
+//! made the tail latency.
 //!
 //! See docs/performance.md for what each bought.
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     str::FromStr,
-    sync::{Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
 use chrono::{DateTime, Utc};
 use entity::{balance, operation_log::LogKind, payment_order::OrderStatus};
-use rusqlite::{OpenFlags, OptionalExtension, named_params};
-use sea_orm::{
-    ActiveEnum, DatabaseConnection,
-    sqlx::{self, Row, SqlitePool, sqlite::SqliteConnectOptions},
-};
+use rusqlite::{OpenFlags, OptionalExtension, TransactionBehavior, named_params, params};
+use sea_orm::{ActiveEnum, sqlx::sqlite::SqliteConnectOptions};
 
 use super::{
     AccountKey, AccountRow, CompleteError, CompletedOrder, Completion, Store, StoreError,
@@ -43,20 +42,24 @@ use super::{
 
 /// The token by its hash, with its project's state and permissions, and the
 /// asked account of its project (all NULL when no account is asked): the
-/// user by id and by e-mail, the balance of the one found (by id first), and
-/// the server.
+/// user by e-mail, the balance of the user (by id, else by e-mail) on the
+/// server, the user by id, and the server. A balance row carries its user's
+/// project, so when it is there it proves the user by id; the users table is
+/// read for an id only when the account has no balance row (one B-tree fewer
+/// per lookup).
 const READ_TOKEN: &str = r#"SELECT t."id" AS "token_id", t."project_id", t."active" AS "token_active",
     t."last_used_at", p."active" AS "project_active",
     (SELECT group_concat(g."permission", ',') FROM "token_permissions" AS g
         WHERE g."token_id" = t."id") AS "permissions",
-    by_id."id" AS "user_by_id", by_email."id" AS "user_by_email",
-    b."main_cents", b."bonus_cents", s."id" AS "server_found"
+    CASE WHEN b."user_id" = :user_id THEN b."user_id"
+        ELSE (SELECT u."id" FROM "users" AS u WHERE u."id" = :user_id AND u."project_id" = t."project_id")
+    END AS "user_by_id",
+    by_email."id" AS "user_by_email", b."main_cents", b."bonus_cents", s."id" AS "server_found"
 FROM "app_tokens" AS t
 LEFT JOIN "projects" AS p ON p."id" = t."project_id"
-LEFT JOIN "users" AS by_id ON by_id."id" = :user_id AND by_id."project_id" = t."project_id"
 LEFT JOIN "users" AS by_email ON by_email."email" = :email AND by_email."project_id" = t."project_id"
-LEFT JOIN "balances" AS b ON b."user_id" = COALESCE(by_id."id", by_email."id")
-    AND b."server_id" = :server_id
+LEFT JOIN "balances" AS b ON b."user_id" = COALESCE(:user_id, by_email."id")
+    AND b."server_id" = :server_id AND b."project_id" = t."project_id"
 LEFT JOIN "servers" AS s ON s."id" = :server_id AND s."project_id" = t."project_id"
 WHERE t."token_hash" = :token_hash"#;
 
@@ -83,6 +86,9 @@ const LOG_CREDIT: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "u
     "amount_cents", "balance_before_cents", "balance_after_cents", "created_at")
 VALUES (?1, ?2, ?3, ?4, 'main', ?5, ?6, ?7, ?8)"#;
 
+/// When a token was last used.
+const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens" SET "last_used_at" = ?1 WHERE "id" = ?2"#;
+
 /// How long an inline read waits for a locked file (WAL recovery after a
 /// crashed writer, another process holding it exclusively) before it counts
 /// as unavailable. It blocks its thread meanwhile, so it is short.
@@ -90,15 +96,18 @@ const READ_BUSY_TIMEOUT: Duration = Duration::from_millis(50);
 
 pub struct SqliteStore {
     readers: InlineReaders,
-    pool: SqlitePool,
-    writer: tokio::sync::Mutex<()>,
+    /// The write connection, opened at the first write; its mutex makes
+    /// this process's writers queue in order.
+    writer: Arc<tokio::sync::Mutex<Option<rusqlite::Connection>>>,
+    /// How long a writer waits for another process's write lock.
+    busy: Duration,
 }
 
 impl SqliteStore {
-    /// The store of the SQLite file `url` names, writing through `db`'s pool.
-    /// An in-memory database cannot be read inline (each connection would
-    /// see a database of its own), so it is refused.
-    pub fn new(db: &DatabaseConnection, url: &str) -> Result<SqliteStore, StoreError> {
+    /// The store of the SQLite file `url` names; its writers wait up to
+    /// `busy` for another process's write lock. An in-memory database
+    /// cannot be shared by several connections, so it is refused.
+    pub fn new(url: &str, busy: Duration) -> Result<SqliteStore, StoreError> {
         let options = SqliteConnectOptions::from_str(url)?;
         let path = options.get_filename().to_path_buf();
         if url.contains(":memory:") || url.contains("mode=memory") || path.as_os_str().is_empty() {
@@ -111,8 +120,8 @@ impl SqliteStore {
                 path,
                 idle: Mutex::new(Vec::new()),
             },
-            pool: db.get_sqlite_connection_pool().clone(),
-            writer: tokio::sync::Mutex::new(()),
+            writer: Arc::new(tokio::sync::Mutex::new(None)),
+            busy,
         })
     }
 
@@ -161,77 +170,136 @@ impl SqliteStore {
         })
     }
 
-    async fn complete_now(&self, request: &Completion) -> Result<CompletedOrder, CompleteError> {
-        let _one_writer = self.writer.lock().await;
-        let mut txn = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|err| CompleteError::Unavailable(err.into()))?;
-        let completed_at = now();
-        let updated = sqlx::query(COMPLETE_ORDER)
-            .bind(OrderStatus::Completed.to_value())
-            .bind(completed_at)
-            .bind(&request.payment_id)
-            .bind(&request.order_id)
-            .bind(request.project_id)
-            .bind(&request.payment_system)
-            .fetch_optional(&mut *txn)
-            .await
-            .map_err(|err| CompleteError::at_update(err.into()))?;
-        let Some(order) = updated else {
-            let found = sqlx::query(FIND_ORDER)
-                .bind(&request.order_id)
-                .bind(request.project_id)
-                .bind(&request.payment_system)
-                .fetch_optional(&mut *txn)
-                .await
-                .map_err(|err| CompleteError::at_update(err.into()))?;
-            return Err(match found {
-                Some(_) => CompleteError::AlreadyCompleted,
-                None => CompleteError::OrderNotFound,
-            });
-        };
-        let read = |err: sqlx::Error| CompleteError::at_credit(err.into());
-        let order_ref: i64 = order.try_get("id").map_err(read)?;
-        let user_id: i64 = order.try_get("user_id").map_err(read)?;
-        let server_id: Option<i64> = order.try_get("server_id").map_err(read)?;
-        let server_id = server_id.unwrap_or(balance::GENERAL_ACCOUNT);
-        let amount_cents: i64 = order.try_get("amount_cents").map_err(read)?;
-        let payment_id: Option<String> = order.try_get("payment_id").map_err(read)?;
-        let after: i64 = sqlx::query_scalar(CREDIT_MAIN)
-            .bind(user_id)
-            .bind(server_id)
-            .bind(amount_cents)
-            .bind(completed_at)
-            .bind(request.project_id)
-            .fetch_one(&mut *txn)
-            .await
-            .map_err(read)?;
-        sqlx::query(LOG_CREDIT)
-            .bind(LogKind::OrderCredit.to_value())
-            .bind(order_ref)
-            .bind(user_id)
-            .bind(server_id)
-            .bind(amount_cents)
-            .bind(after - amount_cents)
-            .bind(after)
-            .bind(completed_at)
-            .execute(&mut *txn)
-            .await
-            .map_err(read)?;
-        txn.commit().await.map_err(read)?;
-        Ok(CompletedOrder {
-            order_id: request.order_id.clone(),
-            payment_system: request.payment_system.clone(),
-            payment_id,
-            amount_cents,
-            completed_at,
-            user_id,
-            server_id,
-            balance_after_cents: after,
+    /// Runs `write` on the write connection, on a blocking thread, after
+    /// this process's writes before it.
+    async fn write<T, E>(
+        &self,
+        write: impl FnOnce(&mut rusqlite::Connection) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        let mut writer = Arc::clone(&self.writer).lock_owned().await;
+        let (path, busy) = (self.readers.path.clone(), self.busy);
+        tokio::task::spawn_blocking(move || {
+            let conn = match writer.as_mut() {
+                Some(conn) => conn,
+                None => writer.insert(open_writer(&path, busy).map_err(|err| unavailable(&err))?),
+            };
+            write(conn)
         })
+        .await
+        .unwrap_or_else(|err| Err(StoreError::Failed(err.to_string()).into()))
     }
+}
+
+/// Opens the write connection of `path`, set up as the pool's connections.
+fn open_writer(path: &Path, busy: Duration) -> rusqlite::Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(busy)?;
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")?;
+    Ok(conn)
+}
+
+/// The completion's transaction on the write connection: status update,
+/// credit, log row, commit; returning early rolls it back.
+fn complete_in_transaction(
+    conn: &mut rusqlite::Connection,
+    request: &Completion,
+) -> Result<CompletedOrder, CompleteError> {
+    let at_update = |err: rusqlite::Error| CompleteError::at_update(classify(&err));
+    let at_credit = |err: rusqlite::Error| CompleteError::at_credit(classify(&err));
+    let txn = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|err| CompleteError::Unavailable(classify(&err)))?;
+    let completed_at = now();
+    let at = stored_time(completed_at);
+    let updated = txn
+        .prepare_cached(COMPLETE_ORDER)
+        .and_then(|mut update| {
+            update
+                .query_row(
+                    params![
+                        OrderStatus::Completed.to_value(),
+                        at,
+                        request.payment_id,
+                        request.order_id,
+                        request.project_id,
+                        request.payment_system,
+                    ],
+                    |row| {
+                        Ok((
+                            row.get::<_, i64>("id")?,
+                            row.get::<_, i64>("user_id")?,
+                            row.get::<_, Option<i64>>("server_id")?,
+                            row.get::<_, i64>("amount_cents")?,
+                            row.get::<_, Option<String>>("payment_id")?,
+                        ))
+                    },
+                )
+                .optional()
+        })
+        .map_err(at_update)?;
+    let Some((order_ref, user_id, server_id, amount_cents, payment_id)) = updated else {
+        let found = txn
+            .prepare_cached(FIND_ORDER)
+            .and_then(|mut find| {
+                find.query_row(
+                    params![request.order_id, request.project_id, request.payment_system],
+                    |_| Ok(()),
+                )
+                .optional()
+            })
+            .map_err(at_update)?;
+        return Err(match found {
+            Some(()) => CompleteError::AlreadyCompleted,
+            None => CompleteError::OrderNotFound,
+        });
+    };
+    let server_id = server_id.unwrap_or(balance::GENERAL_ACCOUNT);
+    let after: i64 = txn
+        .prepare_cached(CREDIT_MAIN)
+        .and_then(|mut credit| {
+            credit.query_row(
+                params![user_id, server_id, amount_cents, at, request.project_id],
+                |row| row.get(0),
+            )
+        })
+        .map_err(at_credit)?;
+    txn.prepare_cached(LOG_CREDIT)
+        .and_then(|mut log| {
+            log.execute(params![
+                LogKind::OrderCredit.to_value(),
+                order_ref,
+                user_id,
+                server_id,
+                amount_cents,
+                after - amount_cents,
+                after,
+                at,
+            ])
+        })
+        .map_err(at_credit)?;
+    txn.commit().map_err(at_credit)?;
+    Ok(CompletedOrder {
+        order_id: request.order_id.clone(),
+        payment_system: request.payment_system.clone(),
+        payment_id,
+        amount_cents,
+        completed_at,
+        user_id,
+        server_id,
+        balance_after_cents: after,
+    })
+}
+
+/// A time as sqlx stores it on SQLite (and so as sea-orm reads it back).
+fn stored_time(time: DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false)
 }
 
 impl Store for SqliteStore {
@@ -250,7 +318,21 @@ impl Store for SqliteStore {
         &'a self,
         completion: &'a Completion,
     ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>> {
-        Box::pin(self.complete_now(completion))
+        let request = completion.clone();
+        Box::pin(self.write(move |conn| complete_in_transaction(conn, &request)))
+    }
+
+    fn record_token_use(
+        &self,
+        token_id: i64,
+        at: DateTime<Utc>,
+    ) -> StoreFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.write(move |conn| {
+            conn.prepare_cached(RECORD_TOKEN_USE)
+                .and_then(|mut record| record.execute(params![stored_time(at), token_id]))
+                .map(drop)
+                .map_err(|err| classify(&err))
+        }))
     }
 }
 

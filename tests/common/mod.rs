@@ -214,9 +214,10 @@ impl TestApp {
 
     /// A store of the test database, as the service's own.
     pub fn store(&self) -> std::sync::Arc<dyn masterpay::store::Store> {
-        masterpay::store::for_database(
+        database::open_store(
             &self.db,
             &self.database.url,
+            &test_pool(),
             std::sync::Arc::new(masterpay::store::Uncounted),
         )
         .expect("store")
@@ -699,8 +700,9 @@ impl TestApp {
         std::sync::Arc<RecordedGroups>,
     ) {
         let groups = std::sync::Arc::new(RecordedGroups::default());
-        let store = masterpay::store::for_database(&self.db, &self.database.url, groups.clone())
-            .expect("store");
+        let store =
+            database::open_store(&self.db, &self.database.url, &test_pool(), groups.clone())
+                .expect("store");
         (store, groups)
     }
 }

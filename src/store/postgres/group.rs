@@ -101,7 +101,7 @@ impl<R: Send + 'static, O: Send + 'static> Groups<R, O> {
                 .filter_map(|(request, _)| (self.key)(request).map(str::to_owned))
                 .collect();
             let (requests, answers): (Vec<R>, Vec<_>) = group.into_iter().unzip();
-            let run = AssertUnwindSafe((self.run)(requests)).catch_unwind();
+            let run = AssertUnwindSafe(async { (self.run)(requests).await }).catch_unwind();
             if let Ok(outcomes) = run.await {
                 for (answer, outcome) in answers.into_iter().zip(outcomes) {
                     let _ = answer.send(outcome);

@@ -7,19 +7,27 @@
 //! request is a group of one: there is one way to read and one way to
 //! complete.
 //!
-//! A completion group is one transaction of two statements: the status
-//! update of every pending order it names (locked in the order of their ids),
-//! then the credits (summed per account, upserted in (user, server) order)
-//! and one log row per order. The fixed lock order keeps groups, of this
-//! instance or another, from waiting on each other in a cycle. A statement
-//! that fails names the step (ORDER_UPDATE_FAILED or PAYMENT_PROCESSING_ERROR)
-//! and changes nothing; a group of several then runs again one order at a
-//! time, so that one bad order fails alone.
+//! A completion group is one READ COMMITTED transaction of two statements:
+//! the status update of every pending order it names (locked in the order of
+//! their ids), then the credits (summed per account, upserted in (user,
+//! server) order) and one log row per order. The fixed lock order keeps
+//! groups, of this instance or another, from waiting on each other in a
+//! cycle. A statement that fails names the step (ORDER_UPDATE_FAILED or
+//! PAYMENT_PROCESSING_ERROR) and changes nothing. When a group of several
+//! fails at its credits (an order that would take a balance past its
+//! ceiling), it runs again one order at a time, so that the bad order fails
+//! alone; any other failure (the database unreachable, a lock held too long)
+//! would fail the orders alone just the same, and is every order's answer.
+//!
+//! A group's statements are bounded by the statement timeout on the server;
+//! a group as a whole is also bounded here ([`group_bound`]), so that a
+//! connection that went silent (a network cut) frees its runner in time.
 
 pub mod group;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
+use chrono::{DateTime, Utc};
 use entity::{operation_log::LogKind, payment_order::OrderStatus};
 use futures_util::FutureExt;
 use sea_orm::{
@@ -32,6 +40,7 @@ use super::{
     AccountKey, AccountRow, CompleteError, CompletedOrder, Completion, GroupSizes, Store,
     StoreError, StoreFuture, TokenRow, now, permission_list,
 };
+use crate::config::PoolSettings;
 
 /// Statements of one kind in flight at once, per instance. One made the
 /// largest groups, but a group waiting on a row lock (an operator's long
@@ -44,23 +53,27 @@ const MAX_GROUP: usize = 32;
 /// The tokens of a group of requests by their hashes (`$1`), one row per
 /// request in their order (`idx`), with each token's project state and
 /// permissions and each request's account (`$2` user ids, `$3` e-mails, `$4`
-/// server ids; NULL where no account is asked): the user by id and by
-/// e-mail in the token's project, the balance of the one found (by id
-/// first), and the server. `token_id` is NULL for an unknown token.
+/// server ids; NULL where no account is asked): the user by e-mail in the
+/// token's project, the balance of the user (by id, else by e-mail) on the
+/// server, the user by id (proved by the balance row, which carries its
+/// user's project; read from users only without one), and the server.
+/// `token_id` is NULL for an unknown token.
 pub const READ_TOKENS: &str = r#"SELECT "r"."idx", "t"."id" AS "token_id", "t"."project_id", "t"."active" AS "token_active",
     "t"."last_used_at", "p"."active" AS "project_active",
     (SELECT string_agg("g"."permission", ',') FROM "token_permissions" AS "g"
         WHERE "g"."token_id" = "t"."id") AS "permissions",
-    "by_id"."id" AS "user_by_id", "by_email"."id" AS "user_by_email",
-    "b"."main_cents", "b"."bonus_cents", "s"."id" AS "server_found"
+    CASE WHEN "b"."user_id" = "r"."user_id" THEN "b"."user_id"
+        ELSE (SELECT "u"."id" FROM "users" AS "u"
+            WHERE "u"."id" = "r"."user_id" AND "u"."project_id" = "t"."project_id")
+    END AS "user_by_id",
+    "by_email"."id" AS "user_by_email", "b"."main_cents", "b"."bonus_cents", "s"."id" AS "server_found"
 FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[])
     WITH ORDINALITY AS "r" ("token_hash", "user_id", "email", "server_id", "idx")
 LEFT JOIN "app_tokens" AS "t" ON "t"."token_hash" = "r"."token_hash"
 LEFT JOIN "projects" AS "p" ON "p"."id" = "t"."project_id"
-LEFT JOIN "users" AS "by_id" ON "by_id"."id" = "r"."user_id" AND "by_id"."project_id" = "t"."project_id"
 LEFT JOIN "users" AS "by_email" ON "by_email"."email" = "r"."email" AND "by_email"."project_id" = "t"."project_id"
-LEFT JOIN "balances" AS "b" ON "b"."user_id" = COALESCE("by_id"."id", "by_email"."id")
-    AND "b"."server_id" = "r"."server_id"
+LEFT JOIN "balances" AS "b" ON "b"."user_id" = COALESCE("r"."user_id", "by_email"."id")
+    AND "b"."server_id" = "r"."server_id" AND "b"."project_id" = "t"."project_id"
 LEFT JOIN "servers" AS "s" ON "s"."id" = "r"."server_id" AND "s"."project_id" = "t"."project_id"
 ORDER BY "r"."idx""#;
 
@@ -125,6 +138,15 @@ pub const CREDIT_AND_LOG: &str = r#"WITH "o" AS (
 )
 SELECT "idx", "after" FROM "w" ORDER BY "idx""#;
 
+/// When a token was last used.
+const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens" SET "last_used_at" = $1 WHERE "id" = $2"#;
+
+/// How long a group of `statements` statements may take in all: a
+/// connection, each statement, and a second for the round trips.
+fn group_bound(settings: &PoolSettings, statements: u32) -> Duration {
+    settings.acquire_timeout + settings.statement_timeout * statements + Duration::from_secs(1)
+}
+
 /// A token read waiting for its group.
 struct TokenRead {
     token_hash: String,
@@ -135,14 +157,20 @@ type TokenOutcome = Result<Option<TokenRow>, StoreError>;
 type CompleteOutcome = Result<CompletedOrder, CompleteError>;
 
 pub struct PostgresStore {
+    pool: PgPool,
     token_reads: Arc<Groups<TokenRead, TokenOutcome>>,
     completions: Arc<Groups<Completion, CompleteOutcome>>,
 }
 
 impl PostgresStore {
-    pub fn new(db: &DatabaseConnection, sizes: Arc<dyn GroupSizes>) -> PostgresStore {
+    pub fn new(
+        db: &DatabaseConnection,
+        settings: &PoolSettings,
+        sizes: Arc<dyn GroupSizes>,
+    ) -> PostgresStore {
         let pool = db.get_postgres_connection_pool().clone();
         let (read_pool, read_sizes) = (pool.clone(), Arc::clone(&sizes));
+        let read_bound = group_bound(settings, 1);
         let token_reads = Groups::new(
             MAX_RUNNING,
             MAX_GROUP,
@@ -150,9 +178,17 @@ impl PostgresStore {
             Box::new(move |reads: Vec<TokenRead>| {
                 read_sizes.token_reads(reads.len());
                 let pool = read_pool.clone();
-                async move { read_tokens(&pool, &reads).await }.boxed()
+                async move {
+                    let size = reads.len();
+                    tokio::time::timeout(read_bound, read_tokens(&pool, &reads))
+                        .await
+                        .unwrap_or_else(|_| vec![Err(timed_out()); size])
+                }
+                .boxed()
             }),
         );
+        let complete_bound = group_bound(settings, 2);
+        let complete_pool = pool.clone();
         // A completion of an order already being completed waits for that
         // group: each statement updates an order at most once, and the first
         // webhook to arrive is the one that completes it.
@@ -161,15 +197,21 @@ impl PostgresStore {
             MAX_GROUP,
             |completion: &Completion| Some(completion.order_id.as_str()),
             Box::new(move |group: Vec<Completion>| {
-                let (pool, sizes) = (pool.clone(), Arc::clone(&sizes));
-                async move { complete_group(&pool, &*sizes, group).await }.boxed()
+                let (pool, sizes) = (complete_pool.clone(), Arc::clone(&sizes));
+                async move { complete_group(&pool, &*sizes, complete_bound, group).await }.boxed()
             }),
         );
         PostgresStore {
+            pool,
             token_reads,
             completions,
         }
     }
+}
+
+/// A group that took longer than its bound: its connection went silent.
+fn timed_out() -> StoreError {
+    StoreError::Unavailable("no answer from the database within the group's bound".into())
 }
 
 impl Store for PostgresStore {
@@ -203,6 +245,21 @@ impl Store for PostgresStore {
                         "completion panicked".into(),
                     )))
                 })
+        })
+    }
+
+    fn record_token_use(
+        &self,
+        token_id: i64,
+        at: DateTime<Utc>,
+    ) -> StoreFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            sqlx::query(RECORD_TOKEN_USE)
+                .bind(at)
+                .bind(token_id)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
         })
     }
 }
@@ -266,33 +323,37 @@ fn token_row(row: &PgRow, with_account: bool) -> Result<Option<TokenRow>, sqlx::
     }))
 }
 
-/// Completes `group`; when its transaction fails for any reason but an
-/// unreachable database, runs each of its completions again alone, so that
-/// one bad order fails alone with its own code.
+/// Completes `group` within `bound`; when it fails at its credits, runs
+/// each of its completions again alone (see the module docs).
 async fn complete_group(
     pool: &PgPool,
     sizes: &dyn GroupSizes,
+    bound: Duration,
     group: Vec<Completion>,
 ) -> Vec<CompleteOutcome> {
     sizes.completions(group.len());
-    match complete_in_one_transaction(pool, &group).await {
-        Ok(outcomes) => outcomes,
-        Err(err) if group.len() == 1 || matches!(err, CompleteError::Unavailable(_)) => {
-            vec![Err(err); group.len()]
-        }
-        Err(err) => {
-            tracing::debug!(error = %err, size = group.len(), "completion group failed; completing its orders one by one");
+    let unavailable = || Err(CompleteError::Unavailable(timed_out()));
+    let attempt = tokio::time::timeout(bound, complete_in_one_transaction(pool, &group)).await;
+    match attempt {
+        Ok(Ok(outcomes)) => outcomes,
+        Ok(Err(err @ CompleteError::ProcessingFailed(StoreError::Failed(_))))
+            if group.len() > 1 =>
+        {
+            tracing::debug!(error = %err, size = group.len(), "completion group failed at its credits; completing its orders one by one");
             let mut outcomes = Vec::with_capacity(group.len());
-            for completion in group {
-                sizes.completions(1);
-                let alone = std::slice::from_ref(&completion);
-                outcomes.push(match complete_in_one_transaction(pool, alone).await {
-                    Ok(mut outcome) => outcome.pop().unwrap_or(Err(CompleteError::OrderNotFound)),
-                    Err(err) => Err(err),
+            for completion in &group {
+                let alone = std::slice::from_ref(completion);
+                let attempt = tokio::time::timeout(bound, complete_in_one_transaction(pool, alone));
+                outcomes.push(match attempt.await {
+                    Ok(Ok(mut outcome)) => outcome.pop().unwrap_or_else(unavailable),
+                    Ok(Err(err)) => Err(err),
+                    Err(_) => unavailable(),
                 });
             }
             outcomes
         }
+        Ok(Err(err)) => vec![Err(err); group.len()],
+        Err(_) => (0..group.len()).map(|_| unavailable()).collect(),
     }
 }
 
@@ -303,8 +364,11 @@ async fn complete_in_one_transaction(
     pool: &PgPool,
     group: &[Completion],
 ) -> Result<Vec<CompleteOutcome>, CompleteError> {
+    // The guard of the status update relies on READ COMMITTED: a duplicate
+    // that waited for another transaction's lock reads the order's new
+    // status instead of failing to serialize.
     let mut txn = pool
-        .begin()
+        .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
         .await
         .map_err(|err| CompleteError::Unavailable(err.into()))?;
     let completed_at = now();
@@ -333,6 +397,13 @@ async fn complete_in_one_transaction(
         .fetch_all(&mut *txn)
         .await
         .map_err(|err| CompleteError::at_update(err.into()))?;
+    if updated.len() != group.len() {
+        return Err(CompleteError::UpdateFailed(StoreError::Failed(format!(
+            "{} rows for {} completions",
+            updated.len(),
+            group.len()
+        ))));
+    }
     let read = |err: sqlx::Error| CompleteError::at_credit(err.into());
     // What each request's update did: the completed order's (row id, user,
     // server, amount, payment id, project), or whether the order exists.
@@ -361,13 +432,6 @@ async fn complete_in_one_transaction(
                 outcomes.push(Ok(order));
             }
         }
-    }
-    if updated.len() != group.len() {
-        return Err(CompleteError::UpdateFailed(StoreError::Failed(format!(
-            "{} rows for {} completions",
-            updated.len(),
-            group.len()
-        ))));
     }
     if !completed.is_empty() {
         let order = |at: usize| match &outcomes[at] {
