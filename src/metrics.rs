@@ -39,8 +39,8 @@ pub struct Metrics {
     completions: Family<OutcomeLabels, Counter>,
     pool: Family<PoolLabels, Gauge>,
     pool_max: Gauge,
-    completion_batch_sizes: Histogram,
-    token_read_batch_sizes: Histogram,
+    completion_group_sizes: Histogram,
+    token_read_group_sizes: Histogram,
 }
 
 impl Metrics {
@@ -80,17 +80,17 @@ impl Metrics {
             "Configured size of the database pool",
             max.clone(),
         );
-        let completion_batch_sizes = group_size_histogram();
+        let completion_group_sizes = group_size_histogram();
         registry.register(
             "order_completion_batch_size",
             "Order completions written per database transaction (PostgreSQL groups; 1 when alone)",
-            completion_batch_sizes.clone(),
+            completion_group_sizes.clone(),
         );
-        let token_read_batch_sizes = group_size_histogram();
+        let token_read_group_sizes = group_size_histogram();
         registry.register(
             "token_read_batch_size",
-            "Balance requests read per database statement (PostgreSQL; 1 when alone)",
-            token_read_batch_sizes.clone(),
+            "Token reads (of balance and completion requests) per database statement (PostgreSQL; 1 when alone)",
+            token_read_group_sizes.clone(),
         );
         Metrics {
             registry: Mutex::new(registry),
@@ -99,19 +99,19 @@ impl Metrics {
             completions,
             pool,
             pool_max: max,
-            completion_batch_sizes,
-            token_read_batch_sizes,
+            completion_group_sizes,
+            token_read_group_sizes,
         }
     }
 
     /// Token reads that went to the database in one statement.
     pub fn record_token_read_group(&self, size: usize) {
-        self.token_read_batch_sizes.observe(size as f64);
+        self.token_read_group_sizes.observe(size as f64);
     }
 
     /// Completions that went to the database in one transaction.
     pub fn record_completion_group(&self, size: usize) {
-        self.completion_batch_sizes.observe(size as f64);
+        self.completion_group_sizes.observe(size as f64);
     }
 
     pub fn record_request(&self, labels: RequestLabels, elapsed: Duration) {

@@ -1,6 +1,6 @@
 //! `GET /v2/master-account/balance`: the endpoint and its reply.
 
-use poem_openapi::{ApiResponse, Object, OpenApi, param::Query, payload::Json, types::Example};
+use poem_openapi::{ApiResponse, Object, OpenApi, payload::Json, types::Example};
 use serde::Serialize;
 
 use super::{
@@ -12,7 +12,7 @@ use super::{
         InternalErrorCode, UnavailableBody, UnavailableCode, ValidationErrorBody,
     },
     json_body::JsonBody,
-    params::RawParam,
+    params::{QueryParam, RawParam},
     security::BalanceToken,
     tags::ApiTags,
 };
@@ -110,13 +110,13 @@ impl BalanceApi {
         caller: BalanceToken,
         state: poem::web::Data<&AppState>,
         /// 0 for the general master-account balance; > 0 for the balance on that server.
-        server_id: Query<RawParam<ServerIdSpec>>,
+        server_id: QueryParam<RawParam<ServerIdSpec>>,
         /// The user's id; required when email is absent.
-        user_id: Query<RawParam<UserIdSpec>>,
+        user_id: QueryParam<RawParam<UserIdSpec>>,
         /// The user's e-mail address; required when user_id is absent.
-        email: Query<RawParam<EmailSpec>>,
+        email: QueryParam<RawParam<EmailSpec>>,
         /// `main` or `bonus`; both balances when omitted.
-        balance_type: Query<RawParam<BalanceTypeSpec>>,
+        balance_type: QueryParam<RawParam<BalanceTypeSpec>>,
     ) -> BalanceReply {
         let query = match validate_query(&server_id, &user_id, &email, &balance_type) {
             Ok(query) => query,

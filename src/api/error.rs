@@ -1,4 +1,4 @@
-//! The seed's error format (section 7): `{"success":false,"code":...}` plus,
+//! The error format (docs/api.md): `{"success":false,"code":...}` plus,
 //! for VALIDATION_ERROR, `message`, an object mapping each offending field to
 //! one sentence.
 //!

@@ -4,7 +4,7 @@
 //! (its `ToJSON`: a map, a `String` per key and per value) and then writes
 //! that tree out. For the balance reply, the service's most frequent
 //! response, that was about 5 600 of the 115 000 instructions a whole request
-//! costs (callgrind, docs/benchmarks.md). `JsonBody<T>` publishes exactly
+//! costs (callgrind). `JsonBody<T>` publishes exactly
 //! what `Json<T>` publishes (T's schema, the same content type), so the
 //! OpenAPI document does not change, and writes the body with `serde` in one
 //! pass. The two serializations must agree; the unit tests of each type that

@@ -32,6 +32,11 @@ pub const API_VERSION: &str = "2.0.0";
 /// The v2 API as poem-openapi sees it: both endpoints and the document.
 pub type V2Service = OpenApiService<(balance::BalanceApi, complete::CompleteApi), ()>;
 
+/// The v2 endpoints themselves, for `app`'s direct dispatch.
+pub fn v2_operations() -> (balance::BalanceApi, complete::CompleteApi) {
+    (balance::BalanceApi, complete::CompleteApi)
+}
+
 const DESCRIPTION: &str = r#"Reads the balances of users' master accounts and completes payment orders when a payment gateway's webhook arrives.
 
 ## Authentication
@@ -52,17 +57,13 @@ Served by every instance at `/openapi.json` and `/openapi.yaml` (also printed by
 
 /// Builds the v2 service; `server_url` is where the document says the API lives.
 pub fn v2_service() -> V2Service {
-    OpenApiService::new(
-        (balance::BalanceApi, complete::CompleteApi),
-        "masterpay API",
-        API_VERSION,
-    )
-    .description(DESCRIPTION)
-    .license(LicenseObject::new("MIT").url("https://opensource.org/licenses/MIT"))
-    .server(
-        ServerObject::new("/")
-            .description("The masterpay instance that serves this document (relative URL)."),
-    )
+    OpenApiService::new(v2_operations(), "masterpay API", API_VERSION)
+        .description(DESCRIPTION)
+        .license(LicenseObject::new("MIT").url("https://opensource.org/licenses/MIT"))
+        .server(
+            ServerObject::new("/")
+                .description("The masterpay instance that serves this document (relative URL)."),
+        )
 }
 
 /// The published document, as committed in `openapi/v2.yaml`.
@@ -75,7 +76,7 @@ pub fn openapi_json() -> String {
     v2_service().spec()
 }
 
-/// Maps any error that escaped an endpoint to the seed's JSON error.
+/// Maps any error that escaped an endpoint to the JSON error body.
 pub async fn error_to_json(err: poem::Error) -> Response {
     api_error_for(&err).to_response()
 }

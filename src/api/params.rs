@@ -1,16 +1,24 @@
-//! Query parameters that never fail to parse.
+//! Query parameters that never fail to parse, read from the request itself.
 //!
 //! poem-openapi rejects a request at the first parameter that does not parse,
 //! with its own plain-text error. The contract wants every offending field
-//! reported at once in the seed's JSON, so each parameter is taken as the raw
-//! strings the query holds ([`RawParam`]) and validated by the endpoint. The
-//! schema published for it is still the precise one (type, minimum, pattern,
-//! enum, example), given by a [`ParamSpec`].
+//! reported at once in the JSON error body (docs/api.md), so each parameter
+//! is taken as the raw strings the query holds ([`RawParam`]) and validated
+//! by the endpoint. The schema published for it is still the precise one
+//! (type, minimum, pattern, enum, example), given by a [`ParamSpec`].
+//!
+//! [`QueryParam`] publishes a parameter as poem-openapi's `Query` does, but
+//! reads it from the request's own query string, not from the pairs
+//! poem-openapi's router puts into a request: the operations are called
+//! without that router (see `app`).
 
-use std::{borrow::Cow, marker::PhantomData};
+use std::{borrow::Cow, marker::PhantomData, ops::Deref};
 
+use poem::{Request, RequestBody, Result};
 use poem_openapi::{
-    registry::{MetaSchema, MetaSchemaRef},
+    ApiExtractor, ApiExtractorType, ExtractParamOptions,
+    error::ParseParamError,
+    registry::{MetaParamIn, MetaSchema, MetaSchemaRef, Registry},
     types::{ParseFromParameter, ParseResult, Type},
 };
 
@@ -78,5 +86,62 @@ impl<S: ParamSpec> ParseFromParameter for RawParam<S> {
             values: iter.into_iter().map(|v| v.as_ref().to_owned()).collect(),
             _spec: PhantomData,
         })
+    }
+}
+
+/// A query parameter, published as poem-openapi's `Query<T>` publishes it,
+/// with every value the query string gives its name (percent-decoded, `+`
+/// as a space, as poem-openapi's router splits it).
+pub struct QueryParam<T>(pub T);
+
+impl<T> Deref for QueryParam<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<'a, T: ParseFromParameter> ApiExtractor<'a> for QueryParam<T> {
+    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::Parameter];
+    const PARAM_IS_REQUIRED: bool = T::IS_REQUIRED;
+
+    type ParamType = T;
+    type ParamRawType = T::RawValueType;
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+
+    fn param_in() -> Option<MetaParamIn> {
+        Some(MetaParamIn::Query)
+    }
+
+    fn param_schema_ref() -> Option<MetaSchemaRef> {
+        Some(T::schema_ref())
+    }
+
+    fn param_raw_type(&self) -> Option<&Self::ParamRawType> {
+        self.0.as_raw_value()
+    }
+
+    async fn from_request(
+        request: &'a Request,
+        _body: &mut RequestBody,
+        param_opts: ExtractParamOptions<T>,
+    ) -> Result<Self> {
+        let query = request.uri().query().unwrap_or_default();
+        let values = form_urlencoded::parse(query.as_bytes())
+            .filter(|(name, _)| name == param_opts.name)
+            .map(|(_, value)| value);
+        T::parse_from_parameters(values)
+            .map(QueryParam)
+            .map_err(|err| {
+                ParseParamError {
+                    name: param_opts.name,
+                    reason: err.into_message(),
+                }
+                .into()
+            })
     }
 }

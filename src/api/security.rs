@@ -21,10 +21,14 @@
 //! itself and uses that row only for exactly the account it validated.
 
 use poem::{
-    Endpoint, Middleware, Request, Result,
+    Endpoint, Middleware, Request, RequestBody, Result,
     http::{Method, header},
 };
-use poem_openapi::{SecurityScheme, auth::Bearer};
+use poem_openapi::{
+    ApiExtractor, ApiExtractorType, ExtractParamOptions, SecurityScheme,
+    auth::{Bearer, BearerAuthorization},
+    registry::Registry,
+};
 
 use super::{balance_query, error::ApiError};
 use crate::{
@@ -115,40 +119,56 @@ async fn authorize(req: &Request, permission: Permission) -> Result<Authenticate
 /// INVALID_TOKEN, TOKEN_NOT_FOUND, TOKEN_DISABLED, EMPTY_ACCESS,
 /// ACCESS_DENIED) or 404 PROJECT_NOT_FOUND, never 401. In Swagger UI, click
 /// Authorize and paste the token alone, without the word Bearer.
+//
+// (The doc comment above is the scheme's published description.) Only its
+// registration in the document is used: what poem-openapi derives for a
+// scheme reads state that only its router puts into a request, and the
+// operations are called without that router (see `app`). The endpoints'
+// schemes, `BalanceToken` and `CompleteToken`, publish this one and
+// authorize themselves.
 #[derive(SecurityScheme)]
 #[oai(
     rename = "ApplicationToken",
     ty = "bearer",
-    bearer_format = "64 alphanumeric characters",
-    checker = "check_balance"
+    bearer_format = "64 alphanumeric characters"
 )]
+pub struct ApplicationToken(pub Bearer);
+
+/// The caller of an endpoint that needs `master-account/balance`.
 pub struct BalanceToken(pub Authenticated);
 
-async fn check_balance(req: &Request, _bearer: Bearer) -> Result<Authenticated> {
-    authorize(req, Permission::Balance).await
-}
-
-/// Application token: `Authorization: Bearer <64 letters and digits>`.
-///
-/// Tokens are issued by the operator with `masterpay token create --project ID
-/// --name NAME --allow PERMISSIONS`, shown once, and stored only as a SHA-256
-/// hash. Each token belongs to one project and carries per-endpoint
-/// permissions: `master-account/balance` for GET /v2/master-account/balance,
-/// `payment/order/complete` for POST /v2/payment/order/complete.
-///
-/// A missing or refused token is answered with 403 (EMPTY_TOKEN,
-/// INVALID_TOKEN, TOKEN_NOT_FOUND, TOKEN_DISABLED, EMPTY_ACCESS,
-/// ACCESS_DENIED) or 404 PROJECT_NOT_FOUND, never 401. In Swagger UI, click
-/// Authorize and paste the token alone, without the word Bearer.
-#[derive(SecurityScheme)]
-#[oai(
-    rename = "ApplicationToken",
-    ty = "bearer",
-    bearer_format = "64 alphanumeric characters",
-    checker = "check_complete"
-)]
+/// The caller of an endpoint that needs `payment/order/complete`.
 pub struct CompleteToken(pub Authenticated);
 
-async fn check_complete(req: &Request, _bearer: Bearer) -> Result<Authenticated> {
-    authorize(req, Permission::Complete).await
+/// Publishes [`ApplicationToken`] for an endpoint whose caller must hold
+/// `$permission`, and extracts that caller.
+macro_rules! permission_scheme {
+    ($scheme:ident, $permission:expr) => {
+        impl<'a> ApiExtractor<'a> for $scheme {
+            const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::SecurityScheme];
+            type ParamType = ();
+            type ParamRawType = ();
+
+            fn register(registry: &mut Registry) {
+                ApplicationToken::register(registry);
+            }
+
+            fn security_schemes() -> Vec<&'static str> {
+                ApplicationToken::security_schemes()
+            }
+
+            async fn from_request(
+                req: &'a Request,
+                _body: &mut RequestBody,
+                _param_opts: ExtractParamOptions<()>,
+            ) -> Result<Self> {
+                // What a derived bearer scheme checks first.
+                <Bearer as BearerAuthorization>::from_request(req)?;
+                authorize(req, $permission).await.map($scheme)
+            }
+        }
+    };
 }
+
+permission_scheme!(BalanceToken, Permission::Balance);
+permission_scheme!(CompleteToken, Permission::Complete);

@@ -435,7 +435,7 @@ impl Reply {
         self.body["code"].as_str().unwrap_or("")
     }
 
-    /// Asserts the seed's error shape with `status` and `code`.
+    /// Asserts the error body's shape with `status` and `code`.
     #[track_caller]
     pub fn assert_error(&self, status: u16, code: &str) {
         assert_eq!(
