@@ -25,6 +25,7 @@ pub mod sqlite;
 use std::{future::Future, pin::Pin};
 
 use chrono::{DateTime, Utc};
+use sea_orm::sqlx;
 
 /// What the store's operations return: a boxed future, so that the store
 /// can be shared as `Arc<dyn Store>` whatever the backend.
@@ -118,6 +119,38 @@ fn permission_list(joined: Option<String>) -> Vec<String> {
     joined
         .map(|joined| joined.split(',').map(str::to_owned).collect())
         .unwrap_or_default()
+}
+
+/// A token's row as the sqlx backends' token statements name their
+/// columns, with the account's columns when one was asked.
+fn token_row_of<R>(row: &R, with_account: bool) -> Result<TokenRow, sqlx::Error>
+where
+    R: sqlx::Row,
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> DateTime<Utc>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(TokenRow {
+        token_id: row.try_get("token_id")?,
+        project_id: row.try_get("project_id")?,
+        active: row.try_get("token_active")?,
+        last_used_at: row.try_get("last_used_at")?,
+        project_active: row.try_get("project_active")?,
+        permissions: permission_list(row.try_get("permissions")?),
+        account: if with_account {
+            Some(AccountRow {
+                user_by_id: row.try_get("user_by_id")?,
+                user_by_email: row.try_get("user_by_email")?,
+                server_found: row.try_get::<Option<i64>, _>("server_found")?.is_some(),
+                main_cents: row.try_get("main_cents")?,
+                bonus_cents: row.try_get("bonus_cents")?,
+            })
+        } else {
+            None
+        },
+    })
 }
 
 /// A completion request whose formats were already validated.

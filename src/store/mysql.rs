@@ -9,12 +9,12 @@ use chrono::{DateTime, Utc};
 use entity::{balance, operation_log::LogKind, payment_order::OrderStatus};
 use sea_orm::{
     ActiveEnum, DatabaseConnection,
-    sqlx::{self, MySqlPool, Row, mysql::MySqlRow},
+    sqlx::{self, MySqlPool, Row},
 };
 
 use super::{
-    AccountKey, AccountRow, CompleteError, CompletedOrder, Completion, Store, StoreError,
-    StoreFuture, TokenRow, now, permission_list,
+    AccountKey, CompleteError, CompletedOrder, Completion, Store, StoreError, StoreFuture,
+    TokenRow, now, token_row_of,
 };
 
 /// The token by its hash, with its project's state and permissions, and the
@@ -101,7 +101,7 @@ impl MySqlStore {
             .bind(token_hash)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|row| token_row(&row, account.is_some()))
+        row.map(|row| token_row_of(&row, account.is_some()))
             .transpose()
             .map_err(StoreError::from)
     }
@@ -215,26 +215,4 @@ impl Store for MySqlStore {
             Ok(())
         })
     }
-}
-
-fn token_row(row: &MySqlRow, with_account: bool) -> Result<TokenRow, sqlx::Error> {
-    Ok(TokenRow {
-        token_id: row.try_get("token_id")?,
-        project_id: row.try_get("project_id")?,
-        active: row.try_get("token_active")?,
-        last_used_at: row.try_get("last_used_at")?,
-        project_active: row.try_get("project_active")?,
-        permissions: permission_list(row.try_get("permissions")?),
-        account: if with_account {
-            Some(AccountRow {
-                user_by_id: row.try_get("user_by_id")?,
-                user_by_email: row.try_get("user_by_email")?,
-                server_found: row.try_get::<Option<i64>, _>("server_found")?.is_some(),
-                main_cents: row.try_get("main_cents")?,
-                bonus_cents: row.try_get("bonus_cents")?,
-            })
-        } else {
-            None
-        },
-    })
 }

@@ -37,8 +37,8 @@ use sea_orm::{
 
 use self::group::Groups;
 use super::{
-    AccountKey, AccountRow, CompleteError, CompletedOrder, Completion, GroupSizes, Store,
-    StoreError, StoreFuture, TokenRow, now, permission_list,
+    AccountKey, CompleteError, CompletedOrder, Completion, GroupSizes, Store, StoreError,
+    StoreFuture, TokenRow, now, token_row_of,
 };
 use crate::config::PoolSettings;
 
@@ -298,29 +298,12 @@ async fn read_tokens(pool: &PgPool, reads: &[TokenRead]) -> Vec<TokenOutcome> {
         .collect()
 }
 
+/// The token of one request's row; `None` for an unknown token.
 fn token_row(row: &PgRow, with_account: bool) -> Result<Option<TokenRow>, sqlx::Error> {
-    let Some(token_id) = row.try_get::<Option<i64>, _>("token_id")? else {
-        return Ok(None);
-    };
-    Ok(Some(TokenRow {
-        token_id,
-        project_id: row.try_get("project_id")?,
-        active: row.try_get("token_active")?,
-        last_used_at: row.try_get("last_used_at")?,
-        project_active: row.try_get("project_active")?,
-        permissions: permission_list(row.try_get("permissions")?),
-        account: if with_account {
-            Some(AccountRow {
-                user_by_id: row.try_get("user_by_id")?,
-                user_by_email: row.try_get("user_by_email")?,
-                server_found: row.try_get::<Option<i64>, _>("server_found")?.is_some(),
-                main_cents: row.try_get("main_cents")?,
-                bonus_cents: row.try_get("bonus_cents")?,
-            })
-        } else {
-            None
-        },
-    }))
+    match row.try_get::<Option<i64>, _>("token_id")? {
+        None => Ok(None),
+        Some(_) => token_row_of(row, with_account).map(Some),
+    }
 }
 
 /// Completes `group` within `bound`; when it fails at its credits, runs
