@@ -1,6 +1,7 @@
 //! `GET /v2/master-account/balance`: the endpoint and its reply.
 
 use poem_openapi::{ApiResponse, Object, OpenApi, payload::Json, types::Example};
+use serde::Serialize;
 
 use super::{
     balance_query::{
@@ -10,6 +11,7 @@ use super::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, InternalErrorBody,
         InternalErrorCode, UnavailableBody, UnavailableCode, ValidationErrorBody,
     },
+    json_body::JsonBody,
     params::{QueryParam, RawParam},
     security::BalanceToken,
     tags::ApiTags,
@@ -21,9 +23,12 @@ use crate::{
 
 pub struct BalanceApi;
 
+// Sent as a `JsonBody`, so its `serde` attributes must give the JSON its
+// `oai` attributes describe (a unit test compares the two). The doc comment
+// below is the published schema's description.
 /// The balance of a user's master account. Amounts are decimal strings with
 /// exactly two fraction digits, so no precision is lost.
-#[derive(Debug, Clone, Object)]
+#[derive(Debug, Clone, Object, Serialize)]
 #[oai(example)]
 pub struct BalanceResponse {
     /// Always `true` on success.
@@ -34,6 +39,7 @@ pub struct BalanceResponse {
         skip_serializing_if_is_none,
         validator(pattern = r"^[0-9]+\.[0-9]{2}$")
     )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub main_balance: Option<String>,
     /// Bonus balance, a decimal string with two fraction digits; present
     /// when balance_type is `bonus` or omitted.
@@ -41,6 +47,7 @@ pub struct BalanceResponse {
         skip_serializing_if_is_none,
         validator(pattern = r"^[0-9]+\.[0-9]{2}$")
     )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub bonus_balance: Option<String>,
 }
 
@@ -59,7 +66,7 @@ pub enum BalanceReply {
     /// The balance. With balance_type `main` only main_balance is present,
     /// with `bonus` only bonus_balance, without it both.
     #[oai(status = 200)]
-    Ok(Json<BalanceResponse>),
+    Ok(JsonBody<BalanceResponse>),
     /// VALIDATION_ERROR: server_id missing or not an integer >= 0, neither
     /// user_id nor email given, user_id not a positive integer, email not a
     /// valid address, balance_type neither `main` nor `bonus`, or a parameter
@@ -124,7 +131,7 @@ impl BalanceApi {
                     BalanceType::Bonus => (None, Some(bonus)),
                     BalanceType::Both => (Some(main), Some(bonus)),
                 };
-                BalanceReply::Ok(Json(BalanceResponse {
+                BalanceReply::Ok(JsonBody(BalanceResponse {
                     success: true,
                     main_balance,
                     bonus_balance,
@@ -149,5 +156,37 @@ impl BalanceApi {
                 )))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use poem_openapi::types::ToJSON;
+
+    use super::*;
+
+    /// The reply is written by `serde` but documented by poem-openapi: every
+    /// shape it takes (main, bonus, both) must read the same both ways.
+    #[test]
+    fn the_sent_reply_is_the_documented_one() {
+        let amount = || Some("1250.50".to_owned());
+        for (main_balance, bonus_balance) in
+            [(amount(), None), (None, amount()), (amount(), amount())]
+        {
+            let reply = BalanceResponse {
+                success: true,
+                main_balance,
+                bonus_balance,
+            };
+            assert_eq!(
+                serde_json::to_value(&reply).unwrap(),
+                reply.to_json().unwrap()
+            );
+        }
+        let example = BalanceResponse::example();
+        assert_eq!(
+            serde_json::to_string(&example).unwrap(),
+            serde_json::to_string(&example.to_json()).unwrap()
+        );
     }
 }

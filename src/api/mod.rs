@@ -8,6 +8,7 @@ pub mod balance_query;
 pub mod complete;
 pub mod docs;
 pub mod error;
+pub mod json_body;
 pub mod middleware;
 pub mod params;
 pub mod security;
