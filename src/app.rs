@@ -51,8 +51,8 @@ fn routes_with(
     operations: V2Operations,
 ) -> impl poem::Endpoint {
     let v2 = api::v2_service();
-    let yaml = v2.spec_yaml();
-    let json = v2.spec();
+    let yaml = api::openapi_yaml();
+    let json = api::openapi_json();
     let metrics = state.metrics.clone();
     let drain = DrainUnreadBody {
         max_body_bytes: state.max_body_bytes,
@@ -291,7 +291,7 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
 mod tests {
     use super::*;
 
-    /// Both operations of the contract take the direct way; anything else
+    /// Every operation of the contract takes the direct way; anything else
     /// (HEAD, another method, another path) the router's.
     #[test]
     fn v2_operations_are_dispatched_directly() {
@@ -301,9 +301,14 @@ mod tests {
                 .find(&Request::builder().method(method).uri_str(uri).finish())
                 .is_some()
         };
-        assert_eq!(operations.0.len(), 2);
+        assert_eq!(operations.0.len(), 6);
         assert!(listed(Method::GET, "/v2/master-account/balance?user_id=1"));
+        assert!(listed(Method::GET, "/v2/master-account/operations"));
+        assert!(listed(Method::POST, "/v2/payment/order/create"));
+        assert!(listed(Method::GET, "/v2/payment/order?order_id=x"));
         assert!(listed(Method::POST, "/v2/payment/order/complete"));
+        assert!(listed(Method::POST, "/v2/payment/order/cancel"));
+        assert!(!listed(Method::GET, "/v2/payment/order/"));
         assert!(!listed(Method::HEAD, "/v2/master-account/balance"));
         assert!(!listed(Method::POST, "/v2/master-account/balance"));
         assert!(!listed(Method::GET, "/v2/master-account/balance/"));
@@ -358,15 +363,18 @@ mod tests {
             bearers.push(Some(format!("Bearer {}", value.expose())));
         }
         // Completed once beforehand: every later completion of it is 409.
-        let done = orders::NewOrder {
+        let done = orders::OrderRequest {
             project_id: project,
-            user_id: user,
-            server_id: None,
+            who: users::UserRef {
+                user_id: Some(user),
+                email: None,
+            },
+            server_id: 0,
             amount: Money::from_cents(500).unwrap(),
             payment_system: "cstm:paygate".into(),
             order_id: Some("Order:ABCDEFGH".into()),
         };
-        orders::create(&db, done).await.unwrap();
+        orders::create(&db, &done, None).await.unwrap();
         let state = AppState::new(db, &settings).expect("state");
         let once = orders::Completion {
             project_id: project,
@@ -377,7 +385,7 @@ mod tests {
         orders::complete(&*state.store, &once).await.unwrap();
         let timeout = settings.request_timeout;
         let direct = routes_with(state.clone(), timeout, V2Operations::new());
-        assert_eq!(V2Operations::new().0.len(), 2);
+        assert_eq!(V2Operations::new().0.len(), 6);
         let router = routes_with(state, timeout, V2Operations(Vec::new()));
 
         let completion = |order: &str| {

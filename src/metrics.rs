@@ -27,6 +27,33 @@ pub struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    pub event: &'static str,
+}
+
+/// What happened to an order, besides its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrderEvent {
+    /// Created.
+    Created,
+    /// A creation repeated with its idempotency key: answered as the
+    /// first, nothing created.
+    IdempotentReplay,
+    /// Cancelled while pending.
+    Cancelled,
+}
+
+impl OrderEvent {
+    fn label(self) -> &'static str {
+        match self {
+            OrderEvent::Created => "created",
+            OrderEvent::IdempotentReplay => "idempotent_replay",
+            OrderEvent::Cancelled => "cancelled",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
     pub state: &'static str,
 }
@@ -37,6 +64,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<RequestLabels, Histogram>,
     completions: Family<OutcomeLabels, Counter>,
+    order_events: Family<EventLabels, Counter>,
     pool: Family<PoolLabels, Gauge>,
     pool_max: Gauge,
     completion_group_sizes: Histogram,
@@ -53,6 +81,12 @@ impl Metrics {
             ])
         });
         let completions = Family::<OutcomeLabels, Counter>::default();
+        let order_events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "order_events",
+            "Orders created, creations replayed by idempotency key, and orders cancelled, through the API",
+            order_events.clone(),
+        );
         let pool = Family::<PoolLabels, Gauge>::default();
         let max = Gauge::default();
         registry.register(
@@ -97,6 +131,7 @@ impl Metrics {
             requests,
             latency,
             completions,
+            order_events,
             pool,
             pool_max: max,
             completion_group_sizes,
@@ -124,6 +159,14 @@ impl Metrics {
     pub fn record_completion(&self, outcome: &'static str) {
         self.completions
             .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    pub fn record_order_event(&self, event: OrderEvent) {
+        self.order_events
+            .get_or_create(&EventLabels {
+                event: event.label(),
+            })
             .inc();
     }
 
@@ -184,6 +227,10 @@ pub fn endpoint_label(path: &str) -> &'static str {
     match path {
         "/v2/master-account/balance" => "/v2/master-account/balance",
         "/v2/payment/order/complete" => "/v2/payment/order/complete",
+        "/v2/payment/order/create" => "/v2/payment/order/create",
+        "/v2/payment/order" => "/v2/payment/order",
+        "/v2/payment/order/cancel" => "/v2/payment/order/cancel",
+        "/v2/master-account/operations" => "/v2/master-account/operations",
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",
         "/metrics" => "/metrics",

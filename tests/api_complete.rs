@@ -40,7 +40,10 @@ fn body(order_id: &str, payment_system: &str) -> Value {
 }
 
 async fn order_row(app: &TestApp, order_id: &str) -> payment_order::Model {
-    orders::find(&app.db, order_id)
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    payment_order::Entity::find()
+        .filter(payment_order::Column::OrderId.eq(order_id))
+        .one(&app.db)
         .await
         .unwrap()
         .expect("order exists")

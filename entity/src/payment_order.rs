@@ -1,4 +1,5 @@
-//! A payment order, created pending and completed exactly once by the API.
+//! A payment order: created pending, then completed (credited exactly once)
+//! or cancelled (never credited); both are final.
 use sea_orm::entity::prelude::*;
 
 /// Where an order is in its life.
@@ -11,6 +12,10 @@ pub enum OrderStatus {
     /// Completed: its amount was credited, exactly once. Final.
     #[sea_orm(string_value = "completed")]
     Completed,
+    /// Cancelled while pending: nothing was credited, and nothing will be.
+    /// Final.
+    #[sea_orm(string_value = "cancelled")]
+    Cancelled,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
@@ -32,6 +37,12 @@ pub struct Model {
     pub payment_id: Option<String>,
     pub created_at: ChronoDateTimeUtc,
     pub completed_at: Option<ChronoDateTimeUtc>,
+    pub cancelled_at: Option<ChronoDateTimeUtc>,
+    /// The `Idempotency-Key` the order was created with, unique per project.
+    pub idempotency_key: Option<String>,
+    /// With a key: SHA-256 (hex) of the creation request, to tell a repeat
+    /// of it from another request under the same key.
+    pub request_hash: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -4,19 +4,22 @@
 //! and token hashes, foreign keys, non-negative money, one log row per order.
 //! Every lookup the API makes is served by an index.
 //!
-//! `m20261122_000001_create_schema` creates the whole schema; no release
-//! predates it. From the first tagged release on, migrations are only
-//! appended: one that a release has shipped is never edited again.
+//! `m20261122_000001_create_schema` creates the schema; each later file
+//! changes it, and a migration that has run anywhere is never edited again.
 
 pub use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_create_schema;
+mod m20261125_000001_order_life;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261122_000001_create_schema::Migration)]
+        vec![
+            Box::new(m20261122_000001_create_schema::Migration),
+            Box::new(m20261125_000001_order_life::Migration),
+        ]
     }
 }

@@ -99,6 +99,7 @@ pub fn validate_query(
     balance_type: &RawParam<BalanceTypeSpec>,
 ) -> Result<BalanceQuery, FieldErrors> {
     let mut errors = FieldErrors::new();
+    let who = validate_user(user_id, email, &mut errors);
     let mut fail = |field: &str, sentence: &str| {
         errors.insert(field.to_owned(), sentence.to_owned());
     };
@@ -121,6 +122,39 @@ pub fn validate_query(
         },
     };
 
+    let kind = match balance_type.single("balance_type") {
+        Err(e) => {
+            fail("balance_type", &e);
+            None
+        }
+        Ok(None) => Some(BalanceType::Both),
+        Ok(Some("main")) => Some(BalanceType::Main),
+        Ok(Some("bonus")) => Some(BalanceType::Bonus),
+        Ok(Some(_)) => {
+            fail("balance_type", "balance_type must be main or bonus");
+            None
+        }
+    };
+
+    match (server, who, kind) {
+        (Some(server_id), Some(who), Some(balance_type)) if errors.is_empty() => Ok(BalanceQuery {
+            lookup: LookupRequest { who, server_id },
+            balance_type,
+        }),
+        _ => Err(errors),
+    }
+}
+
+/// The user a query names by `user_id`, `email` or both; each offending
+/// parameter goes into `errors`, and `user_id` when neither is given.
+pub fn validate_user(
+    user_id: &RawParam<UserIdSpec>,
+    email: &RawParam<EmailSpec>,
+    errors: &mut FieldErrors,
+) -> Option<UserRef> {
+    let mut fail = |field: &str, sentence: &str| {
+        errors.insert(field.to_owned(), sentence.to_owned());
+    };
     let user = match user_id.single("user_id") {
         Err(e) => {
             fail("user_id", &e);
@@ -155,33 +189,13 @@ pub fn validate_query(
         fail("user_id", "user_id is required when email is empty");
     }
 
-    let kind = match balance_type.single("balance_type") {
-        Err(e) => {
-            fail("balance_type", &e);
-            None
-        }
-        Ok(None) => Some(BalanceType::Both),
-        Ok(Some("main")) => Some(BalanceType::Main),
-        Ok(Some("bonus")) => Some(BalanceType::Bonus),
-        Ok(Some(_)) => {
-            fail("balance_type", "balance_type must be main or bonus");
-            None
-        }
-    };
-
-    match (server, kind) {
-        (Some(server_id), Some(balance_type)) if errors.is_empty() => Ok(BalanceQuery {
-            lookup: LookupRequest {
-                who: UserRef {
-                    user_id: user,
-                    email: mail,
-                },
-                server_id,
-            },
-            balance_type,
-        }),
-        _ => Err(errors),
-    }
+    let valid = (user_given || email_given)
+        && user.is_some() == user_given
+        && mail.is_some() == email_given;
+    valid.then_some(UserRef {
+        user_id: user,
+        email: mail,
+    })
 }
 
 /// The path of this endpoint.
@@ -219,7 +233,7 @@ pub fn requested_lookup(path: &str, query: Option<&str>) -> Option<LookupRequest
 
 /// A plain decimal integer: optional minus sign and digits, nothing else
 /// (no `+`, spaces, exponent or fraction), within `i64`.
-fn parse_integer(text: &str) -> Option<i64> {
+pub fn parse_integer(text: &str) -> Option<i64> {
     let digits = text.strip_prefix('-').unwrap_or(text);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;

@@ -1,22 +1,17 @@
 //! `POST /v2/payment/order/complete`: the endpoint, its body and its reply.
 
 use chrono::{DateTime, Utc};
-use poem::{Request, RequestBody};
-use poem_openapi::{
-    ApiExtractor, ApiExtractorType, ApiResponse, Enum, ExtractParamOptions, Object, OpenApi,
-    payload::Json,
-    registry::{MetaMediaType, MetaRequest, Registry},
-    types::{Example, Type},
-};
+use poem_openapi::{ApiResponse, Enum, Object, OpenApi, payload::Json, types::Example};
 use serde_json::Value;
 
 use super::{
     error::{
-        AlreadyCompletedBody, AlreadyCompletedCode, ApiError, AuthErrorBody, CompleteFailedBody,
+        AlreadyCompletedBody, AlreadyCompletedCode, AuthErrorBody, CompleteFailedBody,
         CompleteFailedCode, CompleteUnavailableBody, CompleteUnavailableCode, FieldErrors,
         OrderNotFoundBody, OrderNotFoundCode, PayloadTooLargeBody, RequestTimeoutBody,
         ValidationErrorBody,
     },
+    request_body::JsonObject,
     security::CompleteToken,
     tags::ApiTags,
 };
@@ -131,8 +126,9 @@ pub enum CompleteReply {
     /// ORDER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
     #[oai(status = 404)]
     NotFound(Json<OrderNotFoundBody>),
-    /// ORDER_ALREADY_COMPLETED: a duplicate webhook. Treat it as success and
-    /// do not resend; nothing was changed.
+    /// ORDER_ALREADY_COMPLETED: a duplicate webhook; treat it as success and
+    /// do not resend. ORDER_CANCELLED: the order was cancelled, so it is
+    /// never credited. Nothing was changed either way.
     #[oai(status = 409)]
     Conflict(Json<AlreadyCompletedBody>),
     /// REQUEST_TIMEOUT: the body arrived too slowly; nothing was changed.
@@ -152,129 +148,6 @@ pub enum CompleteReply {
     /// was changed; retry with exponential back-off.
     #[oai(status = 503)]
     Unavailable(Json<CompleteUnavailableBody>),
-}
-
-/// The request body as received: any JSON, validated field by field by the
-/// endpoint so that every offending field is named. Published with the
-/// schema of [`CompleteOrderRequest`].
-pub struct CompleteBody(pub Value);
-
-impl<'a> ApiExtractor<'a> for CompleteBody {
-    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::RequestObject];
-    type ParamType = ();
-    type ParamRawType = ();
-
-    fn register(registry: &mut Registry) {
-        CompleteOrderRequest::register(registry);
-    }
-
-    fn request_meta() -> Option<MetaRequest> {
-        Some(MetaRequest {
-            description: Some(
-                "The order to complete, as a JSON object sent with Content-Type application/json (at most 64 KiB unless the operator configured another limit). Every offending field is reported at once in VALIDATION_ERROR's `message`.",
-            ),
-            content: vec![MetaMediaType {
-                content_type: "application/json",
-                schema: CompleteOrderRequest::schema_ref(),
-            }],
-            required: true,
-        })
-    }
-
-    async fn from_request(
-        request: &'a Request,
-        body: &mut RequestBody,
-        _param_opts: ExtractParamOptions<Self::ParamType>,
-    ) -> poem::Result<Self> {
-        let is_json = request
-            .content_type()
-            .and_then(|ct| ct.parse::<mime::Mime>().ok())
-            .is_some_and(|m| m.essence_str() == "application/json");
-        if !is_json {
-            return Err(ApiError::validation_field(
-                "body",
-                "Content-Type must be application/json",
-            )
-            .into());
-        }
-        let (limit, timeout) = request.data::<AppState>().map_or(
-            (
-                crate::config::DEFAULT_MAX_BODY_BYTES,
-                std::time::Duration::from_secs(2),
-            ),
-            |s| (s.max_body_bytes, s.body_timeout),
-        );
-        // A body declared too large is refused before it is read when
-        // reading it could not help: the client waits for `100 Continue`
-        // (it then never sends the body), or more would come than the server
-        // drains anyway.
-        let declared = request
-            .headers()
-            .get(poem::http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        let expects_continue = super::middleware::expects_continue(request.headers());
-        if let Some(declared) = declared
-            && declared > limit as u64
-            && (expects_continue
-                || declared
-                    > limit.saturating_add(super::middleware::OVERSIZED_BODY_DRAIN_BYTES) as u64)
-        {
-            return Err(ApiError::payload_too_large().into());
-        }
-        // A client that sends its body too slowly gets 408, before the
-        // request timeout would answer 503 for it.
-        let deadline = tokio::time::Instant::now() + timeout;
-        let bytes = read_body(body.take()?, limit, deadline)
-            .await
-            .map_err(|err| match err {
-                BodyReadError::TooLarge => ApiError::payload_too_large(),
-                BodyReadError::TimedOut => ApiError::request_timeout(),
-                BodyReadError::Io => {
-                    ApiError::validation_field("body", "the request body could not be read")
-                }
-            })?;
-        let value = serde_json::from_slice(&bytes)
-            .map_err(|_| ApiError::validation_field("body", "the body must be a JSON object"))?;
-        Ok(CompleteBody(value))
-    }
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum BodyReadError {
-    /// More than the limit was sent.
-    TooLarge,
-    /// The body (within the limit so far) did not arrive by the deadline.
-    TimedOut,
-    /// The connection failed while the body was being read.
-    Io,
-}
-
-/// Reads a body of at most `limit` bytes by `deadline`. At the first chunk
-/// past the limit it stops: the body is too large whatever follows, and
-/// what follows is read and thrown away by [`DrainUnreadBody`] before the
-/// 413 goes out, so that the client can read it.
-///
-/// [`DrainUnreadBody`]: super::middleware::DrainUnreadBody
-async fn read_body(
-    body: poem::Body,
-    limit: usize,
-    deadline: tokio::time::Instant,
-) -> Result<Vec<u8>, BodyReadError> {
-    use futures_util::StreamExt;
-    let mut stream = std::pin::pin!(body.into_bytes_stream());
-    let mut kept = Vec::new();
-    loop {
-        match tokio::time::timeout_at(deadline, stream.next()).await {
-            Ok(Some(Ok(chunk))) if kept.len() + chunk.len() <= limit => {
-                kept.extend_from_slice(&chunk);
-            }
-            Ok(Some(Ok(_))) => return Err(BodyReadError::TooLarge),
-            Ok(None) => return Ok(kept),
-            Ok(Some(Err(_))) => return Err(BodyReadError::Io),
-            Err(_) => return Err(BodyReadError::TimedOut),
-        }
-    }
 }
 
 /// Checks each field of the body and names every offending one.
@@ -336,7 +209,8 @@ impl CompleteApi {
     /// payment and verified the callback's signature. Exactly once: of any
     /// number of calls for one order, concurrent or not, one gets 200 and
     /// the rest 409 ORDER_ALREADY_COMPLETED, which means "already done":
-    /// treat it as success and do not resend. On 5xx nothing was changed;
+    /// treat it as success and do not resend. A cancelled order is never
+    /// completed (409 ORDER_CANCELLED). On 5xx nothing was changed;
     /// retry with exponential back-off. Requires the `payment/order/complete`
     /// permission.
     #[oai(
@@ -348,7 +222,7 @@ impl CompleteApi {
         &self,
         auth: CompleteToken,
         state: poem::web::Data<&AppState>,
-        body: CompleteBody,
+        body: JsonObject<CompleteOrderRequest>,
     ) -> CompleteReply {
         let (payment_system, order_id, payment_id) = match validate_body(&body.0) {
             Ok(fields) => fields,
@@ -368,6 +242,7 @@ impl CompleteApi {
             Ok(_) => "completed",
             Err(CompleteError::OrderNotFound) => "order_not_found",
             Err(CompleteError::AlreadyCompleted) => "already_completed",
+            Err(CompleteError::Cancelled) => "order_cancelled",
             Err(CompleteError::UpdateFailed(_)) => "order_update_failed",
             Err(CompleteError::ProcessingFailed(_)) => "payment_processing_error",
             Err(CompleteError::Unavailable(_)) => "unavailable",
@@ -397,6 +272,9 @@ impl CompleteApi {
             Err(CompleteError::AlreadyCompleted) => CompleteReply::Conflict(Json(
                 AlreadyCompletedBody::new(AlreadyCompletedCode::OrderAlreadyCompleted),
             )),
+            Err(CompleteError::Cancelled) => CompleteReply::Conflict(Json(
+                AlreadyCompletedBody::new(AlreadyCompletedCode::OrderCancelled),
+            )),
             Err(CompleteError::UpdateFailed(err)) => {
                 tracing::error!(error = %err, "order status update failed");
                 CompleteReply::Failed(Json(CompleteFailedBody::new(
@@ -416,89 +294,5 @@ impl CompleteApi {
                 )))
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::Ordering;
-
-    use super::*;
-    use crate::api::middleware::{
-        OVERSIZED_BODY_DRAIN_BYTES, SharedBody,
-        tests::{counted_body, far},
-    };
-
-    /// Reads, against a 1 KiB limit, a body that sends `first` bytes and
-    /// then nothing more: it never ends, so the deadline always passes first.
-    async fn read_stalled_body(first: usize) -> Result<Vec<u8>, BodyReadError> {
-        let first = futures_util::stream::iter([Ok::<_, std::io::Error>(vec![b'x'; first])]);
-        let body = poem::Body::from_bytes_stream(futures_util::StreamExt::chain(
-            first,
-            futures_util::stream::pending(),
-        ));
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
-        read_body(body, 1024, deadline).await
-    }
-
-    #[tokio::test]
-    async fn a_body_that_stalls_within_the_limit_times_out() {
-        assert_eq!(read_stalled_body(100).await, Err(BodyReadError::TimedOut));
-    }
-
-    #[tokio::test]
-    async fn a_body_that_stalls_past_the_limit_is_too_large_not_late() {
-        // The client must not retry it as it is: 413, not 408.
-        assert_eq!(read_stalled_body(2048).await, Err(BodyReadError::TooLarge));
-    }
-
-    #[tokio::test]
-    async fn a_body_of_exactly_the_limit_is_read_whole() {
-        let (body, _) = counted_body(8, 1024);
-        assert_eq!(
-            read_body(body, 8 * 1024, far()).await.map(|b| b.len()),
-            Ok(8 * 1024)
-        );
-    }
-
-    #[tokio::test]
-    async fn one_byte_over_the_limit_is_too_large() {
-        let (body, _) = counted_body(1, 8 * 1024 + 1);
-        assert_eq!(
-            read_body(body, 8 * 1024, far()).await,
-            Err(BodyReadError::TooLarge)
-        );
-    }
-
-    /// Reads `body` as the endpoint does and drains what is left as
-    /// `DrainUnreadBody` does, against a 64 KiB limit.
-    async fn read_then_drain(body: poem::Body) -> Result<Vec<u8>, BodyReadError> {
-        let shared = SharedBody::new(body);
-        let read = read_body(shared.reader(), 64 * 1024, far()).await;
-        shared
-            .drain(64 * 1024 + OVERSIZED_BODY_DRAIN_BYTES, far())
-            .await;
-        read
-    }
-
-    #[tokio::test]
-    async fn a_moderately_oversized_body_is_read_to_its_end() {
-        // 160 KiB against a 64 KiB limit: all of it is read, so the client
-        // finishes sending before the 413 and the connection stays clean.
-        let (body, pulled) = counted_body(20, 8 * 1024);
-        assert_eq!(read_then_drain(body).await, Err(BodyReadError::TooLarge));
-        assert_eq!(pulled.load(Ordering::SeqCst), 160 * 1024);
-    }
-
-    #[tokio::test]
-    async fn an_endless_body_is_drained_only_up_to_the_bound() {
-        let (body, pulled) = counted_body(usize::MAX, 8 * 1024);
-        assert_eq!(read_then_drain(body).await, Err(BodyReadError::TooLarge));
-        let pulled = pulled.load(Ordering::SeqCst);
-        assert!(pulled > OVERSIZED_BODY_DRAIN_BYTES, "{pulled}");
-        assert!(
-            pulled <= 64 * 1024 + OVERSIZED_BODY_DRAIN_BYTES + 8 * 1024,
-            "{pulled}"
-        );
     }
 }

@@ -176,7 +176,7 @@ macro_rules! error_body {
 }
 
 error_body!(
-    /// The token was refused (seed section 5). Checked in this order:
+    /// The token was refused. Checked in this order:
     /// EMPTY_TOKEN, INVALID_TOKEN, TOKEN_NOT_FOUND, TOKEN_DISABLED,
     /// EMPTY_ACCESS, then (after PROJECT_NOT_FOUND and NOT_FOUND, both 404)
     /// ACCESS_DENIED.
@@ -244,16 +244,49 @@ error_body!(
     example = OrderNotFound
 );
 
+// The completion's conflict; its name predates ORDER_CANCELLED and is kept
+// for the clients generated from the document.
 error_body!(
-    /// The order was already completed: a duplicate webhook. Treat it as
-    /// success and do not resend. Nothing was changed.
+    /// The order was already completed (a duplicate webhook: treat it as
+    /// success and do not resend), or was cancelled. Nothing was changed.
     AlreadyCompletedBody,
     /// ORDER_ALREADY_COMPLETED: the order is already completed.
+    /// ORDER_CANCELLED: the order was cancelled and is never credited.
     AlreadyCompletedCode {
         /// The order is already completed.
         OrderAlreadyCompleted,
+        /// The order was cancelled and is never credited.
+        OrderCancelled,
     },
     example = OrderAlreadyCompleted
+);
+
+error_body!(
+    /// The order is no longer pending: it was completed (its amount was
+    /// credited) or already cancelled. Nothing was changed.
+    CancelConflictBody,
+    /// ORDER_ALREADY_COMPLETED: the order was completed and cannot be
+    /// cancelled. ORDER_ALREADY_CANCELLED: the order is already cancelled
+    /// (a repeated cancellation: treat it as success).
+    CancelConflictCode {
+        /// The order was completed and cannot be cancelled.
+        OrderAlreadyCompleted,
+        /// The order is already cancelled.
+        OrderAlreadyCancelled,
+    },
+    example = OrderAlreadyCancelled
+);
+
+error_body!(
+    /// The Idempotency-Key was already used for a request with another body
+    /// in this project. Nothing was created; send a new key for a new order.
+    IdempotencyConflictBody,
+    /// IDEMPOTENCY_KEY_REUSED: the key was used before with another body.
+    IdempotencyConflictCode {
+        /// The key was used before with another body.
+        IdempotencyKeyReused,
+    },
+    example = IdempotencyKeyReused
 );
 
 error_body!(

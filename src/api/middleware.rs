@@ -145,10 +145,13 @@ impl<E: Endpoint> Endpoint for RequestTimeoutEndpoint<E> {
 /// makes the kernel reset the connection, and most HTTP clients then report
 /// "broken pipe" instead of the 413 they were sent (the reason nginx and
 /// Apache linger on close). Reading the rest of a moderately oversized body
-/// lets the client finish sending and read the answer; past this many bytes
-/// (or the body timeout) the server answers at once and the connection is
-/// closed, so a client cannot make it read without bound.
-pub const OVERSIZED_BODY_DRAIN_BYTES: usize = 1024 * 1024;
+/// lets the client finish sending and read the answer, also a client that
+/// sends its whole body before it reads anything (Python's urllib, PHP's
+/// curl with some settings); past this many bytes (or the body timeout) the
+/// server answers at once and the connection is closed, so a client cannot
+/// make it read without bound. 8 MiB is what a client on a 100 Mbit/s link
+/// sends in under a second, well within the body timeout.
+pub const OVERSIZED_BODY_DRAIN_BYTES: usize = 8 * 1024 * 1024;
 
 /// Reads what an answer left of the request body before the answer goes out.
 ///

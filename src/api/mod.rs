@@ -10,7 +10,10 @@ pub mod docs;
 pub mod error;
 pub mod json_body;
 pub mod middleware;
+pub mod operations;
+pub mod orders;
 pub mod params;
+pub mod request_body;
 pub mod security;
 pub mod tags;
 
@@ -29,23 +32,40 @@ use self::error::{ApiError, FieldErrors};
 /// Version of the published contract.
 pub const API_VERSION: &str = "2.0.0";
 
-/// The v2 API as poem-openapi sees it: both endpoints and the document.
-pub type V2Service = OpenApiService<(balance::BalanceApi, complete::CompleteApi), ()>;
+/// The v2 endpoints, in the order the document lists them.
+pub type V2Endpoints = (
+    balance::BalanceApi,
+    operations::OperationsApi,
+    orders::OrdersApi,
+    complete::CompleteApi,
+);
+
+/// The v2 API as poem-openapi sees it: the endpoints and the document.
+pub type V2Service = OpenApiService<V2Endpoints, ()>;
 
 /// The v2 endpoints themselves, for `app`'s direct dispatch.
-pub fn v2_operations() -> (balance::BalanceApi, complete::CompleteApi) {
-    (balance::BalanceApi, complete::CompleteApi)
+pub fn v2_operations() -> V2Endpoints {
+    (
+        balance::BalanceApi,
+        operations::OperationsApi,
+        orders::OrdersApi,
+        complete::CompleteApi,
+    )
 }
 
 const DESCRIPTION: &str = r#"Reads the balances of users' master accounts and completes payment orders when a payment gateway's webhook arrives.
 
 ## Authentication
 
-Every request carries `Authorization: Bearer <token>`. A token is 64 letters and digits, belongs to one project, and holds per-endpoint permissions (`master-account/balance`, `payment/order/complete`). Tokens are issued by the operator (`masterpay token create --project ID --name NAME --allow PERMISSIONS`), shown once and stored only as a hash. Checks run in this order: EMPTY_TOKEN, INVALID_TOKEN, TOKEN_NOT_FOUND, TOKEN_DISABLED, EMPTY_ACCESS (403), PROJECT_NOT_FOUND, NOT_FOUND (404), ACCESS_DENIED (403), then the parameters (400), then the business rules. Keep tokens out of version control, URLs and logs; rotate by creating the new token before deleting the old one.
+Every request carries `Authorization: Bearer <token>`. A token is 64 letters and digits, belongs to one project, and holds per-endpoint permissions (`master-account/balance`, `master-account/operations`, `payment/order/create`, `payment/order/read`, `payment/order/complete`, `payment/order/cancel`). Tokens are issued by the operator (`masterpay token create --project ID --name NAME --allow PERMISSIONS`), shown once and stored only as a hash. Checks run in this order: EMPTY_TOKEN, INVALID_TOKEN, TOKEN_NOT_FOUND, TOKEN_DISABLED, EMPTY_ACCESS (403), PROJECT_NOT_FOUND, NOT_FOUND (404), ACCESS_DENIED (403), then the parameters (400), then the business rules. Keep tokens out of version control, URLs and logs; rotate by creating the new token before deleting the old one.
 
 ## Errors
 
 Every error is JSON: `{"success": false, "code": "..."}`. VALIDATION_ERROR also carries `message`, an object mapping each offending parameter or body field to one sentence; all offending fields are reported at once. Unknown paths and wrong methods give 404 NOT_FOUND. On 5xx nothing was changed: retry with exponential back-off. 409 ORDER_ALREADY_COMPLETED on completion means a duplicate webhook: treat it as success.
+
+## An order's life
+
+Create the order (`POST /v2/payment/order/create`, with an `Idempotency-Key` so that a retry never makes two), send the user to the payment gateway, then complete it when the gateway's webhook arrives (`POST /v2/payment/order/complete`) or cancel it if the payment is abandoned (`POST /v2/payment/order/cancel`). Exactly one of completion and cancellation wins. When an answer is lost (a timeout), read the order (`GET /v2/payment/order`) to learn where it stands; `GET /v2/master-account/operations` lists what changed a user's balances.
 
 ## Money
 
@@ -68,12 +88,49 @@ pub fn v2_service() -> V2Service {
 
 /// The published document, as committed in `openapi/v2.yaml`.
 pub fn openapi_yaml() -> String {
-    v2_service().spec_yaml()
+    serde_yaml::to_string(&document()).unwrap_or_default()
 }
 
 /// The published document as JSON.
 pub fn openapi_json() -> String {
-    v2_service().spec()
+    serde_json::to_string_pretty(&document()).unwrap_or_default()
+}
+
+/// The document poem-openapi writes from the annotated endpoints, with the
+/// links it has no annotation for: from a created order to reading,
+/// completing and cancelling it, so that generated clients and stateful
+/// testers can chain the calls.
+fn document() -> serde_json::Value {
+    let mut document: serde_json::Value =
+        serde_json::from_str(&v2_service().spec()).unwrap_or_default();
+    let order_in_body = serde_json::json!({
+        "order_id": "$response.body#/order_id",
+        "payment_system": "$response.body#/payment_system",
+    });
+    let links = serde_json::json!({
+        "GetOrder": {
+            "operationId": "getPaymentOrder",
+            "parameters": {"order_id": "$response.body#/order_id"},
+            "description": "Read the created order: its `order_id` is the `order_id` parameter.",
+        },
+        "CompleteOrder": {
+            "operationId": "completePaymentOrder",
+            "requestBody": order_in_body,
+            "description": "Complete the created order: its `order_id` and `payment_system` go into the body.",
+        },
+        "CancelOrder": {
+            "operationId": "cancelPaymentOrder",
+            "requestBody": order_in_body,
+            "description": "Cancel the created order: its `order_id` and `payment_system` go into the body.",
+        },
+    });
+    if let Some(created) =
+        document.pointer_mut("/paths/~1v2~1payment~1order~1create/post/responses/201")
+        && let Some(created) = created.as_object_mut()
+    {
+        created.insert("links".into(), links);
+    }
+    document
 }
 
 /// Maps any error that escaped an endpoint to the JSON error body.

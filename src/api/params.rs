@@ -10,7 +10,8 @@
 //! [`QueryParam`] publishes a parameter as poem-openapi's `Query` does, but
 //! reads it from the request's own query string, not from the pairs
 //! poem-openapi's router puts into a request: the operations are called
-//! without that router (see `app`).
+//! without that router (see `app`). [`HeaderParam`] does the same for a
+//! header.
 
 use std::{borrow::Cow, marker::PhantomData, ops::Deref};
 
@@ -136,6 +137,65 @@ impl<'a, T: ParseFromParameter> ApiExtractor<'a> for QueryParam<T> {
             .map(|(_, value)| value);
         T::parse_from_parameters(values)
             .map(QueryParam)
+            .map_err(|err| {
+                ParseParamError {
+                    name: param_opts.name,
+                    reason: err.into_message(),
+                }
+                .into()
+            })
+    }
+}
+
+/// A header parameter, published as poem-openapi's `Header<T>` publishes
+/// it, with every value the request gives the header. A value that is not
+/// visible ASCII is kept as U+FFFD, so that the endpoint refuses it as it
+/// refuses any other malformed value.
+pub struct HeaderParam<T>(pub T);
+
+impl<T> Deref for HeaderParam<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<'a, T: ParseFromParameter> ApiExtractor<'a> for HeaderParam<T> {
+    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::Parameter];
+    const PARAM_IS_REQUIRED: bool = T::IS_REQUIRED;
+
+    type ParamType = T;
+    type ParamRawType = T::RawValueType;
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+
+    fn param_in() -> Option<MetaParamIn> {
+        Some(MetaParamIn::Header)
+    }
+
+    fn param_schema_ref() -> Option<MetaSchemaRef> {
+        Some(T::schema_ref())
+    }
+
+    fn param_raw_type(&self) -> Option<&Self::ParamRawType> {
+        self.0.as_raw_value()
+    }
+
+    async fn from_request(
+        request: &'a Request,
+        _body: &mut RequestBody,
+        param_opts: ExtractParamOptions<T>,
+    ) -> Result<Self> {
+        let values = request
+            .headers()
+            .get_all(param_opts.name)
+            .iter()
+            .map(|value| value.to_str().unwrap_or("\u{fffd}"));
+        T::parse_from_parameters(values)
+            .map(HeaderParam)
             .map_err(|err| {
                 ParseParamError {
                     name: param_opts.name,

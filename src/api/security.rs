@@ -113,7 +113,11 @@ async fn authorize(req: &Request, permission: Permission) -> Result<Authenticate
 /// --name NAME --allow PERMISSIONS`, shown once, and stored only as a SHA-256
 /// hash. Each token belongs to one project and carries per-endpoint
 /// permissions: `master-account/balance` for GET /v2/master-account/balance,
-/// `payment/order/complete` for POST /v2/payment/order/complete.
+/// `master-account/operations` for GET /v2/master-account/operations,
+/// `payment/order/create` for POST /v2/payment/order/create,
+/// `payment/order/read` for GET /v2/payment/order,
+/// `payment/order/complete` for POST /v2/payment/order/complete,
+/// `payment/order/cancel` for POST /v2/payment/order/cancel.
 ///
 /// A missing or refused token is answered with 403 (EMPTY_TOKEN,
 /// INVALID_TOKEN, TOKEN_NOT_FOUND, TOKEN_DISABLED, EMPTY_ACCESS,
@@ -124,8 +128,7 @@ async fn authorize(req: &Request, permission: Permission) -> Result<Authenticate
 // registration in the document is used: what poem-openapi derives for a
 // scheme reads state that only its router puts into a request, and the
 // operations are called without that router (see `app`). The endpoints'
-// schemes, `BalanceToken` and `CompleteToken`, publish this one and
-// authorize themselves.
+// schemes, one per permission, publish this one and authorize themselves.
 #[derive(SecurityScheme)]
 #[oai(
     rename = "ApplicationToken",
@@ -139,6 +142,18 @@ pub struct BalanceToken(pub Authenticated);
 
 /// The caller of an endpoint that needs `payment/order/complete`.
 pub struct CompleteToken(pub Authenticated);
+
+/// The caller of an endpoint that needs `payment/order/create`.
+pub struct CreateToken(pub Authenticated);
+
+/// The caller of an endpoint that needs `payment/order/read`.
+pub struct ReadToken(pub Authenticated);
+
+/// The caller of an endpoint that needs `payment/order/cancel`.
+pub struct CancelToken(pub Authenticated);
+
+/// The caller of an endpoint that needs `master-account/operations`.
+pub struct OperationsToken(pub Authenticated);
 
 /// Publishes [`ApplicationToken`] for an endpoint whose caller must hold
 /// `$permission`, and extracts that caller.
@@ -172,3 +187,7 @@ macro_rules! permission_scheme {
 
 permission_scheme!(BalanceToken, Permission::Balance);
 permission_scheme!(CompleteToken, Permission::Complete);
+permission_scheme!(CreateToken, Permission::Create);
+permission_scheme!(ReadToken, Permission::Read);
+permission_scheme!(CancelToken, Permission::Cancel);
+permission_scheme!(OperationsToken, Permission::Operations);

@@ -4,8 +4,8 @@ use poem_openapi::Tags;
 
 #[derive(Tags)]
 pub enum ApiTags {
-    /// Balances of users' master accounts.
+    /// Balances of users' master accounts, and their operation history.
     MasterAccount,
-    /// Completion of payment orders.
+    /// Payment orders: creation, reading, completion and cancellation.
     PaymentOrders,
 }

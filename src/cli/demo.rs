@@ -6,10 +6,11 @@ use serde_json::json;
 use super::{Output, parse_amount};
 use crate::service::{
     balances, orders,
-    orders::NewOrder,
+    orders::OrderRequest,
     projects, servers,
     tokens::{self, Permission},
     users,
+    users::UserRef,
 };
 
 /// Seeds a project with users, servers, balances, pending orders and a token
@@ -45,19 +46,18 @@ pub async fn run(db: &DatabaseConnection, out: Output, base: Option<&str>) -> an
         (alice.id, Some(server.id), "5.00"),
         (bob.id, None, "100"),
     ] {
-        let order = orders::create(
-            db,
-            NewOrder {
-                project_id: project.id,
-                user_id: user,
-                server_id,
-                amount: parse_amount("amount", amount)?,
-                payment_system: "cstm:paygate".into(),
-                order_id: None,
+        let request = OrderRequest {
+            project_id: project.id,
+            who: UserRef {
+                user_id: Some(user),
+                email: None,
             },
-        )
-        .await?;
-        order_ids.push(order.order_id);
+            server_id: server_id.unwrap_or(0),
+            amount: parse_amount("amount", amount)?,
+            payment_system: "cstm:paygate".into(),
+            order_id: None,
+        };
+        order_ids.push(orders::create(db, &request, None).await?.order.order_id);
     }
     let (token, value) = tokens::create(db, project.id, "demo", &Permission::ALL).await?;
     let value = value.expose();

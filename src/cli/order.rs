@@ -1,11 +1,16 @@
-//! `masterpay order create`.
+//! `masterpay order create|get|cancel|list`: the API's order operations,
+//! for the operator.
 
-use clap::Subcommand;
-use sea_orm::DatabaseConnection;
-use serde_json::json;
+use clap::{Subcommand, ValueEnum};
+use entity::payment_order::OrderStatus;
+use sea_orm::{ActiveEnum, DatabaseConnection};
+use serde_json::{Value, json};
 
 use super::{CliResult, Output, parse_amount};
-use crate::service::orders::{self, NewOrder};
+use crate::service::{
+    orders::{self, Cancellation, Order, OrderFilter, OrderRequest},
+    users::UserRef,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum OrderCommand {
@@ -28,35 +33,148 @@ pub enum OrderCommand {
         #[arg(long)]
         order_id: Option<String>,
     },
+    /// Show an order.
+    Get { order_id: String },
+    /// Cancel a pending order (it is then never credited).
+    Cancel { order_id: String },
+    /// List a project's orders, newest first.
+    List {
+        #[arg(long)]
+        project: i64,
+        /// Only this user's orders.
+        #[arg(long)]
+        user: Option<i64>,
+        /// Only orders in this status.
+        #[arg(long, value_enum)]
+        status: Option<StatusArg>,
+        /// Show at most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StatusArg {
+    Pending,
+    Completed,
+    Cancelled,
+}
+
+impl From<StatusArg> for OrderStatus {
+    fn from(status: StatusArg) -> OrderStatus {
+        match status {
+            StatusArg::Pending => OrderStatus::Pending,
+            StatusArg::Completed => OrderStatus::Completed,
+            StatusArg::Cancelled => OrderStatus::Cancelled,
+        }
+    }
 }
 
 pub async fn run(cmd: OrderCommand, db: &DatabaseConnection, out: Output) -> CliResult {
-    let OrderCommand::Create {
-        project,
-        user,
-        amount,
-        payment_system,
-        server,
-        order_id,
-    } = cmd;
-    let amount = parse_amount("--amount", &amount)?;
-    let o = orders::create(
-        db,
-        NewOrder {
-            project_id: project,
-            user_id: user,
-            server_id: server,
+    match cmd {
+        OrderCommand::Create {
+            project,
+            user,
             amount,
             payment_system,
+            server,
             order_id,
-        },
-    )
-    .await?;
-    out.emit(json!({"id": o.id, "order_id": o.order_id}), || {
-        format!(
-            "created order {} for user {} ({} via {})",
-            o.order_id, o.user_id, amount, o.payment_system
-        )
-    });
+        } => {
+            let request = OrderRequest {
+                project_id: project,
+                who: UserRef {
+                    user_id: Some(user),
+                    email: None,
+                },
+                server_id: server.unwrap_or(0),
+                amount: parse_amount("--amount", &amount)?,
+                payment_system,
+                order_id,
+            };
+            let order = orders::create(db, &request, None).await?.order;
+            out.emit(order_json(&order), || {
+                format!(
+                    "created order {} for user {} ({} via {})",
+                    order.order_id, order.user_id, order.amount, order.payment_system
+                )
+            });
+        }
+        OrderCommand::Get { order_id } => {
+            let order = find(db, &order_id).await?;
+            out.emit(order_json(&order), || order_line(&order));
+        }
+        OrderCommand::Cancel { order_id } => {
+            let found = find(db, &order_id).await?;
+            let request = Cancellation {
+                project_id: found.project_id,
+                order_id: found.order_id,
+                payment_system: found.payment_system,
+            };
+            let order = orders::cancel(db, &request).await?;
+            out.emit(order_json(&order), || {
+                format!("cancelled order {}", order.order_id)
+            });
+        }
+        OrderCommand::List {
+            project,
+            user,
+            status,
+            limit,
+        } => {
+            let filter = OrderFilter {
+                project_id: project,
+                user_id: user,
+                status: status.map(OrderStatus::from),
+            };
+            let (listed, total) = orders::list(db, &filter, limit).await?;
+            out.emit(
+                json!({
+                    "orders": listed.iter().map(order_json).collect::<Vec<_>>(),
+                    "total": total,
+                }),
+                || {
+                    let mut text: Vec<String> = listed.iter().map(order_line).collect();
+                    text.push(format!("{} of {total} orders shown", listed.len()));
+                    text.join("\n")
+                },
+            );
+        }
+    }
     Ok(())
+}
+
+async fn find(db: &DatabaseConnection, order_id: &str) -> anyhow::Result<Order> {
+    orders::get(db, None, order_id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("order {order_id} does not exist"))
+}
+
+/// An order as the API answers it, plus its project.
+fn order_json(order: &Order) -> Value {
+    json!({
+        "order_id": order.order_id,
+        "project_id": order.project_id,
+        "status": order.status.to_value(),
+        "user_id": order.user_id,
+        "server_id": order.server_id,
+        "amount": order.amount.to_string(),
+        "payment_system": order.payment_system,
+        "payment_id": order.payment_id,
+        "created_at": order.created_at,
+        "completed_at": order.completed_at,
+        "cancelled_at": order.cancelled_at,
+    })
+}
+
+fn order_line(order: &Order) -> String {
+    format!(
+        "{} {} user {} server {} {} via {} created {}",
+        order.order_id,
+        order.status.to_value(),
+        order.user_id,
+        order.server_id,
+        order.amount,
+        order.payment_system,
+        order.created_at.to_rfc3339(),
+    )
 }

@@ -13,20 +13,12 @@ use sea_orm::{
     sea_query::{Expr, ExprTrait, OnConflict, Query},
 };
 
+pub use super::users::UserRef;
 use super::{AdminError, auth::Authenticated, begin_write, now, servers, users, validate};
 use crate::{
     money::Money,
     store::{AccountKey, Store, StoreError},
 };
-
-/// How the caller names the user: by id, by e-mail, or both (then both must
-/// name the same user of the project).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UserRef {
-    pub user_id: Option<i64>,
-    /// Already validated as an e-mail address.
-    pub email: Option<String>,
-}
 
 /// Both balances of one account.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

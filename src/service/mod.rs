@@ -2,14 +2,17 @@
 //!
 //! Nothing here knows about HTTP: each operation takes plain values and
 //! returns a domain result or an error enum of its own, which `api/` maps to
-//! status codes and `cli/` to one-line messages. The request path's reads
-//! and writes go through the `store::Store` trait (`auth`, `balances::lookup`,
-//! `orders::complete`); administration works on sea-orm directly, every
-//! write that touches more than one row in one transaction.
+//! status codes and `cli/` to one-line messages. The hottest reads and
+//! writes go through the `store::Store` trait (`auth`, `balances::lookup`,
+//! `orders::complete`); everything else (order creation, reading and
+//! cancellation, the history, administration) is written once on sea-orm
+//! for every backend, every write that touches more than one row in one
+//! transaction.
 
 pub mod audit;
 pub mod auth;
 pub mod balances;
+pub mod history;
 pub mod orders;
 pub mod projects;
 pub mod servers;

@@ -1,81 +1,272 @@
-//! Payment orders: creation (command line) and completion, the operation
-//! behind `POST /v2/payment/order/complete`.
+//! Payment orders over their whole life: creation (idempotent with a key),
+//! reading, cancellation and completion; the API and the command line both
+//! call these.
 //!
-//! Completion is the store's: each backend writes the status update, the
-//! credit and the operation-log row in one transaction, the update guarded
-//! (`status <> 'completed'`) so that it matches a pending order only once.
-//! The unique `order_ref` of the log is a second guard in the schema itself.
+//! An order is created `pending` and ends either `completed` (its amount
+//! credited exactly once) or `cancelled` (nothing credited); both are final.
+//! Completion and cancellation are each one status update guarded by
+//! `status = 'pending'`, so of any number of them racing on one order,
+//! concurrent or not, on any number of instances, exactly one matches the
+//! row: the database's row lock decides, and the loser finds the order in
+//! its final status. Completion is the store's (status update, credit and
+//! log row in one transaction, see `store`); the rest is written once here
+//! with sea-orm for every backend.
+//!
+//! An `Idempotency-Key` is kept with the order it created, unique per
+//! project (the schema's unique index): of many concurrent creations with
+//! one key, one inserts and the others find its order, so one key creates
+//! one order. A repeat is told from another request under the same key by
+//! the SHA-256 of the request's fields ([`OrderRequest::fingerprint`]).
 
 use chrono::{DateTime, Utc};
-use entity::payment_order;
+use entity::payment_order::{self, OrderStatus};
 use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    ActiveModelTrait,
+    ActiveValue::Set,
+    ColumnTrait, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
+    QuerySelect, SqlErr,
+    sea_query::{Expr, ExprTrait},
 };
+use sha2::{Digest, Sha256};
 
-use super::{AdminError, now, servers, users, validate};
+use super::{now, servers, users, users::UserRef, validate};
 pub use crate::store::{CompleteError, Completion};
 use crate::{
     money::Money,
     store::{Store, StoreError},
 };
 
-/// What `order create` needs.
-#[derive(Debug, Clone)]
-pub struct NewOrder {
+/// An order as the API and the command line show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    pub order_id: String,
     pub project_id: i64,
+    pub status: OrderStatus,
     pub user_id: i64,
-    pub server_id: Option<i64>,
+    /// 0 for the general account.
+    pub server_id: i64,
     pub amount: Money,
     pub payment_system: String,
-    /// Generated (`Order:` + 11 random letters and digits) when absent.
+    pub payment_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub cancelled_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<payment_order::Model> for Order {
+    type Error = StoreError;
+
+    fn try_from(row: payment_order::Model) -> Result<Order, StoreError> {
+        Ok(Order {
+            amount: Money::from_cents(row.amount_cents).map_err(|err| {
+                StoreError::Failed(format!("order amount out of range in database: {err}"))
+            })?,
+            order_id: row.order_id,
+            project_id: row.project_id,
+            status: row.status,
+            user_id: row.user_id,
+            server_id: row.server_id.unwrap_or(entity::balance::GENERAL_ACCOUNT),
+            payment_system: row.payment_system,
+            payment_id: row.payment_id,
+            created_at: row.created_at,
+            completed_at: row.completed_at,
+            cancelled_at: row.cancelled_at,
+        })
+    }
+}
+
+/// A creation as the caller asks for it.
+#[derive(Debug, Clone)]
+pub struct OrderRequest {
+    pub project_id: i64,
+    pub who: UserRef,
+    /// 0 for the general account.
+    pub server_id: i64,
+    pub amount: Money,
+    pub payment_system: String,
+    /// Generated (`Order:` + 11 random letters and digits) when absent; only
+    /// the command line names one.
     pub order_id: Option<String>,
 }
 
+impl OrderRequest {
+    /// SHA-256 (hex) of what the request asks for, as validated: the same
+    /// for a repeat of it whatever its JSON spelling (key order, `10.5` or
+    /// `10.50`, the e-mail's case), different for any other request.
+    pub fn fingerprint(&self) -> String {
+        let email = self.who.email.as_deref().map(validate::normalize_email);
+        let text = format!(
+            "user_id={:?}\nemail={:?}\nserver_id={}\namount_cents={}\npayment_system={}\norder_id={:?}",
+            self.who.user_id,
+            email,
+            self.server_id,
+            self.amount.cents(),
+            self.payment_system,
+            self.order_id,
+        );
+        hex::encode(Sha256::digest(text.as_bytes()))
+    }
+}
+
+/// The outcome of a creation.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// The order as it was created (status pending), also for a replay.
+    pub order: Order,
+    /// True when an earlier request with the same key created it.
+    pub replayed: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    /// The request breaks a format rule (the API checks them first).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("user not found")]
+    UserNotFound,
+    #[error("server not found")]
+    ServerNotFound,
+    /// The key was used before for another request.
+    #[error("idempotency key reused with another request")]
+    KeyReused,
+    /// The order id the command line asked for is taken.
+    #[error("order id {0} already exists")]
+    OrderIdTaken(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<DbErr> for CreateError {
+    fn from(err: DbErr) -> CreateError {
+        CreateError::Store(err.into())
+    }
+}
+
+/// How often a generated order id that happens to be taken is drawn again
+/// (62^11 ids: this is for completeness, not for load).
+const ORDER_ID_DRAWS: usize = 3;
+
+/// Creates a pending order, once per `idempotency_key` (see the module
+/// docs). The user is resolved before the server, as in a balance lookup.
 pub async fn create(
     db: &DatabaseConnection,
-    new: NewOrder,
-) -> Result<payment_order::Model, AdminError> {
-    if !validate::is_payment_system(&new.payment_system) {
-        return Err(AdminError::Invalid(format!(
+    request: &OrderRequest,
+    idempotency_key: Option<&str>,
+) -> Result<Created, CreateError> {
+    check_request(request)?;
+    let fingerprint = idempotency_key.map(|_| request.fingerprint());
+    if let Some(key) = idempotency_key
+        && let Some(created) = replay(db, request.project_id, key, fingerprint.as_deref()).await?
+    {
+        return Ok(created);
+    }
+    let user_id = users::resolve(db, request.project_id, &request.who)
+        .await?
+        .ok_or(CreateError::UserNotFound)?;
+    if !servers::is_in_project(db, request.project_id, request.server_id).await? {
+        return Err(CreateError::ServerNotFound);
+    }
+    let mut draws = 0;
+    loop {
+        let order_id = request.order_id.clone().unwrap_or_else(generate_order_id);
+        let row = payment_order::ActiveModel {
+            order_id: Set(order_id.clone()),
+            project_id: Set(request.project_id),
+            user_id: Set(user_id),
+            server_id: Set(Some(request.server_id).filter(|&id| id != 0)),
+            payment_system: Set(request.payment_system.clone()),
+            amount_cents: Set(request.amount.cents()),
+            status: Set(OrderStatus::Pending),
+            payment_id: Set(None),
+            created_at: Set(now()),
+            completed_at: Set(None),
+            cancelled_at: Set(None),
+            idempotency_key: Set(idempotency_key.map(str::to_owned)),
+            request_hash: Set(fingerprint.clone()),
+            ..Default::default()
+        };
+        match row.insert(db).await {
+            Ok(row) => {
+                return Ok(Created {
+                    order: row.try_into()?,
+                    replayed: false,
+                });
+            }
+            Err(err) if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
+                // Another request with the same key won the insert: answer
+                // as it was answered.
+                if let Some(key) = idempotency_key
+                    && let Some(created) =
+                        replay(db, request.project_id, key, fingerprint.as_deref()).await?
+                {
+                    return Ok(created);
+                }
+                if request.order_id.is_some() {
+                    return Err(CreateError::OrderIdTaken(order_id));
+                }
+                draws += 1;
+                if draws == ORDER_ID_DRAWS {
+                    return Err(err.into());
+                }
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+/// The order created earlier with `key` in the project, answered as then;
+/// [`CreateError::KeyReused`] when it was created for another request.
+async fn replay(
+    db: &DatabaseConnection,
+    project_id: i64,
+    key: &str,
+    fingerprint: Option<&str>,
+) -> Result<Option<Created>, CreateError> {
+    let Some(row) = payment_order::Entity::find()
+        .filter(payment_order::Column::ProjectId.eq(project_id))
+        .filter(payment_order::Column::IdempotencyKey.eq(key))
+        .one(db)
+        .await?
+    else {
+        return Ok(None);
+    };
+    if row.request_hash.as_deref() != fingerprint {
+        return Err(CreateError::KeyReused);
+    }
+    let mut order = Order::try_from(row)?;
+    // The answer of the creation: the order as it was created.
+    order.status = OrderStatus::Pending;
+    order.payment_id = None;
+    order.completed_at = None;
+    order.cancelled_at = None;
+    Ok(Some(Created {
+        order,
+        replayed: true,
+    }))
+}
+
+fn check_request(request: &OrderRequest) -> Result<(), CreateError> {
+    if !validate::is_payment_system(&request.payment_system) {
+        return Err(CreateError::Invalid(format!(
             "payment system {:?} must be cstm: followed by 4 to 20 lower-case letters",
-            new.payment_system
+            request.payment_system
         )));
     }
-    if let Some(order_id) = &new.order_id
+    if let Some(order_id) = &request.order_id
         && !validate::is_order_id(order_id)
     {
-        return Err(AdminError::Invalid(format!(
+        return Err(CreateError::Invalid(format!(
             "order id {order_id:?} must be Order: followed by 8 to 11 letters or digits"
         )));
     }
-    if new.amount == Money::ZERO {
-        return Err(AdminError::Invalid("amount must be greater than 0".into()));
+    if request.amount == Money::ZERO {
+        return Err(CreateError::Invalid("amount must be at least 0.01".into()));
     }
-    users::get_in_project(db, new.project_id, new.user_id).await?;
-    let server_id = match new.server_id {
-        None | Some(0) => None,
-        Some(id) => Some(servers::get_in_project(db, new.project_id, id).await?.id),
-    };
-    let order_id = new.order_id.clone().unwrap_or_else(generate_order_id);
-    payment_order::ActiveModel {
-        order_id: Set(order_id.clone()),
-        project_id: Set(new.project_id),
-        user_id: Set(new.user_id),
-        server_id: Set(server_id),
-        payment_system: Set(new.payment_system),
-        amount_cents: Set(new.amount.cents()),
-        status: Set(payment_order::OrderStatus::Pending),
-        payment_id: Set(None),
-        created_at: Set(now()),
-        completed_at: Set(None),
-        ..Default::default()
+    if request.server_id < 0 {
+        return Err(CreateError::Invalid("server id must be >= 0".into()));
     }
-    .insert(db)
-    .await
-    .map_err(|err| {
-        AdminError::conflict_on_unique(err, || format!("order id {order_id} already exists"))
-    })
+    Ok(())
 }
 
 /// `Order:` plus 11 characters from [A-Za-z0-9], drawn from the OS CSPRNG.
@@ -87,6 +278,83 @@ pub fn generate_order_id() -> String {
         .map(char::from)
         .collect();
     format!("Order:{suffix}")
+}
+
+/// The order `order_id` of `project_id` (of any project when `None`).
+pub async fn get(
+    db: &DatabaseConnection,
+    project_id: Option<i64>,
+    order_id: &str,
+) -> Result<Option<Order>, StoreError> {
+    let mut query =
+        payment_order::Entity::find().filter(payment_order::Column::OrderId.eq(order_id));
+    if let Some(project_id) = project_id {
+        query = query.filter(payment_order::Column::ProjectId.eq(project_id));
+    }
+    query.one(db).await?.map(Order::try_from).transpose()
+}
+
+/// A cancellation whose formats were already validated.
+#[derive(Debug, Clone)]
+pub struct Cancellation {
+    pub project_id: i64,
+    pub order_id: String,
+    /// Must be the order's, as on completion.
+    pub payment_system: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CancelError {
+    /// Missing, of another project, or stored with another payment system.
+    #[error("order not found")]
+    OrderNotFound,
+    #[error("order already completed")]
+    AlreadyCompleted,
+    #[error("order already cancelled")]
+    AlreadyCancelled,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Cancels a pending order: one guarded status update (see the module
+/// docs). A completed or cancelled order is left as it is.
+pub async fn cancel(db: &DatabaseConnection, request: &Cancellation) -> Result<Order, CancelError> {
+    let named = || {
+        payment_order::Column::OrderId
+            .eq(&request.order_id)
+            .and(payment_order::Column::ProjectId.eq(request.project_id))
+            .and(payment_order::Column::PaymentSystem.eq(&request.payment_system))
+    };
+    let cancelled = payment_order::Entity::update_many()
+        .col_expr(
+            payment_order::Column::Status,
+            Expr::value(OrderStatus::Cancelled),
+        )
+        .col_expr(payment_order::Column::CancelledAt, Expr::value(now()))
+        .filter(named())
+        .filter(payment_order::Column::Status.eq(OrderStatus::Pending))
+        .exec(db)
+        .await
+        .map_err(StoreError::from)?
+        .rows_affected
+        == 1;
+    // Whatever the update did, the order is now in a final status (or
+    // missing), which no later request changes: read it.
+    let row = payment_order::Entity::find()
+        .filter(named())
+        .one(db)
+        .await
+        .map_err(StoreError::from)?
+        .ok_or(CancelError::OrderNotFound)?;
+    let order = Order::try_from(row)?;
+    match order.status {
+        _ if cancelled => Ok(order),
+        OrderStatus::Completed => Err(CancelError::AlreadyCompleted),
+        OrderStatus::Cancelled => Err(CancelError::AlreadyCancelled),
+        OrderStatus::Pending => Err(CancelError::Store(StoreError::Failed(
+            "a pending order was not cancelled".into(),
+        ))),
+    }
 }
 
 /// The order as it stands after a successful completion.
@@ -106,10 +374,9 @@ pub struct CompletedOrder {
 /// Completes an order exactly once: marks it completed, credits its amount
 /// to the main balance of its user on its server (the general account when
 /// it has none) and logs the operation, in one transaction of the store.
-/// Of any number of completions of one order, concurrent or not, on any
-/// number of instances, one succeeds and the others answer
-/// [`CompleteError::AlreadyCompleted`]; a failure changes nothing, so a
-/// retry is always safe.
+/// Of any number of completions and cancellations of one order, concurrent
+/// or not, on any number of instances, one succeeds; a failure changes
+/// nothing, so a retry is always safe.
 pub async fn complete(
     store: &dyn Store,
     request: &Completion,
@@ -134,13 +401,37 @@ pub async fn complete(
     })
 }
 
-/// An order by its order id, for the command line and tests.
-pub async fn find(
+/// Which orders `list` shows.
+#[derive(Debug, Clone, Default)]
+pub struct OrderFilter {
+    pub project_id: i64,
+    pub user_id: Option<i64>,
+    pub status: Option<OrderStatus>,
+}
+
+/// The newest `limit` orders that `filter` keeps, newest first, and how
+/// many it keeps in all.
+pub async fn list(
     db: &DatabaseConnection,
-    order_id: &str,
-) -> Result<Option<payment_order::Model>, AdminError> {
-    Ok(payment_order::Entity::find()
-        .filter(payment_order::Column::OrderId.eq(order_id))
-        .one(db)
-        .await?)
+    filter: &OrderFilter,
+    limit: u64,
+) -> Result<(Vec<Order>, u64), StoreError> {
+    let mut query = payment_order::Entity::find()
+        .filter(payment_order::Column::ProjectId.eq(filter.project_id));
+    if let Some(user_id) = filter.user_id {
+        query = query.filter(payment_order::Column::UserId.eq(user_id));
+    }
+    if let Some(status) = filter.status {
+        query = query.filter(payment_order::Column::Status.eq(status));
+    }
+    let total = query.clone().count(db).await?;
+    let orders = query
+        .order_by_desc(payment_order::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Order::try_from)
+        .collect::<Result<_, _>>()?;
+    Ok((orders, total))
 }

@@ -2,7 +2,8 @@
 
 use entity::server;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait,
+    QueryFilter, QuerySelect,
 };
 
 use super::{AdminError, now, projects, validate};
@@ -35,4 +36,24 @@ pub async fn get_in_project(
         .one(db)
         .await?
         .ok_or(AdminError::NotFound("server", server_id))
+}
+
+/// Whether `server_id` names a server of `project_id`; 0 (the general
+/// account) always does.
+pub async fn is_in_project(
+    db: &DatabaseConnection,
+    project_id: i64,
+    server_id: i64,
+) -> Result<bool, DbErr> {
+    if server_id == entity::balance::GENERAL_ACCOUNT {
+        return Ok(true);
+    }
+    Ok(server::Entity::find_by_id(server_id)
+        .select_only()
+        .column(server::Column::Id)
+        .filter(server::Column::ProjectId.eq(project_id))
+        .into_tuple::<i64>()
+        .one(db)
+        .await?
+        .is_some())
 }

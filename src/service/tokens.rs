@@ -29,17 +29,36 @@ pub enum Permission {
     Balance,
     /// `POST /v2/payment/order/complete`
     Complete,
+    /// `POST /v2/payment/order/create`
+    Create,
+    /// `GET /v2/payment/order`
+    Read,
+    /// `POST /v2/payment/order/cancel`
+    Cancel,
+    /// `GET /v2/master-account/operations`
+    Operations,
 }
 
 impl Permission {
     /// Every permission, in declaration order: `ALL[p as usize] == p`, which
     /// `auth::Principal` relies on.
-    pub const ALL: [Permission; 2] = [Permission::Balance, Permission::Complete];
+    pub const ALL: [Permission; 6] = [
+        Permission::Balance,
+        Permission::Complete,
+        Permission::Create,
+        Permission::Read,
+        Permission::Cancel,
+        Permission::Operations,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Permission::Balance => "master-account/balance",
             Permission::Complete => "payment/order/complete",
+            Permission::Create => "payment/order/create",
+            Permission::Read => "payment/order/read",
+            Permission::Cancel => "payment/order/cancel",
+            Permission::Operations => "master-account/operations",
         }
     }
 }

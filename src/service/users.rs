@@ -2,10 +2,47 @@
 
 use entity::user;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, DbErr,
+    EntityTrait, QueryFilter, QuerySelect,
 };
 
 use super::{AdminError, now, projects, validate};
+
+/// How the caller names the user: by id, by e-mail, or both (then both must
+/// name the same user of the project).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserRef {
+    pub user_id: Option<i64>,
+    /// Already validated as an e-mail address.
+    pub email: Option<String>,
+}
+
+/// The id of the user of `project_id` that `who` names (by id, by e-mail,
+/// or by both naming the same user); `None` when there is none.
+pub async fn resolve(
+    db: &DatabaseConnection,
+    project_id: i64,
+    who: &UserRef,
+) -> Result<Option<i64>, DbErr> {
+    let email = who.email.as_deref().map(validate::normalize_email);
+    let mut named = Condition::all();
+    match (who.user_id, &email) {
+        (None, None) => return Ok(None),
+        (Some(id), _) => named = named.add(user::Column::Id.eq(id)),
+        (None, Some(_)) => {}
+    }
+    if let Some(email) = email {
+        named = named.add(user::Column::Email.eq(email));
+    }
+    user::Entity::find()
+        .select_only()
+        .column(user::Column::Id)
+        .filter(user::Column::ProjectId.eq(project_id))
+        .filter(named)
+        .into_tuple::<i64>()
+        .one(db)
+        .await
+}
 
 pub async fn create(
     db: &DatabaseConnection,

@@ -207,6 +207,19 @@ fn sqlx_is_unavailable(err: &sqlx::Error) -> bool {
     }
 }
 
+impl From<DbErr> for StoreError {
+    fn from(err: DbErr) -> StoreError {
+        match sqlx_error(&err) {
+            Some(sqlx) if sqlx_is_unavailable(sqlx) => StoreError::Unavailable(err.to_string()),
+            Some(sqlx) if sqlx_is_contended(sqlx) => StoreError::Contended(err.to_string()),
+            _ if matches!(err, DbErr::ConnectionAcquire(_)) => {
+                StoreError::Unavailable(err.to_string())
+            }
+            _ => StoreError::Failed(err.to_string()),
+        }
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> StoreError {
         if sqlx_is_unavailable(&err) {

@@ -25,7 +25,8 @@ pub mod sqlite;
 use std::{future::Future, pin::Pin};
 
 use chrono::{DateTime, Utc};
-use sea_orm::sqlx;
+use entity::payment_order::OrderStatus;
+use sea_orm::{ActiveEnum, sqlx};
 
 /// What the store's operations return: a boxed future, so that the store
 /// can be shared as `Arc<dyn Store>` whatever the backend.
@@ -43,7 +44,9 @@ pub trait Store: Send + Sync {
     ) -> StoreFuture<'a, Result<Option<TokenRow>, StoreError>>;
 
     /// Completes a pending order exactly once: status, credit of the main
-    /// balance and operation-log row in one transaction.
+    /// balance and operation-log row in one transaction. The status update
+    /// matches only a pending order, so a completed or cancelled one is
+    /// never credited.
     fn complete<'a>(
         &'a self,
         completion: &'a Completion,
@@ -213,6 +216,9 @@ pub enum CompleteError {
     OrderNotFound,
     #[error("order already completed")]
     AlreadyCompleted,
+    /// The order was cancelled: it is never credited.
+    #[error("order cancelled")]
+    Cancelled,
     /// The status update itself failed.
     #[error("status update failed: {0}")]
     UpdateFailed(StoreError),
@@ -230,6 +236,18 @@ impl CompleteError {
         match err {
             StoreError::Unavailable(_) => CompleteError::Unavailable(err),
             StoreError::Contended(_) | StoreError::Failed(_) => CompleteError::UpdateFailed(err),
+        }
+    }
+
+    /// Why a guarded status update matched no row of an order found in
+    /// `status`: it is final, or it changed under the update (retry).
+    fn not_pending(status: &str) -> CompleteError {
+        match OrderStatus::try_from_value(&status.to_owned()) {
+            Ok(OrderStatus::Completed) => CompleteError::AlreadyCompleted,
+            Ok(OrderStatus::Cancelled) => CompleteError::Cancelled,
+            _ => CompleteError::UpdateFailed(StoreError::Failed(format!(
+                "order in status {status:?} was not updated"
+            ))),
         }
     }
 

@@ -42,13 +42,13 @@ WHERE t.token_hash = ?"#;
 
 /// The status update of a completion, guarded so that it matches a pending
 /// order only once. Parameters: completed status, time, payment id, order
-/// id, project id, payment system, completed status.
+/// id, project id, payment system, pending status.
 const COMPLETE_ORDER: &str = r#"UPDATE payment_orders SET status = ?, completed_at = ?, payment_id = ?
-WHERE order_id = ? AND project_id = ? AND payment_system = ? AND status <> ?"#;
+WHERE order_id = ? AND project_id = ? AND payment_system = ? AND status = ?"#;
 
 /// The order a completion names, in any status. Parameters: order id,
 /// project id, payment system.
-const FIND_ORDER: &str = r#"SELECT id, user_id, server_id, amount_cents, payment_id FROM payment_orders
+const FIND_ORDER: &str = r#"SELECT id, user_id, server_id, amount_cents, payment_id, status FROM payment_orders
 WHERE order_id = ? AND project_id = ? AND payment_system = ?"#;
 
 /// The credit of the main balance, creating the balance row when missing.
@@ -120,7 +120,7 @@ impl MySqlStore {
             .bind(&request.order_id)
             .bind(request.project_id)
             .bind(&request.payment_system)
-            .bind(OrderStatus::Completed.to_value())
+            .bind(OrderStatus::Pending.to_value())
             .execute(&mut *txn)
             .await
             .map_err(|err| CompleteError::at_update(err.into()))?
@@ -132,12 +132,15 @@ impl MySqlStore {
             .fetch_optional(&mut *txn)
             .await
             .map_err(|err| CompleteError::at_update(err.into()))?;
+        let read = |err: sqlx::Error| CompleteError::at_credit(err.into());
         let order = match (updated, order) {
-            (0, Some(_)) => return Err(CompleteError::AlreadyCompleted),
+            (0, Some(order)) => {
+                let status: String = order.try_get("status").map_err(read)?;
+                return Err(CompleteError::not_pending(&status));
+            }
             (_, None) => return Err(CompleteError::OrderNotFound),
             (_, Some(order)) => order,
         };
-        let read = |err: sqlx::Error| CompleteError::at_credit(err.into());
         let order_ref: i64 = order.try_get("id").map_err(read)?;
         let user_id: i64 = order.try_get("user_id").map_err(read)?;
         let server_id: Option<i64> = order.try_get("server_id").map_err(read)?;

@@ -67,11 +67,11 @@ WHERE t."token_hash" = :token_hash"#;
 /// order only once.
 const COMPLETE_ORDER: &str = r#"UPDATE "payment_orders"
 SET "status" = ?1, "completed_at" = ?2, "payment_id" = ?3
-WHERE "order_id" = ?4 AND "project_id" = ?5 AND "payment_system" = ?6 AND "status" <> ?1
+WHERE "order_id" = ?4 AND "project_id" = ?5 AND "payment_system" = ?6 AND "status" = ?7
 RETURNING "id", "user_id", "server_id", "amount_cents", "payment_id""#;
 
-/// Whether the order a completion names exists (in any status).
-const FIND_ORDER: &str = r#"SELECT "id" FROM "payment_orders"
+/// The status of the order a completion names, if it exists.
+const FIND_ORDER: &str = r#"SELECT "status" FROM "payment_orders"
 WHERE "order_id" = ?1 AND "project_id" = ?2 AND "payment_system" = ?3"#;
 
 /// The credit of the main balance, creating the balance row when missing.
@@ -230,6 +230,7 @@ fn complete_in_transaction(
                         request.order_id,
                         request.project_id,
                         request.payment_system,
+                        OrderStatus::Pending.to_value(),
                     ],
                     |row| {
                         Ok((
@@ -250,13 +251,13 @@ fn complete_in_transaction(
             .and_then(|mut find| {
                 find.query_row(
                     params![request.order_id, request.project_id, request.payment_system],
-                    |_| Ok(()),
+                    |row| row.get::<_, String>(0),
                 )
                 .optional()
             })
             .map_err(at_update)?;
         return Err(match found {
-            Some(()) => CompleteError::AlreadyCompleted,
+            Some(status) => CompleteError::not_pending(&status),
             None => CompleteError::OrderNotFound,
         });
     };

@@ -320,20 +320,22 @@ impl TestApp {
         amount: &str,
         payment_system: &str,
     ) -> String {
-        orders::create(
-            &self.db,
-            orders::NewOrder {
-                project_id,
-                user_id: user,
-                server_id: server,
-                amount: amount.parse().unwrap(),
-                payment_system: payment_system.into(),
-                order_id: None,
+        let request = orders::OrderRequest {
+            project_id,
+            who: masterpay::service::users::UserRef {
+                user_id: Some(user),
+                email: None,
             },
-        )
-        .await
-        .expect("order")
-        .order_id
+            server_id: server.unwrap_or(0),
+            amount: amount.parse().unwrap(),
+            payment_system: payment_system.into(),
+            order_id: None,
+        };
+        orders::create(&self.db, &request, None)
+            .await
+            .expect("order")
+            .order
+            .order_id
     }
 
     // ---- one typed helper per endpoint ----

@@ -79,10 +79,11 @@ ORDER BY "r"."idx""#;
 
 /// The status update of a group of completions (`$1` order ids, `$2`
 /// project ids, `$3` payment systems, `$4` payment ids; `$5` the completed
-/// status, `$6` the time): the pending orders they name, locked in the order
-/// of their ids, set completed under the same guard as alone; one row per
-/// request in their order, with the order it completed (NULL when none) and
-/// whether the order it names exists at all.
+/// status, `$6` the time, `$7` the pending status): the pending orders they
+/// name, locked in the order of their ids, set completed under the same
+/// guard as alone; one row per request in their order, with the order it
+/// completed (NULL when none) and the status of the order it names (NULL
+/// when there is none).
 pub const COMPLETE_ORDERS: &str = r#"WITH "r" AS (
     SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[])
         WITH ORDINALITY AS "r" ("order_id", "project_id", "payment_system", "payment_id", "idx")
@@ -90,19 +91,19 @@ pub const COMPLETE_ORDERS: &str = r#"WITH "r" AS (
     SELECT "p"."id", "r"."idx", "r"."payment_id" FROM "payment_orders" AS "p"
     JOIN "r" ON "p"."order_id" = "r"."order_id" AND "p"."project_id" = "r"."project_id"
         AND "p"."payment_system" = "r"."payment_system"
-    WHERE "p"."status" <> $5
+    WHERE "p"."status" = $7
     ORDER BY "p"."id" FOR NO KEY UPDATE OF "p"
 ), "o" AS (
     UPDATE "payment_orders" SET "status" = $5, "completed_at" = $6, "payment_id" = "k"."payment_id"
-    FROM "k" WHERE "payment_orders"."id" = "k"."id" AND "payment_orders"."status" <> $5
+    FROM "k" WHERE "payment_orders"."id" = "k"."id" AND "payment_orders"."status" = $7
     RETURNING "k"."idx", "payment_orders"."id", "payment_orders"."user_id",
         COALESCE("payment_orders"."server_id", 0) AS "server_id", "payment_orders"."amount_cents",
         "payment_orders"."payment_id", "payment_orders"."project_id"
 )
 SELECT "r"."idx", "o"."id" AS "order_ref", "o"."user_id", "o"."server_id", "o"."amount_cents",
     "o"."payment_id", "o"."project_id",
-    EXISTS (SELECT 1 FROM "payment_orders" AS "p" WHERE "p"."order_id" = "r"."order_id"
-        AND "p"."project_id" = "r"."project_id" AND "p"."payment_system" = "r"."payment_system") AS "known"
+    (SELECT "p"."status" FROM "payment_orders" AS "p" WHERE "p"."order_id" = "r"."order_id"
+        AND "p"."project_id" = "r"."project_id" AND "p"."payment_system" = "r"."payment_system") AS "found_status"
 FROM "r" LEFT JOIN "o" ON "o"."idx" = "r"."idx"
 ORDER BY "r"."idx""#;
 
@@ -377,6 +378,7 @@ async fn complete_in_one_transaction(
         )
         .bind(OrderStatus::Completed.to_value())
         .bind(completed_at)
+        .bind(OrderStatus::Pending.to_value())
         .fetch_all(&mut *txn)
         .await
         .map_err(|err| CompleteError::at_update(err.into()))?;
@@ -395,10 +397,15 @@ async fn complete_in_one_transaction(
     for (row, request) in updated.iter().zip(group) {
         let idx: i64 = row.try_get("idx").map_err(read)?;
         match row.try_get::<Option<i64>, _>("order_ref").map_err(read)? {
-            None if row.try_get::<bool, _>("known").map_err(read)? => {
-                outcomes.push(Err(CompleteError::AlreadyCompleted))
-            }
-            None => outcomes.push(Err(CompleteError::OrderNotFound)),
+            None => outcomes.push(Err(
+                match row
+                    .try_get::<Option<String>, _>("found_status")
+                    .map_err(read)?
+                {
+                    Some(status) => CompleteError::not_pending(&status),
+                    None => CompleteError::OrderNotFound,
+                },
+            )),
             Some(order_ref) => {
                 let order = CompletedOrder {
                     order_id: request.order_id.clone(),

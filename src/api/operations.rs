@@ -1,0 +1,370 @@
+//! `GET /v2/master-account/operations`: a user's operation history, a page
+//! at a time.
+
+use chrono::{DateTime, Utc};
+use entity::operation_log::{BalanceType, LogKind};
+use poem_openapi::{
+    ApiResponse, Enum, Object, OpenApi, payload::Json, registry::MetaSchema, types::Example,
+};
+use serde_json::json;
+
+use super::{
+    balance_query::{EmailSpec, UserIdSpec, parse_integer, validate_user},
+    error::{
+        AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, FieldErrors, InternalErrorBody,
+        InternalErrorCode, UnavailableBody, UnavailableCode, ValidationErrorBody,
+    },
+    params::{ParamSpec, QueryParam, RawParam},
+    security::OperationsToken,
+    tags::ApiTags,
+};
+use crate::{
+    service::history::{self, Entry, HistoryError, HistoryRequest},
+    state::AppState,
+};
+
+pub struct OperationsApi;
+
+/// What changed a balance: `order_credit` (a completed order's credit of
+/// the main balance) or `balance_set` (an operator set the balance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+#[oai(rename_all = "snake_case")]
+pub enum OperationKind {
+    /// A completed order's credit of the main balance.
+    OrderCredit,
+    /// An operator set the balance.
+    BalanceSet,
+}
+
+/// Which of the account's balances changed: `main` or `bonus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+#[oai(rename_all = "lowercase")]
+pub enum OperationBalanceType {
+    /// The main balance.
+    Main,
+    /// The bonus balance.
+    Bonus,
+}
+
+/// One change of one balance, as logged in the transaction that made it.
+#[derive(Debug, Clone, Object)]
+#[oai(example)]
+pub struct Operation {
+    /// The entry's id; later entries have higher ids.
+    pub id: i64,
+    pub kind: OperationKind,
+    /// The account changed: 0 for the general master-account balance, else
+    /// the server's id.
+    pub server_id: i64,
+    pub balance_type: OperationBalanceType,
+    /// The signed change: a decimal string with two fraction digits,
+    /// negative when the balance went down.
+    #[oai(validator(pattern = r"^-?[0-9]+\.[0-9]{2}$"))]
+    pub amount: String,
+    /// The balance before the change.
+    #[oai(validator(pattern = r"^[0-9]+\.[0-9]{2}$"))]
+    pub balance_before: String,
+    /// The balance after the change.
+    #[oai(validator(pattern = r"^[0-9]+\.[0-9]{2}$"))]
+    pub balance_after: String,
+    /// The order credited, for `order_credit`; null for `balance_set`.
+    #[oai(nullable)]
+    pub order_id: Option<String>,
+    /// When the change was made (RFC 3339, UTC).
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<Entry> for Operation {
+    fn from(entry: Entry) -> Operation {
+        Operation {
+            id: entry.id,
+            kind: match entry.kind {
+                LogKind::OrderCredit => OperationKind::OrderCredit,
+                LogKind::BalanceSet => OperationKind::BalanceSet,
+            },
+            server_id: entry.server_id,
+            balance_type: match entry.balance_type {
+                BalanceType::Main => OperationBalanceType::Main,
+                BalanceType::Bonus => OperationBalanceType::Bonus,
+            },
+            amount: signed_amount(entry.amount_cents),
+            balance_before: entry.balance_before.to_string(),
+            balance_after: entry.balance_after.to_string(),
+            order_id: entry.order_id,
+            created_at: entry.created_at,
+        }
+    }
+}
+
+/// Cents as a signed decimal string with two fraction digits.
+fn signed_amount(cents: i64) -> String {
+    let sign = if cents < 0 { "-" } else { "" };
+    let magnitude = cents.unsigned_abs();
+    format!("{sign}{}.{:02}", magnitude / 100, magnitude % 100)
+}
+
+impl Example for Operation {
+    fn example() -> Self {
+        Operation {
+            id: 42,
+            kind: OperationKind::OrderCredit,
+            server_id: 0,
+            balance_type: OperationBalanceType::Main,
+            amount: "10.25".into(),
+            balance_before: "1240.25".into(),
+            balance_after: "1250.50".into(),
+            order_id: Some("Order:AbC123xYz".into()),
+            created_at: DateTime::parse_from_rfc3339("2026-11-22T10:15:30.123456Z")
+                .map(|t| t.with_timezone(&Utc))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// One page of a user's operations, newest first.
+#[derive(Debug, Clone, Object)]
+#[oai(example)]
+pub struct OperationsPage {
+    /// Always `true` on success.
+    pub success: bool,
+    /// At most `limit` entries, newest first.
+    pub operations: Vec<Operation>,
+    /// Pass it as `cursor` (with the same other parameters) for the next
+    /// page; null on the last page. Pages do not shift while new entries
+    /// arrive: no entry is skipped or repeated.
+    #[oai(nullable)]
+    pub next_cursor: Option<String>,
+}
+
+impl Example for OperationsPage {
+    fn example() -> Self {
+        OperationsPage {
+            success: true,
+            operations: vec![Operation::example()],
+            next_cursor: Some("000000000000002a5c0b7e61d9a4f3c2b1e08d7a".into()),
+        }
+    }
+}
+
+pub struct AccountFilterSpec;
+impl ParamSpec for AccountFilterSpec {
+    const NAME: &'static str = "AccountFilter";
+    const REQUIRED: bool = false;
+    fn schema() -> MetaSchema {
+        MetaSchema {
+            format: Some("int64"),
+            minimum: Some(0.0),
+            example: Some(json!(0)),
+            ..MetaSchema::new("integer")
+        }
+    }
+}
+
+pub struct LimitSpec;
+impl ParamSpec for LimitSpec {
+    const NAME: &'static str = "Limit";
+    const REQUIRED: bool = false;
+    fn schema() -> MetaSchema {
+        MetaSchema {
+            format: Some("int32"),
+            minimum: Some(1.0),
+            maximum: Some(history::MAX_LIMIT as f64),
+            default: Some(json!(history::DEFAULT_LIMIT)),
+            example: Some(json!(history::DEFAULT_LIMIT)),
+            ..MetaSchema::new("integer")
+        }
+    }
+}
+
+pub struct CursorSpec;
+impl ParamSpec for CursorSpec {
+    const NAME: &'static str = "Cursor";
+    const REQUIRED: bool = false;
+    fn schema() -> MetaSchema {
+        MetaSchema {
+            max_length: Some(64),
+            example: Some(json!("000000000000002a5c0b7e61d9a4f3c2b1e08d7a")),
+            ..MetaSchema::new("string")
+        }
+    }
+}
+
+#[derive(ApiResponse)]
+pub enum OperationsReply {
+    /// A page of the user's operations, newest first.
+    #[oai(status = 200)]
+    Ok(Json<OperationsPage>),
+    /// VALIDATION_ERROR: neither user_id nor email given, user_id not a
+    /// positive integer, email not a valid address, server_id not an
+    /// integer >= 0, limit not an integer from 1 to 100, a cursor altered or
+    /// made for other parameters, or a parameter repeated.
+    #[oai(status = 400)]
+    BadRequest(Json<ValidationErrorBody>),
+    /// The token was refused, or lacks the `master-account/operations`
+    /// permission.
+    #[oai(status = 403)]
+    Forbidden(Json<AuthErrorBody>),
+    /// USER_NOT_FOUND, SERVER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
+    #[oai(status = 404)]
+    NotFound(Json<BalanceNotFoundBody>),
+    /// INTERNAL_ERROR: an unexpected failure. Retry with back-off.
+    #[oai(status = 500)]
+    Internal(Json<InternalErrorBody>),
+    /// SERVICE_UNAVAILABLE: the database did not answer in time. Retry with
+    /// back-off.
+    #[oai(status = 503)]
+    Unavailable(Json<UnavailableBody>),
+}
+
+/// The page the query asks for, in `project_id`.
+fn validate_query(
+    project_id: i64,
+    user_id: &RawParam<UserIdSpec>,
+    email: &RawParam<EmailSpec>,
+    server_id: &RawParam<AccountFilterSpec>,
+    limit: &RawParam<LimitSpec>,
+    cursor: &RawParam<CursorSpec>,
+) -> Result<HistoryRequest, FieldErrors> {
+    let mut errors = FieldErrors::new();
+    let who = validate_user(user_id, email, &mut errors);
+    let mut number =
+        |name: &str, raw: Result<Option<&str>, String>, ok: fn(i64) -> bool, rule| match raw {
+            Ok(None) => Some(None),
+            Ok(Some(text)) => match parse_integer(text) {
+                Some(n) if ok(n) => Some(Some(n)),
+                _ => {
+                    errors.insert(name.into(), format!("{name} must be {rule}"));
+                    None
+                }
+            },
+            Err(sentence) => {
+                errors.insert(name.into(), sentence);
+                None
+            }
+        };
+    let server_id = number(
+        "server_id",
+        server_id.single("server_id"),
+        |n| n >= 0,
+        "an integer >= 0",
+    );
+    let limit = number(
+        "limit",
+        limit.single("limit"),
+        |n| (1..=history::MAX_LIMIT as i64).contains(&n),
+        "an integer from 1 to 100",
+    );
+    let cursor = match cursor.single("cursor") {
+        Ok(cursor) => Some(cursor.map(str::to_owned)),
+        Err(sentence) => {
+            errors.insert("cursor".into(), sentence);
+            None
+        }
+    };
+    match (who, server_id, limit, cursor) {
+        (Some(who), Some(server_id), Some(limit), Some(cursor)) if errors.is_empty() => {
+            Ok(HistoryRequest {
+                project_id,
+                who,
+                server_id,
+                limit: limit.map_or(history::DEFAULT_LIMIT, |n| n as u64),
+                cursor,
+            })
+        }
+        _ => Err(errors),
+    }
+}
+
+#[OpenApi(tag = "ApiTags::MasterAccount")]
+impl OperationsApi {
+    /// List a user's operations
+    ///
+    /// The operation log of a user of the token's project, newest first:
+    /// every credit of a completed order and every balance an operator set,
+    /// with the balance before and after. All the user's accounts, or one
+    /// with server_id (0 for the general account). Pages hold `limit`
+    /// entries; pass `next_cursor` as `cursor` for the next, with the same
+    /// other parameters. Requires the `master-account/operations`
+    /// permission.
+    #[oai(
+        path = "/v2/master-account/operations",
+        method = "get",
+        operation_id = "listMasterAccountOperations"
+    )]
+    async fn list(
+        &self,
+        caller: OperationsToken,
+        state: poem::web::Data<&AppState>,
+        /// The user's id; required when email is absent.
+        user_id: QueryParam<RawParam<UserIdSpec>>,
+        /// The user's e-mail address; required when user_id is absent.
+        email: QueryParam<RawParam<EmailSpec>>,
+        /// Only this account: 0 for the general master-account balance, > 0
+        /// for that server's. Every account when omitted.
+        server_id: QueryParam<RawParam<AccountFilterSpec>>,
+        /// Entries per page, 1 to 100; 20 when omitted.
+        limit: QueryParam<RawParam<LimitSpec>>,
+        /// Where the page starts: the previous page's `next_cursor`, as it
+        /// was given (opaque). The first page when omitted.
+        cursor: QueryParam<RawParam<CursorSpec>>,
+    ) -> OperationsReply {
+        let request = match validate_query(
+            caller.0.principal.project_id,
+            &user_id,
+            &email,
+            &server_id,
+            &limit,
+            &cursor,
+        ) {
+            Ok(request) => request,
+            Err(errors) => {
+                return OperationsReply::BadRequest(Json(ValidationErrorBody::new(errors)));
+            }
+        };
+        match history::page(&state.db, &request).await {
+            Ok(page) => OperationsReply::Ok(Json(OperationsPage {
+                success: true,
+                operations: page.entries.into_iter().map(Operation::from).collect(),
+                next_cursor: page.next_cursor,
+            })),
+            Err(HistoryError::BadCursor) => {
+                OperationsReply::BadRequest(Json(ValidationErrorBody::new(FieldErrors::from([(
+                    "cursor".to_owned(),
+                    "cursor must be a next_cursor given for these same parameters".to_owned(),
+                )]))))
+            }
+            Err(HistoryError::UserNotFound) => OperationsReply::NotFound(Json(
+                BalanceNotFoundBody::new(BalanceNotFoundCode::UserNotFound),
+            )),
+            Err(HistoryError::ServerNotFound) => OperationsReply::NotFound(Json(
+                BalanceNotFoundBody::new(BalanceNotFoundCode::ServerNotFound),
+            )),
+            Err(HistoryError::Store(err)) if err.is_unavailable() => {
+                tracing::error!(error = %err, "operation history: database unavailable");
+                OperationsReply::Unavailable(Json(UnavailableBody::new(
+                    UnavailableCode::ServiceUnavailable,
+                )))
+            }
+            Err(HistoryError::Store(err)) => {
+                tracing::error!(error = %err, "operation history failed");
+                OperationsReply::Internal(Json(InternalErrorBody::new(
+                    InternalErrorCode::InternalError,
+                )))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signed_amounts_keep_their_sign_and_two_digits() {
+        assert_eq!(signed_amount(0), "0.00");
+        assert_eq!(signed_amount(1025), "10.25");
+        assert_eq!(signed_amount(-5), "-0.05");
+        assert_eq!(signed_amount(-125_050), "-1250.50");
+        assert_eq!(signed_amount(i64::MIN), "-92233720368547758.08");
+    }
+}
