@@ -291,6 +291,8 @@ impl OperationsApi {
         method = "get",
         operation_id = "listMasterAccountOperations"
     )]
+    // poem-openapi publishes each query parameter from an argument of its own.
+    #[allow(clippy::too_many_arguments)]
     async fn list(
         &self,
         caller: OperationsToken,
