@@ -280,7 +280,7 @@ async fn unknown_v2_path_needs_a_valid_token_before_not_found(app: TestApp) {
         "/v2/",
         "/v2",
         "/v2/master-account/balance/extra",
-        "/v2/payment/order",
+        "/v2/payment/order/read",
     ] {
         app.send(app.client.get(app.url(path)))
             .await

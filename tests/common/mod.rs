@@ -708,3 +708,115 @@ impl TestApp {
         (store, groups)
     }
 }
+
+/// A reply with the response's headers, for the answers whose headers
+/// matter (`Idempotent-Replayed`).
+#[derive(Debug, Clone)]
+pub struct HeadedReply {
+    pub reply: Reply,
+    pub headers: reqwest::header::HeaderMap,
+}
+
+impl HeadedReply {
+    pub async fn from(res: reqwest::Response) -> HeadedReply {
+        let headers = res.headers().clone();
+        HeadedReply {
+            reply: Reply::from(res).await,
+            headers,
+        }
+    }
+
+    /// The value of the header `name`, when present and text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+impl std::ops::Deref for HeadedReply {
+    type Target = Reply;
+
+    fn deref(&self) -> &Reply {
+        &self.reply
+    }
+}
+
+impl TestApp {
+    // ---- the order's life and the operation history ----
+
+    /// POST /v2/payment/order/create with a JSON body and, when given, an
+    /// `Idempotency-Key`.
+    pub async fn create_order(
+        &self,
+        token: Option<&str>,
+        idempotency_key: Option<&str>,
+        body: &Value,
+    ) -> HeadedReply {
+        self.create_order_at(&self.base, token, idempotency_key, body)
+            .await
+    }
+
+    /// [`TestApp::create_order`] sent to the instance at `base` (another
+    /// server on the same database).
+    pub async fn create_order_at(
+        &self,
+        base: &str,
+        token: Option<&str>,
+        idempotency_key: Option<&str>,
+        body: &Value,
+    ) -> HeadedReply {
+        let mut req = self
+            .client
+            .post(format!("{base}/v2/payment/order/create"))
+            .json(body);
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(key) = idempotency_key {
+            req = req.header("Idempotency-Key", key);
+        }
+        HeadedReply::from(req.send().await.expect("request")).await
+    }
+
+    /// GET /v2/payment/order with a raw query string.
+    pub async fn read_order(&self, token: Option<&str>, query: &str) -> Reply {
+        let mut req = self
+            .client
+            .get(self.url(&format!("/v2/payment/order?{query}")));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        Reply::from(req.send().await.expect("request")).await
+    }
+
+    /// POST /v2/payment/order/cancel with a JSON body.
+    pub async fn cancel(&self, token: Option<&str>, body: &Value) -> Reply {
+        let mut req = self
+            .client
+            .post(self.url("/v2/payment/order/cancel"))
+            .json(body);
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        Reply::from(req.send().await.expect("request")).await
+    }
+
+    /// Cancels `order_id` with `payment_system`.
+    pub async fn cancel_order(&self, token: &str, order_id: &str, payment_system: &str) -> Reply {
+        self.cancel(
+            Some(token),
+            &serde_json::json!({"order_id": order_id, "payment_system": payment_system}),
+        )
+        .await
+    }
+
+    /// GET /v2/master-account/operations with a raw query string.
+    pub async fn get_operations(&self, token: Option<&str>, query: &str) -> Reply {
+        let mut req = self
+            .client
+            .get(self.url(&format!("/v2/master-account/operations?{query}")));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        Reply::from(req.send().await.expect("request")).await
+    }
+}

@@ -9,6 +9,10 @@ server and passes what the demo created through the environment:
     MASTERPAY_USER_IDS    "alice,bob" ids
     MASTERPAY_SERVER_ID   the demo server holding alice's second balance
     MASTERPAY_ORDER_IDS   the three pending demo orders, comma-separated
+    MASTERPAY_BIN         the masterpay binary the server runs, and
+    MASTERPAY_DATABASE_URL  its database: `masterpay order list` shows the
+                          operator's view of the orders, to see that a replayed
+                          creation made no second order
 
 The demo seeds alice with 1250.50 main / 25.00 bonus (general) and 99.99 main
 on the server, bob with 10.00 main; orders: alice 10.25 (general), alice 5.00
@@ -16,16 +20,32 @@ on the server, bob with 10.00 main; orders: alice 10.25 (general), alice 5.00
 
 Each test checks that the generated client sends the request the contract
 describes and parses the answer into the documented model, for a success and
-for documented errors of both endpoints.
+for documented errors of every endpoint. The order's life (create with an
+Idempotency-Key, replay, complete, read, history; cancel) runs on bob's
+balance on the demo server, which no other test reads, so the tests of the
+demo's fixed balances hold in any order.
 """
 
+import json
 import os
+import re
+import subprocess
+import uuid
+from decimal import Decimal
 
 import pytest
 
 from masterpay_client import AuthenticatedClient
-from masterpay_client.api.master_account import get_master_account_balance
-from masterpay_client.api.payment_orders import complete_payment_order
+from masterpay_client.api.master_account import (
+    get_master_account_balance,
+    list_master_account_operations,
+)
+from masterpay_client.api.payment_orders import (
+    cancel_payment_order,
+    complete_payment_order,
+    create_payment_order,
+    get_payment_order,
+)
 from masterpay_client.models import (
     AlreadyCompletedBody,
     AlreadyCompletedCode,
@@ -34,12 +54,24 @@ from masterpay_client.models import (
     BalanceNotFoundBody,
     BalanceNotFoundCode,
     BalanceResponse,
+    CancelConflictBody,
+    CancelConflictCode,
+    CancelOrderRequest,
     CompleteOrderRequest,
     CompleteOrderResponse,
+    CreateOrderRequest,
     GetMasterAccountBalanceBalanceType,
+    IdempotencyConflictBody,
+    IdempotencyConflictCode,
+    Operation,
+    OperationBalanceType,
+    OperationKind,
+    OperationsPage,
     OrderNotFoundBody,
     OrderNotFoundCode,
     OrderStatus,
+    PaymentOrder,
+    PaymentOrderStatus,
     ValidationErrorBody,
     ValidationErrorCode,
 )
@@ -202,6 +234,307 @@ def test_complete_400_validation_error_names_each_field(client):
     assert done.status_code == 200, done.content
     assert done.parsed.payment_id is None
     assert balance(client, server_id=0, user_id=BOB).main_balance == "110.00"
+
+
+# The order's life: POST /v2/payment/order/create, GET /v2/payment/order,
+# POST /v2/payment/order/cancel, GET /v2/master-account/operations
+
+PAYGATE = "cstm:paygate"
+ORDER_ID = re.compile(r"Order:[A-Za-z0-9]{8,11}")
+
+
+def orders_of(user_id: int) -> list[dict]:
+    """Every order of the user, as the operator sees them (`masterpay order list`)."""
+    listed = subprocess.run(
+        [
+            _env("MASTERPAY_BIN"),
+            "--database-url",
+            _env("MASTERPAY_DATABASE_URL"),
+            "order",
+            "list",
+            "--project",
+            _project_suffix(),
+            "--user",
+            str(user_id),
+            "--limit",
+            "10000",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    answer = json.loads(listed.stdout)
+    assert len(answer["orders"]) == answer["total"]
+    return answer["orders"]
+
+
+def history(client: AuthenticatedClient, **query) -> list[Operation]:
+    """Every operation the query selects, newest first, page after page."""
+    operations: list[Operation] = []
+    cursor = UNSET
+    for _ in range(1000):
+        reply = list_master_account_operations.sync_detailed(
+            client=client, cursor=cursor, **query
+        )
+        assert reply.status_code == 200, reply.content
+        page = reply.parsed
+        assert isinstance(page, OperationsPage)
+        assert page.success is True
+        assert all(isinstance(op, Operation) for op in page.operations)
+        operations.extend(page.operations)
+        if not isinstance(page.next_cursor, str):  # null (or absent) on the last page
+            return operations
+        cursor = page.next_cursor
+    pytest.fail("next_cursor never ran out")
+
+
+def test_order_life_create_twice_with_a_key_complete_read_history(client):
+    key = str(uuid.uuid4())
+    request = CreateOrderRequest(
+        user_id=BOB, server_id=SERVER_ID, amount="7.35", payment_system=PAYGATE
+    )
+    before = {order["order_id"] for order in orders_of(BOB)}
+
+    first = create_payment_order.sync_detailed(client=client, body=request, idempotency_key=key)
+    assert first.status_code == 201, first.content
+    order = first.parsed
+    assert isinstance(order, PaymentOrder)
+    assert order.success is True
+    assert ORDER_ID.fullmatch(order.order_id), order.order_id
+    assert order.status is PaymentOrderStatus.PENDING
+    assert order.user_id == BOB
+    assert order.server_id == SERVER_ID
+    assert order.amount == "7.35"
+    assert order.payment_system == PAYGATE
+    assert order.created_at.tzinfo is not None
+    # Documented as nullable; the service sends them, null while pending.
+    assert order.payment_id is None
+    assert order.completed_at is None
+    assert order.cancelled_at is None
+    assert "Idempotent-Replayed" not in first.headers
+
+    # The retry of a request whose answer was lost: the same key and body.
+    again = create_payment_order.sync_detailed(client=client, body=request, idempotency_key=key)
+    assert again.status_code == 201, again.content
+    assert isinstance(again.parsed, PaymentOrder)
+    assert again.parsed.to_dict() == order.to_dict()
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    created = [o["order_id"] for o in orders_of(BOB) if o["order_id"] not in before]
+    assert created == [order.order_id], "the replay created another order"
+
+    # The same key with another body is refused, and creates nothing either.
+    other = CreateOrderRequest(
+        user_id=BOB, server_id=SERVER_ID, amount="7.36", payment_system=PAYGATE
+    )
+    reused = create_payment_order.sync_detailed(client=client, body=other, idempotency_key=key)
+    assert reused.status_code == 409, reused.content
+    assert isinstance(reused.parsed, IdempotencyConflictBody)
+    assert reused.parsed.success is False
+    assert reused.parsed.code is IdempotencyConflictCode.IDEMPOTENCY_KEY_REUSED
+    assert len(orders_of(BOB)) == len(before) + 1
+
+    # Completion with the order_id and payment_system of the 201, as the
+    # document's CompleteOrder link says.
+    main_before = balance(client, server_id=SERVER_ID, user_id=BOB).main_balance
+    complete = CompleteOrderRequest(
+        payment_system=order.payment_system, order_id=order.order_id, payment_id="contract-life"
+    )
+    done = complete_payment_order.sync_detailed(client=client, body=complete)
+    assert done.status_code == 200, done.content
+    assert isinstance(done.parsed, CompleteOrderResponse)
+    assert done.parsed.order_id == order.order_id
+    assert done.parsed.status is OrderStatus.COMPLETED
+    assert done.parsed.amount == "7.35"
+    main_after = balance(client, server_id=SERVER_ID, user_id=BOB).main_balance
+    assert Decimal(main_after) - Decimal(main_before) == Decimal("7.35")
+
+    # Reading it, as after a completion whose answer was lost.
+    read = get_payment_order.sync_detailed(client=client, order_id=order.order_id)
+    assert read.status_code == 200, read.content
+    now = read.parsed
+    assert isinstance(now, PaymentOrder)
+    assert now.success is True
+    assert now.status is PaymentOrderStatus.COMPLETED
+    assert now.order_id == order.order_id
+    assert (now.user_id, now.server_id, now.amount) == (BOB, SERVER_ID, "7.35")
+    assert now.payment_system == PAYGATE
+    assert now.payment_id == "contract-life"
+    assert now.created_at == order.created_at
+    assert now.completed_at == done.parsed.completed_at
+    assert now.cancelled_at is None
+
+    # The credit in bob's history, on the server's account, newest first.
+    on_server = history(client, user_id=BOB, server_id=SERVER_ID, limit=100)
+    assert on_server, "no operation logged"
+    credit = on_server[0]
+    assert credit.order_id == order.order_id
+    assert credit.kind is OperationKind.ORDER_CREDIT
+    assert credit.server_id == SERVER_ID
+    assert credit.balance_type is OperationBalanceType.MAIN
+    assert credit.amount == "7.35"
+    assert credit.balance_before == main_before
+    assert credit.balance_after == main_after
+    assert credit.created_at.tzinfo is not None
+    assert [op.order_id for op in on_server].count(order.order_id) == 1
+    # Also among all of bob's accounts, named by email.
+    everywhere = history(client, email=f"bob{_project_suffix()}@example.com")
+    assert [op.id for op in everywhere if op.order_id == order.order_id] == [credit.id]
+
+    # A completed order stays completed: a duplicate webhook and a
+    # cancellation are both refused, and nothing is credited again.
+    duplicate = complete_payment_order.sync_detailed(client=client, body=complete)
+    assert duplicate.status_code == 409, duplicate.content
+    assert isinstance(duplicate.parsed, AlreadyCompletedBody)
+    assert duplicate.parsed.code is AlreadyCompletedCode.ORDER_ALREADY_COMPLETED
+    cancel = CancelOrderRequest(order_id=order.order_id, payment_system=PAYGATE)
+    refused = cancel_payment_order.sync_detailed(client=client, body=cancel)
+    assert refused.status_code == 409, refused.content
+    assert isinstance(refused.parsed, CancelConflictBody)
+    assert refused.parsed.success is False
+    assert refused.parsed.code is CancelConflictCode.ORDER_ALREADY_COMPLETED
+    assert balance(client, server_id=SERVER_ID, user_id=BOB).main_balance == main_after
+
+
+def test_order_cancelled_then_completion_409_order_cancelled(client):
+    main_before = balance(client, server_id=SERVER_ID, user_id=BOB).main_balance
+    request = CreateOrderRequest(
+        email=f"BOB{_project_suffix()}@example.com",
+        server_id=SERVER_ID,
+        amount="3.1",
+        payment_system=PAYGATE,
+    )
+    created = create_payment_order.sync_detailed(client=client, body=request)
+    assert created.status_code == 201, created.content
+    order = created.parsed
+    assert isinstance(order, PaymentOrder)
+    assert order.user_id == BOB  # the e-mail address is case-insensitive
+    assert order.amount == "3.10"
+    assert "Idempotent-Replayed" not in created.headers
+
+    cancel = CancelOrderRequest(order_id=order.order_id, payment_system=PAYGATE)
+    cancelled = cancel_payment_order.sync_detailed(client=client, body=cancel)
+    assert cancelled.status_code == 200, cancelled.content
+    assert isinstance(cancelled.parsed, PaymentOrder)
+    assert cancelled.parsed.order_id == order.order_id
+    assert cancelled.parsed.status is PaymentOrderStatus.CANCELLED
+    assert cancelled.parsed.cancelled_at.tzinfo is not None
+    assert cancelled.parsed.completed_at is None
+
+    again = cancel_payment_order.sync_detailed(client=client, body=cancel)
+    assert again.status_code == 409, again.content
+    assert isinstance(again.parsed, CancelConflictBody)
+    assert again.parsed.code is CancelConflictCode.ORDER_ALREADY_CANCELLED
+
+    complete = CompleteOrderRequest(payment_system=PAYGATE, order_id=order.order_id)
+    late = complete_payment_order.sync_detailed(client=client, body=complete)
+    assert late.status_code == 409, late.content
+    assert isinstance(late.parsed, AlreadyCompletedBody)
+    assert late.parsed.success is False
+    assert late.parsed.code is AlreadyCompletedCode.ORDER_CANCELLED
+
+    read = get_payment_order.sync_detailed(client=client, order_id=order.order_id)
+    assert read.status_code == 200, read.content
+    assert read.parsed.status is PaymentOrderStatus.CANCELLED
+    assert read.parsed.cancelled_at == cancelled.parsed.cancelled_at
+    assert balance(client, server_id=SERVER_ID, user_id=BOB).main_balance == main_before
+    assert order.order_id not in {op.order_id for op in history(client, user_id=BOB)}
+
+
+def test_create_400_validation_error_names_each_field(client):
+    before = len(orders_of(BOB))
+    request = CreateOrderRequest(server_id=SERVER_ID, amount="1.234", payment_system="paygate")
+    reply = create_payment_order.sync_detailed(client=client, body=request)
+    assert reply.status_code == 400, reply.content
+    assert isinstance(reply.parsed, ValidationErrorBody)
+    assert reply.parsed.code is ValidationErrorCode.VALIDATION_ERROR
+    assert set(reply.parsed.message.to_dict()) == {"user_id", "amount", "payment_system"}
+
+    zero = CreateOrderRequest(user_id=BOB, server_id=0, amount="0.00", payment_system=PAYGATE)
+    reply = create_payment_order.sync_detailed(client=client, body=zero, idempotency_key="k 1")
+    assert reply.status_code == 400, reply.content
+    assert isinstance(reply.parsed, ValidationErrorBody)
+    assert set(reply.parsed.message.to_dict()) == {"amount", "Idempotency-Key"}
+    assert len(orders_of(BOB)) == before
+
+
+def test_create_404_user_or_server_not_found(client):
+    nobody = CreateOrderRequest(
+        user_id=987_654_321, server_id=0, amount="1.00", payment_system=PAYGATE
+    )
+    reply = create_payment_order.sync_detailed(client=client, body=nobody)
+    assert reply.status_code == 404, reply.content
+    assert isinstance(reply.parsed, BalanceNotFoundBody)
+    assert reply.parsed.code is BalanceNotFoundCode.USER_NOT_FOUND
+
+    nowhere = CreateOrderRequest(
+        user_id=BOB, server_id=987_654_321, amount="1.00", payment_system=PAYGATE
+    )
+    reply = create_payment_order.sync_detailed(client=client, body=nowhere)
+    assert reply.status_code == 404, reply.content
+    assert isinstance(reply.parsed, BalanceNotFoundBody)
+    assert reply.parsed.code is BalanceNotFoundCode.SERVER_NOT_FOUND
+
+
+def test_get_order_404_and_400(client):
+    reply = get_payment_order.sync_detailed(client=client, order_id="Order:NoSuch0rder")
+    assert reply.status_code == 404, reply.content
+    assert isinstance(reply.parsed, OrderNotFoundBody)
+    assert reply.parsed.code is OrderNotFoundCode.ORDER_NOT_FOUND
+
+    reply = get_payment_order.sync_detailed(client=client, order_id="12345")
+    assert reply.status_code == 400, reply.content
+    assert isinstance(reply.parsed, ValidationErrorBody)
+    assert set(reply.parsed.message.to_dict()) == {"order_id"}
+
+
+def test_cancel_404_and_400(client):
+    missing = CancelOrderRequest(order_id="Order:NoSuch0rder", payment_system=PAYGATE)
+    reply = cancel_payment_order.sync_detailed(client=client, body=missing)
+    assert reply.status_code == 404, reply.content
+    assert isinstance(reply.parsed, OrderNotFoundBody)
+    assert reply.parsed.code is OrderNotFoundCode.ORDER_NOT_FOUND
+
+    malformed = CancelOrderRequest(order_id="12345", payment_system="paygate")
+    reply = cancel_payment_order.sync_detailed(client=client, body=malformed)
+    assert reply.status_code == 400, reply.content
+    assert isinstance(reply.parsed, ValidationErrorBody)
+    assert set(reply.parsed.message.to_dict()) == {"order_id", "payment_system"}
+
+
+def test_history_pages_follow_next_cursor(client):
+    whole = list_master_account_operations.sync_detailed(client=client, user_id=ALICE, limit=100)
+    assert whole.status_code == 200, whole.content
+    assert isinstance(whole.parsed, OperationsPage)
+    assert whole.parsed.next_cursor is None
+    ids = [op.id for op in whole.parsed.operations]
+    # The demo set three of alice's balances; newest first.
+    assert len(ids) >= 3
+    assert ids == sorted(ids, reverse=True)
+    assert all(
+        op.kind in (OperationKind.BALANCE_SET, OperationKind.ORDER_CREDIT)
+        for op in whole.parsed.operations
+    )
+    assert [op.id for op in history(client, user_id=ALICE, limit=1)] == ids
+
+    first = list_master_account_operations.sync_detailed(client=client, user_id=ALICE, limit=1)
+    assert first.status_code == 200, first.content
+    assert isinstance(first.parsed.next_cursor, str)
+    # A cursor belongs to the parameters it was made for.
+    elsewhere = list_master_account_operations.sync_detailed(
+        client=client, user_id=ALICE, server_id=0, limit=1, cursor=first.parsed.next_cursor
+    )
+    assert elsewhere.status_code == 400, elsewhere.content
+    assert isinstance(elsewhere.parsed, ValidationErrorBody)
+    assert set(elsewhere.parsed.message.to_dict()) == {"cursor"}
+
+
+def test_history_404_user_not_found(client):
+    reply = list_master_account_operations.sync_detailed(client=client, user_id=987_654_321)
+    assert reply.status_code == 404, reply.content
+    assert isinstance(reply.parsed, BalanceNotFoundBody)
+    assert reply.parsed.code is BalanceNotFoundCode.USER_NOT_FOUND
 
 
 def _project_suffix() -> str:
