@@ -141,6 +141,54 @@ async fn every_command_works_and_json_prints_exactly_one_object(app: TestApp) {
         ],
     );
     assert_eq!(fixed["order_id"], "Order:Fixed1234");
+    assert_eq!(fixed["server_id"].to_string(), server);
+    // The order's life, as the API has it.
+    let got = json(url, &["order", "get", order_id]);
+    assert_eq!(got["status"], "pending");
+    assert_eq!(got["amount"], "5.00");
+    assert_eq!(got["cancelled_at"], Value::Null);
+    let pending = json(
+        url,
+        &[
+            "order",
+            "list",
+            "--project",
+            &project,
+            "--status",
+            "pending",
+        ],
+    );
+    assert_eq!(pending["total"], 2);
+    let cancelled = json(url, &["order", "cancel", order_id]);
+    assert_eq!(cancelled["status"], "cancelled");
+    assert!(cancelled["cancelled_at"].is_string());
+    let again = masterpay(url, &["order", "cancel", order_id]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("order already cancelled"));
+    let mine = json(
+        url,
+        &["order", "list", "--project", &project, "--user", &user],
+    );
+    assert_eq!(mine["total"], 2);
+    assert_eq!(
+        mine["orders"][0]["order_id"], "Order:Fixed1234",
+        "newest first"
+    );
+    let cancelled = json(
+        url,
+        &[
+            "order",
+            "list",
+            "--project",
+            &project,
+            "--status",
+            "cancelled",
+        ],
+    );
+    assert_eq!(cancelled["orders"][0]["order_id"], order_id);
+    assert_eq!(cancelled["total"], 1);
+    let out = masterpay(url, &["order", "list", "--project", &project]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 of 2 orders shown"));
     let token = json(
         url,
         &[
@@ -299,7 +347,7 @@ async fn bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
                 "--payment-system",
                 "cstm:paygate",
             ],
-            "greater than 0",
+            "at least 0.01",
         ),
         (
             vec![
@@ -346,7 +394,19 @@ async fn bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
                 "--payment-system",
                 "cstm:paygate",
             ],
-            "user 999999 does not exist",
+            "user not found",
+        ),
+        (
+            vec!["order", "cancel", "Order:Missing123"],
+            "order Order:Missing123 does not exist",
+        ),
+        (
+            vec!["order", "get", "Order:Missing123"],
+            "order Order:Missing123 does not exist",
+        ),
+        (
+            vec!["order", "list", "--project", &project, "--status", "paid"],
+            "invalid value 'paid'",
         ),
         (
             vec![

@@ -123,9 +123,9 @@ pub enum CreateError {
     /// The request breaks a format rule (the API checks them first).
     #[error("{0}")]
     Invalid(String),
-    #[error("user not found")]
+    #[error("user not found in the project")]
     UserNotFound,
-    #[error("server not found")]
+    #[error("server not found in the project")]
     ServerNotFound,
     /// The key was used before for another request.
     #[error("idempotency key reused with another request")]
