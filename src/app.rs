@@ -355,7 +355,8 @@ mod tests {
             .unwrap();
         let mut bearers = vec![None, Some(format!("Bearer {}", "x".repeat(64)))];
         for allow in [
-            &[Permission::Balance, Permission::Complete][..],
+            &Permission::ALL[..],
+            &[Permission::Balance, Permission::Complete],
             &[Permission::Balance],
             &[Permission::Complete],
         ] {
@@ -375,6 +376,12 @@ mod tests {
             order_id: Some("Order:ABCDEFGH".into()),
         };
         orders::create(&db, &done, None).await.unwrap();
+        // Created beforehand with a key: a repeat replays it, both ways alike.
+        let keyed = orders::OrderRequest {
+            order_id: None,
+            ..done.clone()
+        };
+        orders::create(&db, &keyed, Some("key-1")).await.unwrap();
         let state = AppState::new(db, &settings).expect("state");
         let once = orders::Completion {
             project_id: project,
@@ -391,7 +398,7 @@ mod tests {
         let completion = |order: &str| {
             format!(r#"{{"payment_system":"cstm:paygate","order_id":"{order}","payment_id":"p1"}}"#)
         };
-        let mut requests: Vec<(Method, String, Option<&str>, String)> = Vec::new();
+        let mut requests: Vec<(Method, String, Option<&str>, String, Option<&str>)> = Vec::new();
         for query in [
             String::new(),
             format!("server_id=0&user_id={user}"),
@@ -406,8 +413,52 @@ mod tests {
         ] {
             for method in [Method::GET, Method::HEAD, Method::POST] {
                 let uri = format!("/v2/master-account/balance?{query}");
-                requests.push((method, uri, None, String::new()));
+                requests.push((method, uri, None, String::new(), None));
             }
+        }
+        for query in [
+            format!("user_id={user}"),
+            format!("user_id={user}&server_id={server}&limit=1"),
+            format!("email=a%2Bb%40example.com&limit=0&cursor=zz"),
+            "user_id=999999".into(),
+        ] {
+            let uri = format!("/v2/master-account/operations?{query}");
+            requests.push((Method::GET, uri, None, String::new(), None));
+        }
+        for query in [
+            "order_id=Order:ABCDEFGH",
+            "order_id=Order:MISSING1",
+            "order_id=x",
+            "",
+        ] {
+            let uri = format!("/v2/payment/order?{query}");
+            requests.push((Method::GET, uri, None, String::new(), None));
+        }
+        let creation = format!(
+            r#"{{"user_id":{user},"server_id":0,"amount":"5","payment_system":"cstm:paygate"}}"#
+        );
+        for (body, key) in [
+            (creation.clone(), Some("key-1")),
+            (creation.replace(r#""5""#, r#""6""#), Some("key-1")),
+            (creation.replace("0,", "999999,"), None),
+            (r#"{"amount":1e3,"extra":true}"#.into(), Some("two words")),
+        ] {
+            let uri = "/v2/payment/order/create".to_owned();
+            requests.push((Method::POST, uri, Some("application/json"), body, key));
+        }
+        for body in [
+            r#"{"order_id":"Order:ABCDEFGH","payment_system":"cstm:paygate"}"#,
+            r#"{"order_id":"Order:MISSING1","payment_system":"cstm:paygate"}"#,
+            r#"{"order_id":"x"}"#,
+        ] {
+            let uri = "/v2/payment/order/cancel".to_owned();
+            requests.push((
+                Method::POST,
+                uri,
+                Some("application/json"),
+                body.into(),
+                None,
+            ));
         }
         for (content_type, body) in [
             (Some("application/json"), completion("Order:ABCDEFGH")),
@@ -419,7 +470,7 @@ mod tests {
         ] {
             for method in [Method::POST, Method::GET] {
                 let uri = "/v2/payment/order/complete?a=%FF".to_owned();
-                requests.push((method, uri, content_type, body.clone()));
+                requests.push((method, uri, content_type, body.clone(), None));
             }
         }
         let answer = |response: Response| async move {
@@ -434,13 +485,16 @@ mod tests {
             let body = response.into_body().into_bytes().await.expect("body");
             (status, headers, body)
         };
-        let mut completed = 0;
+        let (mut completed, mut replayed) = (0, 0);
         for bearer in &bearers {
-            for (method, uri, content_type, body) in &requests {
+            for (method, uri, content_type, body, key) in &requests {
                 let request = || {
                     let mut builder = Request::builder().method(method.clone()).uri_str(uri);
                     if let Some(bearer) = bearer {
                         builder = builder.header(header::AUTHORIZATION, bearer);
+                    }
+                    if let Some(key) = key {
+                        builder = builder.header("idempotency-key", *key);
                     }
                     if let Some(content_type) = content_type {
                         builder = builder.header(header::CONTENT_TYPE, *content_type);
@@ -451,9 +505,12 @@ mod tests {
                 let router = answer(router.get_response(request()).await).await;
                 assert_eq!(direct, router, "{method} {uri} {bearer:?} {body}");
                 completed += usize::from(direct.0 == StatusCode::CONFLICT);
+                replayed += usize::from(direct.0 == StatusCode::CREATED);
             }
         }
-        // The 409s came from the service's rules, not from an early refusal.
+        // The 409s came from the service's rules, not from an early refusal,
+        // and the replays (the only creations that answer alike twice) ran.
         assert!(completed > 0);
+        assert!(replayed > 0);
     }
 }
