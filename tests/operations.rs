@@ -357,7 +357,27 @@ async fn audit_passes_on_a_consistent_ledger_and_names_every_mismatch(app: TestA
     .await;
     let pending = app.order(user, None, "9", "cstm:paygate").await;
     app.exec(&format!(
-        "UPDATE payment_orders SET status = 'completed' WHERE order_id = '{pending}'"
+        "UPDATE payment_orders SET status = 'completed', completed_at = created_at \
+         WHERE order_id = '{pending}'"
+    ))
+    .await;
+    // A cancelled order credited behind the service's back (its real credit
+    // moved to it), and an order cancelled without its time.
+    let cancelled = app.order(user, None, "2.50", "cstm:paygate").await;
+    app.exec(&format!(
+        "UPDATE payment_orders SET status = 'cancelled', cancelled_at = created_at \
+         WHERE order_id = '{cancelled}'"
+    ))
+    .await;
+    app.exec(&format!(
+        "UPDATE operation_log SET order_ref = \
+            (SELECT id FROM payment_orders WHERE order_id = '{cancelled}') \
+         WHERE order_ref = (SELECT id FROM payment_orders WHERE order_id = '{order}')"
+    ))
+    .await;
+    let untimed = app.order(user, None, "1", "cstm:paygate").await;
+    app.exec(&format!(
+        "UPDATE payment_orders SET status = 'cancelled' WHERE order_id = '{untimed}'"
     ))
     .await;
     let out = masterpay(&url, &["audit", "--json"], &[]);
@@ -370,7 +390,7 @@ async fn audit_passes_on_a_consistent_ledger_and_names_every_mismatch(app: TestA
         .iter()
         .map(|f| f.as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(findings.len(), 2, "{findings:?}");
+    assert_eq!(findings.len(), 5, "{findings:?}");
     assert!(
         findings
             .iter()
@@ -383,7 +403,25 @@ async fn audit_passes_on_a_consistent_ledger_and_names_every_mismatch(app: TestA
             .any(|f| f.contains(&pending) && f.contains("0 log rows")),
         "{findings:?}"
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("2 mismatches"));
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.contains(&order) && f.contains("0 log rows")),
+        "{findings:?}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.contains(&cancelled) && f.contains("which is cancelled")),
+        "{findings:?}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.contains(&untimed) && f.contains("times say otherwise")),
+        "{findings:?}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("5 mismatches"));
 }
 
 async fn database_outage_fails_fast_with_json_and_recovers_by_itself(app: TestApp) {

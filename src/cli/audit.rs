@@ -15,14 +15,16 @@ pub async fn run(db: &DatabaseConnection, out: Output) -> CliResult {
             "ok": report.is_clean(),
             "accounts": report.accounts,
             "completed_orders": report.completed_orders,
+            "cancelled_orders": report.cancelled_orders,
             "log_rows": report.log_rows,
             "findings": findings,
         }),
         || {
             let mut text = format!(
-                "audited {} accounts, {} completed orders, {} log rows: {}",
+                "audited {} accounts, {} completed and {} cancelled orders, {} log rows: {}",
                 report.accounts,
                 report.completed_orders,
+                report.cancelled_orders,
                 report.log_rows,
                 if report.is_clean() {
                     "ledger consistent".to_owned()

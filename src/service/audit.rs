@@ -7,7 +7,11 @@
 //!    sum of the logged changes (opening balance 0 + credits + adjustments);
 //! 2. every completed order has exactly one `order_credit` log row, of its
 //!    amount, user and server;
-//! 3. no `order_credit` row exists without a completed order.
+//! 3. no `order_credit` row exists without a completed order (a pending or
+//!    cancelled order is never credited);
+//! 4. an order's status and times agree: a pending order has neither
+//!    `completed_at` nor `cancelled_at`, a completed one only
+//!    `completed_at`, a cancelled one only `cancelled_at`.
 //!
 //! Sums are computed by the database (GROUP BY), so the audit streams nothing
 //! large into memory.
@@ -25,6 +29,7 @@ pub struct Finding(pub String);
 pub struct AuditReport {
     pub accounts: usize,
     pub completed_orders: i64,
+    pub cancelled_orders: i64,
     pub log_rows: i64,
     pub findings: Vec<Finding>,
 }
@@ -142,20 +147,48 @@ pub async fn run(db: &DatabaseConnection) -> Result<AuditReport, DbErr> {
     // 3. Credit rows without a completed order.
     for row in rows(
         db,
-        "SELECT l.id FROM operation_log l LEFT JOIN payment_orders o ON o.id = l.order_ref \
+        "SELECT l.id, o.order_id, o.status FROM operation_log l \
+         LEFT JOIN payment_orders o ON o.id = l.order_ref \
          WHERE l.kind = 'order_credit' AND (o.id IS NULL OR o.status <> 'completed')",
     )
     .await?
     {
         let id = row.try_get_by_index::<i64>(0)?;
+        let finding = match row.try_get_by_index::<Option<String>>(1)? {
+            Some(order) => format!(
+                "log row {id} credits order {order}, which is {}",
+                row.try_get_by_index::<String>(2)?
+            ),
+            None => format!("log row {id} credits no order"),
+        };
+        report.findings.push(Finding(finding));
+    }
+
+    // 4. Statuses against their times.
+    for row in rows(
+        db,
+        "SELECT order_id, status FROM payment_orders WHERE NOT ( \
+            (status = 'pending' AND completed_at IS NULL AND cancelled_at IS NULL) \
+         OR (status = 'completed' AND completed_at IS NOT NULL AND cancelled_at IS NULL) \
+         OR (status = 'cancelled' AND cancelled_at IS NOT NULL AND completed_at IS NULL))",
+    )
+    .await?
+    {
+        let order = row.try_get_by_index::<String>(0)?;
+        let status = row.try_get_by_index::<String>(1)?;
         report.findings.push(Finding(format!(
-            "log row {id} credits an order that is not completed"
+            "order {order} is {status} but its completion and cancellation times say otherwise"
         )));
     }
 
     report.completed_orders = scalar(
         db,
         "SELECT COUNT(*) FROM payment_orders WHERE status = 'completed'",
+    )
+    .await?;
+    report.cancelled_orders = scalar(
+        db,
+        "SELECT COUNT(*) FROM payment_orders WHERE status = 'cancelled'",
     )
     .await?;
     report.log_rows = scalar(db, "SELECT COUNT(*) FROM operation_log").await?;
