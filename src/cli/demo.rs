@@ -14,7 +14,7 @@ use crate::service::{
 };
 
 /// Seeds a project with users, servers, balances, pending orders and a token
-/// holding both permissions, then prints how to call the API.
+/// holding every permission, then prints how to call the API.
 pub async fn run(db: &DatabaseConnection, out: Output, base: Option<&str>) -> anyhow::Result<()> {
     let base = base.unwrap_or("http://127.0.0.1:8080");
     let project = projects::create(db, "Demo project").await?;
@@ -74,7 +74,7 @@ pub async fn run(db: &DatabaseConnection, out: Output, base: Option<&str>) -> an
         || {
             format!(
                 r#"Demo project {pid}: users {alice} ({alice_mail}) and {bob} ({bob_mail}), server {server}, pending orders {orders}.
-Token (shown once, both permissions):
+Token (shown once, every permission):
   {value}
 
 Swagger UI: {base}/docs/  (Authorize with the token above)
@@ -82,9 +82,14 @@ Swagger UI: {base}/docs/  (Authorize with the token above)
   export TOKEN={value}
   curl -s -H "Authorization: Bearer $TOKEN" '{base}/v2/master-account/balance?server_id=0&user_id={alice}'
   curl -s -H "Authorization: Bearer $TOKEN" '{base}/v2/master-account/balance?server_id={server}&email={alice_mail}&balance_type=main'
+  curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-1' \
+       -d '{{"user_id":{alice},"server_id":0,"amount":"10.25","payment_system":"cstm:paygate"}}' \
+       {base}/v2/payment/order/create
   curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
        -d '{{"payment_system":"cstm:paygate","order_id":"{first}","payment_id":"demo-1"}}' \
-       {base}/v2/payment/order/complete"#,
+       {base}/v2/payment/order/complete
+  curl -s -H "Authorization: Bearer $TOKEN" '{base}/v2/payment/order?order_id={first}'
+  curl -s -H "Authorization: Bearer $TOKEN" '{base}/v2/master-account/operations?user_id={alice}'"#,
                 pid = project.id,
                 alice = alice.id,
                 alice_mail = alice.email,

@@ -820,3 +820,13 @@ impl TestApp {
         Reply::from(req.send().await.expect("request")).await
     }
 }
+
+impl TestApp {
+    /// A server of the project `project_id`; returns its id.
+    pub async fn server_in(&self, project_id: i64, name: &str) -> i64 {
+        servers::create(&self.db, project_id, name)
+            .await
+            .expect("server")
+            .id
+    }
+}

@@ -1,12 +1,20 @@
 // Swagger UI at /docs/ in a real headless Chromium (Debian's /usr/bin/chromium,
 // driven by playwright-core; Playwright never downloads a browser here):
-// Authorize with the bearer token, expand the balance operation, Try it out,
-// Execute with the document's examples as they are (they name the demo's
-// first user), and check that the 200 body with main_balance is shown on
-// the page.
+// Authorize with the bearer token, then
+//  1. expand the balance operation, Try it out, Execute with the document's
+//     examples as they are (they name the demo's first user), and check that
+//     the 200 body with main_balance is shown on the page;
+//  2. walk an order's life as an integrator would: Try it out on
+//     createPaymentOrder with a body for the demo's first user and a fresh
+//     Idempotency-Key, Execute, read the order_id from the 201 body shown;
+//     Execute once more and see the same order, answered with
+//     idempotent-replayed: true; completePaymentOrder with that order_id
+//     (200 shown); getPaymentOrder with it (200 shown, status completed).
 //
 // Run by .ci/contract with MASTERPAY_BASE_URL, MASTERPAY_TOKEN,
 // MASTERPAY_USER_IDS and SCREENSHOT_DIR in the environment.
+
+import { randomUUID } from "node:crypto";
 
 import { chromium } from "playwright-core";
 
@@ -27,6 +35,64 @@ function required(name) {
 
 function step(text) {
   console.log(`swagger-ui: ${text}`);
+}
+
+// The operation's block, expanded, with Try it out on.
+async function open(page, tag, operationId, label) {
+  step(`expand ${label}`);
+  const op = page.locator(`#operations-${tag}-${operationId}`);
+  await op.locator(".opblock-summary").first().click();
+  await op.locator(".opblock-body").waitFor();
+  const tryOut = op.locator("button.try-out__btn");
+  if ((await tryOut.textContent()).trim() === "Try it out") {
+    step("Try it out");
+    await tryOut.click();
+  } else {
+    step("Try it out is already on (tryItOutEnabled)");
+  }
+  return op;
+}
+
+// Presses Execute and waits for the call to `path`; checks the bearer token
+// went with it and the API answered `status`. Returns the request, and the
+// body and response headers as the page shows them, once the page shows
+// `shows` (so that a previous answer on the page is not taken for this one).
+async function execute(page, op, path, status, shows = "success") {
+  step("Execute");
+  const isCall = (r) => new URL(r.url()).pathname === path;
+  const [request, response] = await Promise.all([
+    page.waitForRequest(isCall),
+    page.waitForResponse(isCall),
+    op.locator("button.execute").click(),
+  ]);
+  if ((request.headers()["authorization"] ?? "") !== `Bearer ${token}`) {
+    throw new Error(`the call to ${path} did not carry the bearer token entered in Authorize`);
+  }
+  if (response.status() !== status) {
+    throw new Error(`${path} answered ${response.status()}, not ${status}: ${await response.text()}`);
+  }
+  // The page shows the answer it just got: the status, then the body.
+  const live = op.locator(".live-responses-table");
+  await live.locator(".response-col_status").filter({ hasText: String(status) }).first().waitFor();
+  const description = live.locator(".response-col_description").first();
+  await description.filter({ hasText: shows }).waitFor();
+  const shown = description.locator("pre").first();
+  const text = await shown.textContent();
+  let body;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw new Error(`the page shows no JSON body for ${path}: ${text}`);
+  }
+  const headers = (await description.textContent()).toLowerCase();
+  await live.scrollIntoViewIfNeeded();
+  return { request, body, headers };
+}
+
+// Replaces the body Try it out started from (the document's example).
+async function fillBody(op, body) {
+  const editor = op.locator("textarea.body-param__text");
+  await editor.fill(JSON.stringify(body, null, 2));
 }
 
 const browser = await chromium.launch({
@@ -77,18 +143,7 @@ try {
   await dialog.waitFor({ state: "detached" });
   await page.locator(".scheme-container button.authorize.locked").waitFor();
 
-  step("expand GET /v2/master-account/balance");
-  const op = page.locator("#operations-MasterAccount-getMasterAccountBalance");
-  await op.locator(".opblock-summary").first().click();
-  await op.locator(".opblock-body").waitFor();
-
-  const tryOut = op.locator("button.try-out__btn");
-  if ((await tryOut.textContent()).trim() === "Try it out") {
-    step("Try it out");
-    await tryOut.click();
-  } else {
-    step("Try it out is already on (tryItOutEnabled)");
-  }
+  const op = await open(page, "MasterAccount", "getMasterAccountBalance", "GET /v2/master-account/balance");
 
   // Try it out starts from the document's examples: server_id 0, and a
   // user_id and email that both name the first user of a new demo database,
@@ -133,6 +188,86 @@ try {
 
   await live.scrollIntoViewIfNeeded();
   await page.screenshot({ path: `${shots}/swagger-ui-balance.png` });
+
+  // ---------------------------------------------------------------- an order's life
+  const create = await open(page, "PaymentOrders", "createPaymentOrder", "POST /v2/payment/order/create");
+  const key = `swagger-ui-${randomUUID()}`;
+  const order = { user_id: Number(userId), server_id: 0, amount: "4.20", payment_system: "cstm:paygate" };
+  step(`body ${JSON.stringify(order)}, Idempotency-Key ${key}`);
+  await fillBody(create, order);
+  await create.locator('tr[data-param-name="Idempotency-Key"] input').fill(key);
+  const made = await execute(page, create, "/v2/payment/order/create", 201);
+  if (made.request.headers()["idempotency-key"] !== key) {
+    throw new Error("the create request did not carry the Idempotency-Key entered");
+  }
+  if (JSON.stringify(made.request.postDataJSON()) !== JSON.stringify(order)) {
+    throw new Error(`the create request sent another body: ${made.request.postData()}`);
+  }
+  const orderId = made.body.order_id;
+  if (
+    made.body.success !== true ||
+    !/^Order:[A-Za-z0-9]{8,11}$/.test(orderId ?? "") ||
+    made.body.status !== "pending" ||
+    made.body.user_id !== Number(userId) ||
+    made.body.server_id !== 0 ||
+    made.body.amount !== "4.20" ||
+    made.body.payment_system !== "cstm:paygate"
+  ) {
+    throw new Error(`unexpected 201 body shown: ${JSON.stringify(made.body)}`);
+  }
+  if (made.headers.includes("idempotent-replayed")) {
+    throw new Error("the first creation is shown as a replay");
+  }
+  step(`the page shows 201 with order_id ${orderId}`);
+  await page.screenshot({ path: `${shots}/swagger-ui-create.png` });
+
+  step("Execute again with the same key and body: a replay");
+  const again = await execute(page, create, "/v2/payment/order/create", 201, /idempotent-replayed/i);
+  if (again.body.order_id !== orderId || again.body.created_at !== made.body.created_at) {
+    throw new Error(`the replay shows another order: ${JSON.stringify(again.body)}`);
+  }
+  if (!/idempotent-replayed: *true/.test(again.headers)) {
+    throw new Error(`the replay's headers shown lack idempotent-replayed: true: ${again.headers}`);
+  }
+  step(`the page shows 201 with the same ${orderId} and idempotent-replayed: true`);
+
+  const complete = await open(page, "PaymentOrders", "completePaymentOrder", "POST /v2/payment/order/complete");
+  const webhook = { payment_system: "cstm:paygate", order_id: orderId, payment_id: "swagger-ui-1" };
+  step(`body ${JSON.stringify(webhook)}`);
+  await fillBody(complete, webhook);
+  const done = await execute(page, complete, "/v2/payment/order/complete", 200);
+  if (
+    done.body.success !== true ||
+    done.body.order_id !== orderId ||
+    done.body.status !== "completed" ||
+    done.body.amount !== "4.20" ||
+    done.body.payment_id !== "swagger-ui-1"
+  ) {
+    throw new Error(`unexpected completion body shown: ${JSON.stringify(done.body)}`);
+  }
+  step(`the page shows 200 ${JSON.stringify(done.body)}`);
+  await page.screenshot({ path: `${shots}/swagger-ui-complete.png` });
+
+  const read = await open(page, "PaymentOrders", "getPaymentOrder", "GET /v2/payment/order");
+  step(`order_id ${orderId}`);
+  await read.locator('tr[data-param-name="order_id"] input').fill(orderId);
+  const now = await execute(page, read, "/v2/payment/order", 200);
+  if (new URL(now.request.url()).searchParams.get("order_id") !== orderId) {
+    throw new Error(`the read asked for another order: ${now.request.url()}`);
+  }
+  if (
+    now.body.success !== true ||
+    now.body.order_id !== orderId ||
+    now.body.status !== "completed" ||
+    now.body.payment_id !== "swagger-ui-1" ||
+    now.body.completed_at !== done.body.completed_at ||
+    now.body.cancelled_at !== null
+  ) {
+    throw new Error(`unexpected order shown: ${JSON.stringify(now.body)}`);
+  }
+  step(`the page shows 200 ${JSON.stringify(now.body)}`);
+  await page.screenshot({ path: `${shots}/swagger-ui-read.png` });
+
   await page.screenshot({ path: `${shots}/swagger-ui-full.png`, fullPage: true });
   step(`screenshots in ${shots}`);
 
