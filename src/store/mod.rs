@@ -1,10 +1,11 @@
-//! The request path's storage seam.
+//! The hot path's storage seam.
 //!
-//! Both v2 endpoints need only two things of the database: a token read by
-//! its hash (with, for a balance request, the asked account read in the same
-//! statement) and an order completed exactly once. [`Store`] is those two
-//! operations; each backend implements them in a module of its own, with its
-//! own SQL and whatever its speed needs:
+//! The requests that come in volume need two things of the database: a
+//! token read by its hash (every v2 request; for a balance request with the
+//! asked account read in the same statement) and an order completed exactly
+//! once (the webhooks). [`Store`] is those two operations; each backend
+//! implements them in a module of its own, with its own SQL and whatever its
+//! speed needs:
 //!
 //! - [`sqlite`]: reads on connections used inline by the calling thread,
 //!   one writer at a time through the pool;
@@ -14,8 +15,9 @@
 //!
 //! The rules (which checks run in which order, what a missing row means)
 //! stay in `service`, which sees only this trait and these row types. The
-//! command line and migrations work through sea-orm; [`database`] connects,
-//! migrates and opens the store of a database.
+//! other operations (an order's creation, reading and cancellation, the
+//! history, the command line) are written once on sea-orm in `service`;
+//! [`database`] connects, migrates and opens the store of a database.
 
 pub mod database;
 pub mod mysql;

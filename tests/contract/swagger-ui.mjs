@@ -74,7 +74,7 @@ async function execute(page, op, path, status, shows = "success") {
   // The page shows the answer it just got: the status, then the body.
   const live = op.locator(".live-responses-table");
   await live.locator(".response-col_status").filter({ hasText: String(status) }).first().waitFor();
-  const description = live.locator(".response-col_description").first();
+  const description = live.locator("tr.response .response-col_description").first();
   await description.filter({ hasText: shows }).waitFor();
   const shown = description.locator("pre").first();
   const text = await shown.textContent();
