@@ -5,7 +5,7 @@ Run by .ci/contract, which generates the `masterpay_client` package, starts the
 server and passes what the demo created through the environment:
 
     MASTERPAY_BASE_URL    e.g. http://127.0.0.1:41234
-    MASTERPAY_TOKEN       the demo token (both permissions); never committed
+    MASTERPAY_TOKEN       the demo token (every permission); never committed
     MASTERPAY_USER_IDS    "alice,bob" ids
     MASTERPAY_SERVER_ID   the demo server holding alice's second balance
     MASTERPAY_ORDER_IDS   the three pending demo orders, comma-separated
