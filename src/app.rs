@@ -398,7 +398,9 @@ mod tests {
         let completion = |order: &str| {
             format!(r#"{{"payment_system":"cstm:paygate","order_id":"{order}","payment_id":"p1"}}"#)
         };
-        let mut requests: Vec<(Method, String, Option<&str>, String, Option<&str>)> = Vec::new();
+        // Method, URI, Content-Type, body, Idempotency-Key.
+        type Sent<'a> = (Method, String, Option<&'a str>, String, Option<&'a str>);
+        let mut requests: Vec<Sent> = Vec::new();
         for query in [
             String::new(),
             format!("server_id=0&user_id={user}"),
@@ -419,7 +421,7 @@ mod tests {
         for query in [
             format!("user_id={user}"),
             format!("user_id={user}&server_id={server}&limit=1"),
-            format!("email=a%2Bb%40example.com&limit=0&cursor=zz"),
+            "email=a%2Bb%40example.com&limit=0&cursor=zz".into(),
             "user_id=999999".into(),
         ] {
             let uri = format!("/v2/master-account/operations?{query}");

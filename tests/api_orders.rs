@@ -70,85 +70,10 @@ on_every_backend!(
     entries_logged_while_paging_do_not_shift_the_walk,
     an_altered_cursor_is_validation_error_under_cursor,
     a_cursor_used_with_other_parameters_is_validation_error_under_cursor,
+    keys_differing_only_in_case_are_different_keys,
+    order_ids_differing_only_in_case_are_different_orders,
+    cancel_and_complete_racing_on_two_instances_let_exactly_one_win_per_order,
 );
-
-/// Keys compared as sent. Known defect on MariaDB/MySQL: the
-/// `idempotency_key` column (and its unique index) takes the database's
-/// default collation, `utf8mb4_general_ci`, so keys that differ only in case
-/// are one key: the second answers the first's order as a replay, or 409
-/// IDEMPOTENCY_KEY_REUSED for another body, and creates nothing. Remove the
-/// `#[ignore]` once the column compares bytes.
-mod keys_differing_only_in_case {
-    use crate::common::{Backend, run};
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn sqlite() {
-        run(
-            Backend::Sqlite,
-            super::keys_differing_only_in_case_are_different_keys,
-        )
-        .await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn postgres() {
-        run(
-            Backend::Postgres,
-            super::keys_differing_only_in_case_are_different_keys,
-        )
-        .await
-    }
-
-    #[ignore = "known defect: MariaDB compares Idempotency-Key case-insensitively"]
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn mysql() {
-        run(
-            Backend::MySql,
-            super::keys_differing_only_in_case_are_different_keys,
-        )
-        .await
-    }
-}
-
-/// Cancellation racing completion. Known defect on PostgreSQL: a completion
-/// whose group statement waited for the row lock of a cancellation that then
-/// committed answers 500 ORDER_UPDATE_FAILED instead of 409 ORDER_CANCELLED
-/// (nothing is credited: the ledger checks pass). `COMPLETE_ORDERS` in
-/// `store::postgres` reads `found_status` with a sub-select of the same
-/// statement, whose READ COMMITTED snapshot predates the cancellation, so it
-/// finds the order still `pending`. Remove the `#[ignore]` once the loser
-/// reads the order's committed status.
-mod cancel_and_complete_race {
-    use crate::common::{Backend, run};
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn sqlite() {
-        run(
-            Backend::Sqlite,
-            super::cancel_and_complete_racing_on_two_instances_let_exactly_one_win_per_order,
-        )
-        .await
-    }
-
-    #[ignore = "known defect: on PostgreSQL a completion losing to a cancellation answers 500 ORDER_UPDATE_FAILED"]
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn postgres() {
-        run(
-            Backend::Postgres,
-            super::cancel_and_complete_racing_on_two_instances_let_exactly_one_win_per_order,
-        )
-        .await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn mysql() {
-        run(
-            Backend::MySql,
-            super::cancel_and_complete_racing_on_two_instances_let_exactly_one_win_per_order,
-        )
-        .await
-    }
-}
 
 /// The 413 is the HTTP layer's: one backend is enough.
 mod http_layer {
@@ -733,6 +658,37 @@ async fn keys_differing_only_in_case_are_different_keys(app: TestApp) {
         assert_eq!(reply.header("Idempotent-Replayed"), None, "key {key:?}");
     }
     assert_eq!(orders_count(&app).await, 3);
+}
+
+async fn order_ids_differing_only_in_case_are_different_orders(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let created = app
+        .create_order(Some(&token), None, &creation(user, 0, "5"))
+        .await;
+    let order_id = assert_created(&created);
+    let suffix = &order_id["Order:".len()..];
+    let swapped: String = suffix
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
+        .collect();
+    if swapped == suffix {
+        return; // all digits: no other case to try
+    }
+    let other = format!("Order:{swapped}");
+    app.read_order(Some(&token), &format!("order_id={other}"))
+        .await
+        .assert_error(404, "ORDER_NOT_FOUND");
+    app.complete_order(&token, &other, PS)
+        .await
+        .assert_error(404, "ORDER_NOT_FOUND");
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "0.00");
 }
 
 async fn keys_are_per_project(app: TestApp) {

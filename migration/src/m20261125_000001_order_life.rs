@@ -12,12 +12,21 @@
 //! - `ix_log_user`: one user's operation history, newest first, by id
 //!   (`GET /v2/master-account/operations` pages by id).
 //!
+//! - On MariaDB/MySQL, whose default collation ignores case, the key and
+//!   `order_id` compare byte for byte (`ascii_bin`; both are ASCII by their
+//!   format): `Order:abc12345` and `Order:ABC12345` are two orders, and two
+//!   keys differing only in case are two keys, as on the other backends.
+//!
 //! SQLite adds one column per `ALTER TABLE`, so each column is its own
 //! statement on every backend.
 
 use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
 
 pub struct Migration;
+
+/// MariaDB/MySQL column types that compare byte for byte.
+const BYTEWISE_KEY: &str = "VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin";
+const BYTEWISE_ORDER_ID: &str = "VARCHAR(20) CHARACTER SET ascii COLLATE ascii_bin";
 
 impl MigrationName for Migration {
     fn name(&self) -> &str {
@@ -34,12 +43,14 @@ impl MigrationTrait for Migration {
             DbBackend::MySql => cancelled_at.custom(Alias::new("DATETIME(6)")),
             _ => cancelled_at.timestamp_with_time_zone(),
         };
+        let mut idempotency_key = ColumnDef::new(PaymentOrders::IdempotencyKey);
+        match db {
+            DbBackend::MySql => idempotency_key.custom(Alias::new(BYTEWISE_KEY)),
+            _ => idempotency_key.string_len(255),
+        };
         for column in [
             cancelled_at.null().to_owned(),
-            ColumnDef::new(PaymentOrders::IdempotencyKey)
-                .string_len(255)
-                .null()
-                .to_owned(),
+            idempotency_key.null().to_owned(),
             ColumnDef::new(PaymentOrders::RequestHash)
                 .string_len(64)
                 .null()
@@ -50,6 +61,20 @@ impl MigrationTrait for Migration {
                     Table::alter()
                         .table(PaymentOrders::Table)
                         .add_column(column)
+                        .to_owned(),
+                )
+                .await?;
+        }
+        if db == DbBackend::MySql {
+            manager
+                .alter_table(
+                    Table::alter()
+                        .table(PaymentOrders::Table)
+                        .modify_column(
+                            ColumnDef::new(PaymentOrders::OrderId)
+                                .custom(Alias::new(BYTEWISE_ORDER_ID))
+                                .not_null(),
+                        )
                         .to_owned(),
                 )
                 .await?;
@@ -94,6 +119,20 @@ impl MigrationTrait for Migration {
                     .to_owned(),
             )
             .await?;
+        if manager.get_database_backend() == DbBackend::MySql {
+            manager
+                .alter_table(
+                    Table::alter()
+                        .table(PaymentOrders::Table)
+                        .modify_column(
+                            ColumnDef::new(PaymentOrders::OrderId)
+                                .string_len(20)
+                                .not_null(),
+                        )
+                        .to_owned(),
+                )
+                .await?;
+        }
         for column in [
             PaymentOrders::RequestHash,
             PaymentOrders::IdempotencyKey,
@@ -115,6 +154,7 @@ impl MigrationTrait for Migration {
 #[derive(DeriveIden)]
 enum PaymentOrders {
     Table,
+    OrderId,
     ProjectId,
     CancelledAt,
     IdempotencyKey,

@@ -139,6 +139,14 @@ pub const CREDIT_AND_LOG: &str = r#"WITH "o" AS (
 )
 SELECT "idx", "after" FROM "w" ORDER BY "idx""#;
 
+/// The status of the order a completion names, read by a statement of its
+/// own: [`COMPLETE_ORDERS`] reads the statuses of the orders it did not
+/// complete in its own snapshot, taken before it waited for their locks,
+/// so an order another transaction (a cancellation, a duplicate's group)
+/// finalized meanwhile still reads `pending` there.
+const ORDER_STATUS: &str = r#"SELECT "status" FROM "payment_orders"
+WHERE "order_id" = $1 AND "project_id" = $2 AND "payment_system" = $3"#;
+
 /// When a token was last used.
 const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens" SET "last_used_at" = $1 WHERE "id" = $2"#;
 
@@ -397,15 +405,22 @@ async fn complete_in_one_transaction(
     for (row, request) in updated.iter().zip(group) {
         let idx: i64 = row.try_get("idx").map_err(read)?;
         match row.try_get::<Option<i64>, _>("order_ref").map_err(read)? {
-            None => outcomes.push(Err(
-                match row
-                    .try_get::<Option<String>, _>("found_status")
-                    .map_err(read)?
-                {
+            None => {
+                let mut status: Option<String> = row.try_get("found_status").map_err(read)?;
+                if status.as_deref() == Some(OrderStatus::Pending.to_value().as_str()) {
+                    status = sqlx::query_scalar(ORDER_STATUS)
+                        .bind(&request.order_id)
+                        .bind(request.project_id)
+                        .bind(&request.payment_system)
+                        .fetch_optional(&mut *txn)
+                        .await
+                        .map_err(|err| CompleteError::at_update(err.into()))?;
+                }
+                outcomes.push(Err(match status {
                     Some(status) => CompleteError::not_pending(&status),
                     None => CompleteError::OrderNotFound,
-                },
-            )),
+                }));
+            }
             Some(order_ref) => {
                 let order = CompletedOrder {
                     order_id: request.order_id.clone(),
