@@ -375,14 +375,18 @@ mod tests {
             payment_system: "cstm:paygate".into(),
             order_id: Some("Order:ABCDEFGH".into()),
         };
-        orders::create(&db, &done, None).await.unwrap();
+        let state = AppState::new(db.clone(), &settings).expect("state");
+        orders::create(&db, &*state.store, &done, None)
+            .await
+            .unwrap();
         // Created beforehand with a key: a repeat replays it, both ways alike.
         let keyed = orders::OrderRequest {
             order_id: None,
             ..done.clone()
         };
-        orders::create(&db, &keyed, Some("key-1")).await.unwrap();
-        let state = AppState::new(db, &settings).expect("state");
+        orders::create(&db, &*state.store, &keyed, Some("key-1"))
+            .await
+            .unwrap();
         let once = orders::Completion {
             project_id: project,
             order_id: "Order:ABCDEFGH".into(),

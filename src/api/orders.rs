@@ -579,7 +579,7 @@ impl OrdersApi {
             Ok(valid) => valid,
             Err(errors) => return CreateReply::BadRequest(Json(ValidationErrorBody::new(errors))),
         };
-        match orders::create(&state.db, &request, key.as_deref()).await {
+        match orders::create(&state.db, &*state.store, &request, key.as_deref()).await {
             Ok(created) => {
                 let event = if created.replayed {
                     OrderEvent::IdempotentReplay

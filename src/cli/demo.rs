@@ -12,10 +12,16 @@ use crate::service::{
     users,
     users::UserRef,
 };
+use crate::store::Store;
 
 /// Seeds a project with users, servers, balances, pending orders and a token
 /// holding every permission, then prints how to call the API.
-pub async fn run(db: &DatabaseConnection, out: Output, base: Option<&str>) -> anyhow::Result<()> {
+pub async fn run(
+    db: &DatabaseConnection,
+    store: &dyn Store,
+    out: Output,
+    base: Option<&str>,
+) -> anyhow::Result<()> {
     let base = base.unwrap_or("http://127.0.0.1:8080");
     let project = projects::create(db, "Demo project").await?;
     let suffix = project.id;
@@ -57,7 +63,12 @@ pub async fn run(db: &DatabaseConnection, out: Output, base: Option<&str>) -> an
             payment_system: "cstm:paygate".into(),
             order_id: None,
         };
-        order_ids.push(orders::create(db, &request, None).await?.order.order_id);
+        order_ids.push(
+            orders::create(db, store, &request, None)
+                .await?
+                .order
+                .order_id,
+        );
     }
     let (token, value) = tokens::create(db, project.id, "demo", &Permission::ALL).await?;
     let value = value.expose();

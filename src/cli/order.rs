@@ -11,6 +11,7 @@ use crate::service::{
     orders::{self, Cancellation, Order, OrderFilter, OrderRequest},
     users::UserRef,
 };
+use crate::store::Store;
 
 #[derive(Debug, Subcommand)]
 pub enum OrderCommand {
@@ -70,7 +71,12 @@ impl From<StatusArg> for OrderStatus {
     }
 }
 
-pub async fn run(cmd: OrderCommand, db: &DatabaseConnection, out: Output) -> CliResult {
+pub async fn run(
+    cmd: OrderCommand,
+    db: &DatabaseConnection,
+    store: &dyn Store,
+    out: Output,
+) -> CliResult {
     match cmd {
         OrderCommand::Create {
             project,
@@ -91,7 +97,7 @@ pub async fn run(cmd: OrderCommand, db: &DatabaseConnection, out: Output) -> Cli
                 payment_system,
                 order_id,
             };
-            let order = orders::create(db, &request, None).await?.order;
+            let order = orders::create(db, store, &request, None).await?.order;
             out.emit(order_json(&order), || {
                 format!(
                     "created order {} for user {} ({} via {})",

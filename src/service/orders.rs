@@ -14,27 +14,25 @@
 //!
 //! An `Idempotency-Key` is kept with the order it created, unique per
 //! project (the schema's unique index): of many concurrent creations with
-//! one key, one inserts and the others find its order, so one key creates
-//! one order. A repeat is told from another request under the same key by
+//! one key, one inserts and the others conflict and find its order, so one
+//! key creates one order. A repeat is told from another request under the same key by
 //! the SHA-256 of the request's fields ([`OrderRequest::fingerprint`]).
 
 use chrono::{DateTime, Utc};
 use entity::payment_order::{self, OrderStatus};
 use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
 use sea_orm::{
-    ActiveModelTrait,
-    ActiveValue::Set,
     ColumnTrait, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect, SqlErr,
+    QuerySelect,
     sea_query::{Expr, ExprTrait},
 };
 use sha2::{Digest, Sha256};
 
-use super::{now, servers, users, users::UserRef, validate};
+use super::{now, users::UserRef, validate};
 pub use crate::store::{CompleteError, Completion};
 use crate::{
     money::Money,
-    store::{Store, StoreError},
+    store::{NewOrder, OrderInsert, Store, StoreError},
 };
 
 /// An order as the API and the command line show it.
@@ -148,69 +146,75 @@ impl From<DbErr> for CreateError {
 const ORDER_ID_DRAWS: usize = 3;
 
 /// Creates a pending order, once per `idempotency_key` (see the module
-/// docs). The user is resolved before the server, as in a balance lookup.
+/// docs). The user is resolved before the server, as in a balance lookup;
+/// with a key that was used before, the earlier request's answer (or
+/// [`CreateError::KeyReused`]) comes first.
 pub async fn create(
     db: &DatabaseConnection,
+    store: &dyn Store,
     request: &OrderRequest,
     idempotency_key: Option<&str>,
 ) -> Result<Created, CreateError> {
     check_request(request)?;
-    let fingerprint = idempotency_key.map(|_| request.fingerprint());
-    if let Some(key) = idempotency_key
-        && let Some(created) = replay(db, request.project_id, key, fingerprint.as_deref()).await?
-    {
-        return Ok(created);
-    }
-    let user_id = users::resolve(db, request.project_id, &request.who)
-        .await?
-        .ok_or(CreateError::UserNotFound)?;
-    if !servers::is_in_project(db, request.project_id, request.server_id).await? {
-        return Err(CreateError::ServerNotFound);
-    }
+    let request_hash = idempotency_key.map(|_| request.fingerprint());
     let mut draws = 0;
     loop {
-        let order_id = request.order_id.clone().unwrap_or_else(generate_order_id);
-        let row = payment_order::ActiveModel {
-            order_id: Set(order_id.clone()),
-            project_id: Set(request.project_id),
-            user_id: Set(user_id),
-            server_id: Set(Some(request.server_id).filter(|&id| id != 0)),
-            payment_system: Set(request.payment_system.clone()),
-            amount_cents: Set(request.amount.cents()),
-            status: Set(OrderStatus::Pending),
-            payment_id: Set(None),
-            created_at: Set(now()),
-            completed_at: Set(None),
-            cancelled_at: Set(None),
-            idempotency_key: Set(idempotency_key.map(str::to_owned)),
-            request_hash: Set(fingerprint.clone()),
-            ..Default::default()
+        let order = NewOrder {
+            order_id: request.order_id.clone().unwrap_or_else(generate_order_id),
+            project_id: request.project_id,
+            user_id: request.who.user_id,
+            email: request.who.email.as_deref().map(validate::normalize_email),
+            server_id: request.server_id,
+            amount_cents: request.amount.cents(),
+            payment_system: request.payment_system.clone(),
+            idempotency_key: idempotency_key.map(str::to_owned),
+            request_hash: request_hash.clone(),
         };
-        match row.insert(db).await {
-            Ok(row) => {
-                return Ok(Created {
-                    order: row.try_into()?,
-                    replayed: false,
-                });
+        let inserted = store.insert_order(&order).await?;
+        if let OrderInsert::Inserted {
+            user_id,
+            created_at,
+        } = inserted
+        {
+            return Ok(Created {
+                order: Order {
+                    order_id: order.order_id,
+                    project_id: order.project_id,
+                    status: OrderStatus::Pending,
+                    user_id,
+                    server_id: order.server_id,
+                    amount: request.amount,
+                    payment_system: order.payment_system,
+                    payment_id: None,
+                    created_at,
+                    completed_at: None,
+                    cancelled_at: None,
+                },
+                replayed: false,
+            });
+        }
+        // Not inserted: a request with this key came first (concurrently,
+        // or long ago) and its answer is this one's.
+        if let Some(key) = idempotency_key
+            && let Some(created) =
+                replay(db, request.project_id, key, request_hash.as_deref()).await?
+        {
+            return Ok(created);
+        }
+        match inserted {
+            OrderInsert::UserNotFound => return Err(CreateError::UserNotFound),
+            OrderInsert::ServerNotFound => return Err(CreateError::ServerNotFound),
+            _ if request.order_id.is_some() => {
+                return Err(CreateError::OrderIdTaken(order.order_id));
             }
-            Err(err) if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
-                // Another request with the same key won the insert: answer
-                // as it was answered.
-                if let Some(key) = idempotency_key
-                    && let Some(created) =
-                        replay(db, request.project_id, key, fingerprint.as_deref()).await?
-                {
-                    return Ok(created);
-                }
-                if request.order_id.is_some() {
-                    return Err(CreateError::OrderIdTaken(order_id));
-                }
+            _ => {
                 draws += 1;
                 if draws == ORDER_ID_DRAWS {
-                    return Err(err.into());
+                    return Err(CreateError::Store(StoreError::Failed(format!(
+                        "{ORDER_ID_DRAWS} order ids drawn were all taken"
+                    ))));
                 }
             }
-            Err(err) => return Err(err.into()),
         }
     }
 }

@@ -54,6 +54,15 @@ pub trait Store: Send + Sync {
         completion: &'a Completion,
     ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>>;
 
+    /// Inserts a pending order for the user `order` names in its project,
+    /// resolving the user and checking the server in the same statement; a
+    /// unique conflict (the idempotency key or the order id taken) inserts
+    /// nothing and says so.
+    fn insert_order<'a>(
+        &'a self,
+        order: &'a NewOrder,
+    ) -> StoreFuture<'a, Result<OrderInsert, StoreError>>;
+
     /// Records that the token `token_id` was used at `at`.
     fn record_token_use(
         &self,
@@ -156,6 +165,40 @@ where
             None
         },
     })
+}
+
+/// An order to insert, its fields validated.
+#[derive(Debug, Clone)]
+pub struct NewOrder {
+    pub order_id: String,
+    pub project_id: i64,
+    /// The user, by id, by e-mail (lower-cased, as stored) or both (then
+    /// both must name the same user).
+    pub user_id: Option<i64>,
+    pub email: Option<String>,
+    /// 0 for the general account.
+    pub server_id: i64,
+    pub amount_cents: i64,
+    pub payment_system: String,
+    pub idempotency_key: Option<String>,
+    pub request_hash: Option<String>,
+}
+
+/// What an order insert did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OrderInsert {
+    /// Inserted for the user `user_id` at `created_at`.
+    Inserted {
+        user_id: i64,
+        created_at: DateTime<Utc>,
+    },
+    /// No user of the project is named so; nothing inserted.
+    UserNotFound,
+    /// The server is not one of the project's; nothing inserted.
+    ServerNotFound,
+    /// The idempotency key (in the project) or the order id is taken;
+    /// nothing inserted.
+    Conflict,
 }
 
 /// A completion request whose formats were already validated.

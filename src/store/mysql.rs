@@ -13,8 +13,8 @@ use sea_orm::{
 };
 
 use super::{
-    AccountKey, CompleteError, CompletedOrder, Completion, Store, StoreError, StoreFuture,
-    TokenRow, now, token_row_of,
+    AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Store,
+    StoreError, StoreFuture, TokenRow, now, token_row_of,
 };
 
 /// The token by its hash, with its project's state and permissions, and the
@@ -72,6 +72,28 @@ const RECORD_TOKEN_USE: &str = r#"UPDATE app_tokens SET last_used_at = ? WHERE i
 const LOG_CREDIT: &str = r#"INSERT INTO operation_log (kind, order_ref, user_id, server_id, balance_type,
     amount_cents, balance_before_cents, balance_after_cents, created_at)
 VALUES (?, ?, ?, ?, 'main', ?, ?, ?, ?)"#;
+
+/// The user an order names in its project (by id, and then the e-mail too
+/// when given must be theirs; else by e-mail) and whether its server is the
+/// general account or one of the project's. Parameters: user id, user id,
+/// project id, e-mail, e-mail, e-mail, project id, server id, server id,
+/// project id.
+const ORDER_NAMES: &str = r#"SELECT CASE WHEN ? IS NOT NULL
+        THEN (SELECT u.id FROM users AS u WHERE u.id = ? AND u.project_id = ?
+            AND (? IS NULL OR u.email = ?))
+        ELSE (SELECT u.id FROM users AS u WHERE u.email = ? AND u.project_id = ?)
+    END AS user_id,
+    (? = 0 OR EXISTS (SELECT 1 FROM servers AS s WHERE s.id = ? AND s.project_id = ?)) AS server_found"#;
+
+/// The insert of a pending order. Parameters: order id, project id, user
+/// id, server id (NULL for the general account), payment system, amount,
+/// status, time, idempotency key, request hash.
+const INSERT_ORDER: &str = r#"INSERT INTO payment_orders (order_id, project_id, user_id, server_id, payment_system,
+    amount_cents, status, created_at, idempotency_key, request_hash)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"#;
+
+/// MariaDB's "duplicate entry for a unique key".
+const DUPLICATE_KEY: u16 = 1062;
 
 pub struct MySqlStore {
     pool: MySqlPool,
@@ -188,6 +210,61 @@ impl MySqlStore {
     }
 }
 
+impl MySqlStore {
+    /// The user and server resolved first, then the insert (a duplicate
+    /// key is the conflict).
+    async fn insert_order_now(&self, order: &NewOrder) -> Result<OrderInsert, StoreError> {
+        let names = sqlx::query(ORDER_NAMES)
+            .bind(order.user_id)
+            .bind(order.user_id)
+            .bind(order.project_id)
+            .bind(&order.email)
+            .bind(&order.email)
+            .bind(&order.email)
+            .bind(order.project_id)
+            .bind(order.server_id)
+            .bind(order.server_id)
+            .bind(order.project_id)
+            .fetch_one(&self.pool)
+            .await?;
+        let Some(user_id) = names.try_get::<Option<i64>, _>("user_id")? else {
+            return Ok(OrderInsert::UserNotFound);
+        };
+        // A boolean expression is a BIGINT to MariaDB.
+        if names.try_get::<i64, _>("server_found")? == 0 {
+            return Ok(OrderInsert::ServerNotFound);
+        }
+        let created_at = now();
+        let inserted = sqlx::query(INSERT_ORDER)
+            .bind(&order.order_id)
+            .bind(order.project_id)
+            .bind(user_id)
+            .bind(Some(order.server_id).filter(|&id| id != balance::GENERAL_ACCOUNT))
+            .bind(&order.payment_system)
+            .bind(order.amount_cents)
+            .bind(OrderStatus::Pending.to_value())
+            .bind(created_at)
+            .bind(&order.idempotency_key)
+            .bind(&order.request_hash)
+            .execute(&self.pool)
+            .await;
+        match inserted {
+            Ok(_) => Ok(OrderInsert::Inserted {
+                user_id,
+                created_at,
+            }),
+            Err(sqlx::Error::Database(err))
+                if err
+                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                    .is_some_and(|err| err.number() == DUPLICATE_KEY) =>
+            {
+                Ok(OrderInsert::Conflict)
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
 impl Store for MySqlStore {
     fn read_token<'a>(
         &'a self,
@@ -202,6 +279,13 @@ impl Store for MySqlStore {
         completion: &'a Completion,
     ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>> {
         Box::pin(self.complete_now(completion))
+    }
+
+    fn insert_order<'a>(
+        &'a self,
+        order: &'a NewOrder,
+    ) -> StoreFuture<'a, Result<OrderInsert, StoreError>> {
+        Box::pin(self.insert_order_now(order))
     }
 
     fn record_token_use(

@@ -36,8 +36,8 @@ use rusqlite::{OpenFlags, OptionalExtension, TransactionBehavior, named_params, 
 use sea_orm::{ActiveEnum, sqlx::sqlite::SqliteConnectOptions};
 
 use super::{
-    AccountKey, AccountRow, CompleteError, CompletedOrder, Completion, Store, StoreError,
-    StoreFuture, TokenRow, now, permission_list,
+    AccountKey, AccountRow, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert,
+    Store, StoreError, StoreFuture, TokenRow, now, permission_list,
 };
 
 /// The token by its hash, with its project's state and permissions, and the
@@ -85,6 +85,18 @@ RETURNING "main_cents""#;
 const LOG_CREDIT: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type",
     "amount_cents", "balance_before_cents", "balance_after_cents", "created_at")
 VALUES (?1, ?2, ?3, ?4, 'main', ?5, ?6, ?7, ?8)"#;
+
+/// The user an order names in its project: by id (and then the e-mail too,
+/// when given, must be theirs), else by e-mail; NULL when there is none.
+const ORDER_USER: &str = r#"CASE WHEN :user_id IS NOT NULL
+        THEN (SELECT u."id" FROM "users" AS u WHERE u."id" = :user_id AND u."project_id" = :project_id
+            AND (:email IS NULL OR u."email" = :email))
+        ELSE (SELECT u."id" FROM "users" AS u WHERE u."email" = :email AND u."project_id" = :project_id)
+    END"#;
+
+/// Whether the order's server is the general account or one of the project's.
+const ORDER_SERVER: &str = r#"(:server_id = 0 OR EXISTS (SELECT 1 FROM "servers" AS s
+        WHERE s."id" = :server_id AND s."project_id" = :project_id))"#;
 
 /// When a token was last used.
 const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens" SET "last_used_at" = ?1 WHERE "id" = ?2"#;
@@ -298,6 +310,80 @@ fn complete_in_transaction(
     })
 }
 
+/// The insert of an order: the user resolved and the server checked in the
+/// statement; a unique conflict inserts nothing.
+fn insert_order_statement() -> String {
+    format!(
+        r#"INSERT INTO "payment_orders" ("order_id", "project_id", "user_id", "server_id", "payment_system",
+    "amount_cents", "status", "created_at", "idempotency_key", "request_hash")
+SELECT :order_id, :project_id, {ORDER_USER}, NULLIF(:server_id, 0), :payment_system,
+    :amount_cents, :status, :created_at, :idempotency_key, :request_hash
+WHERE {ORDER_USER} IS NOT NULL AND {ORDER_SERVER}
+ON CONFLICT DO NOTHING
+RETURNING "user_id""#
+    )
+}
+
+/// Why an order was not inserted: the user and the server, as the insert
+/// judged them.
+fn order_names_statement() -> String {
+    format!(r#"SELECT {ORDER_USER} AS "user_id", {ORDER_SERVER} AS "server_found""#)
+}
+
+/// The order's insert on the write connection, and when it inserted
+/// nothing, why.
+fn insert_order_now(
+    conn: &mut rusqlite::Connection,
+    order: &NewOrder,
+) -> Result<OrderInsert, StoreError> {
+    let created_at = now();
+    let at = stored_time(created_at);
+    let status = OrderStatus::Pending.to_value();
+    let names = named_params! {
+        ":user_id": order.user_id,
+        ":email": order.email,
+        ":project_id": order.project_id,
+        ":server_id": order.server_id,
+    };
+    let inserted = conn
+        .prepare_cached(&insert_order_statement())
+        .and_then(|mut insert| {
+            let mut all = names.to_vec();
+            all.extend_from_slice(named_params! {
+                ":order_id": order.order_id,
+                ":payment_system": order.payment_system,
+                ":amount_cents": order.amount_cents,
+                ":status": status,
+                ":created_at": at,
+                ":idempotency_key": order.idempotency_key,
+                ":request_hash": order.request_hash,
+            });
+            insert
+                .query_row(all.as_slice(), |row| row.get::<_, i64>(0))
+                .optional()
+        })
+        .map_err(|err| classify(&err))?;
+    if let Some(user_id) = inserted {
+        return Ok(OrderInsert::Inserted {
+            user_id,
+            created_at,
+        });
+    }
+    let (user, server_found) = conn
+        .prepare_cached(&order_names_statement())
+        .and_then(|mut names_of| {
+            names_of.query_row(names, |row| {
+                Ok((row.get::<_, Option<i64>>(0)?, row.get::<_, bool>(1)?))
+            })
+        })
+        .map_err(|err| classify(&err))?;
+    Ok(match (user, server_found) {
+        (None, _) => OrderInsert::UserNotFound,
+        (Some(_), false) => OrderInsert::ServerNotFound,
+        (Some(_), true) => OrderInsert::Conflict,
+    })
+}
+
 /// A time as sqlx stores it on SQLite (and so as sea-orm reads it back).
 fn stored_time(time: DateTime<Utc>) -> String {
     time.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false)
@@ -321,6 +407,14 @@ impl Store for SqliteStore {
     ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>> {
         let request = completion.clone();
         Box::pin(self.write(move |conn| complete_in_transaction(conn, &request)))
+    }
+
+    fn insert_order<'a>(
+        &'a self,
+        order: &'a NewOrder,
+    ) -> StoreFuture<'a, Result<OrderInsert, StoreError>> {
+        let order = order.clone();
+        Box::pin(self.write(move |conn| insert_order_now(conn, &order)))
     }
 
     fn record_token_use(

@@ -331,7 +331,7 @@ impl TestApp {
             payment_system: payment_system.into(),
             order_id: None,
         };
-        orders::create(&self.db, &request, None)
+        orders::create(&self.db, &*self.store(), &request, None)
             .await
             .expect("order")
             .order

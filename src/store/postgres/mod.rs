@@ -37,8 +37,8 @@ use sea_orm::{
 
 use self::group::Groups;
 use super::{
-    AccountKey, CompleteError, CompletedOrder, Completion, GroupSizes, Store, StoreError,
-    StoreFuture, TokenRow, now, token_row_of,
+    AccountKey, CompleteError, CompletedOrder, Completion, GroupSizes, NewOrder, OrderInsert,
+    Store, StoreError, StoreFuture, TokenRow, now, token_row_of,
 };
 use crate::config::PoolSettings;
 
@@ -139,6 +139,47 @@ pub const CREDIT_AND_LOG: &str = r#"WITH "o" AS (
 )
 SELECT "idx", "after" FROM "w" ORDER BY "idx""#;
 
+/// The inserts of a group of new orders (`$1` order ids, `$2` projects, `$3`
+/// user ids, `$4` e-mails, `$5` servers (0 = general account), `$6`
+/// amounts, `$7` payment systems, `$8` idempotency keys, `$9` request
+/// hashes; `$10` the pending status, `$11` the time): each request's user
+/// resolved in its project (by id, and then the e-mail too when given must
+/// be theirs; else by e-mail) and its server checked; the orders of those
+/// with both inserted, a unique conflict (a key or order id taken, by
+/// another request of the group too) inserting nothing. One row per request
+/// in their order: the resolved user, whether the server is the project's,
+/// and whether its order was inserted.
+pub const INSERT_ORDERS: &str = r#"WITH "r" AS (
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $5::int8[], $6::int8[],
+        $7::text[], $8::text[], $9::text[])
+        WITH ORDINALITY AS "r" ("order_id", "project_id", "user_id", "email", "server_id",
+            "amount_cents", "payment_system", "idempotency_key", "request_hash", "idx")
+), "a" AS (
+    SELECT "r".*,
+        CASE WHEN "r"."user_id" IS NOT NULL
+            THEN (SELECT "u"."id" FROM "users" AS "u" WHERE "u"."id" = "r"."user_id"
+                AND "u"."project_id" = "r"."project_id"
+                AND ("r"."email" IS NULL OR "u"."email" = "r"."email"))
+            ELSE (SELECT "u"."id" FROM "users" AS "u" WHERE "u"."email" = "r"."email"
+                AND "u"."project_id" = "r"."project_id")
+        END AS "resolved_user",
+        ("r"."server_id" = 0 OR EXISTS (SELECT 1 FROM "servers" AS "s"
+            WHERE "s"."id" = "r"."server_id" AND "s"."project_id" = "r"."project_id")) AS "server_found"
+    FROM "r"
+), "i" AS (
+    INSERT INTO "payment_orders" ("order_id", "project_id", "user_id", "server_id", "payment_system",
+        "amount_cents", "status", "created_at", "idempotency_key", "request_hash")
+    SELECT "order_id", "project_id", "resolved_user", NULLIF("server_id", 0), "payment_system",
+        "amount_cents", $10, $11, "idempotency_key", "request_hash"
+    FROM "a" WHERE "resolved_user" IS NOT NULL AND "server_found"
+    ORDER BY "idx"
+    ON CONFLICT DO NOTHING
+    RETURNING "order_id"
+)
+SELECT "a"."idx", "a"."resolved_user", "a"."server_found", "i"."order_id" IS NOT NULL AS "inserted"
+FROM "a" LEFT JOIN "i" ON "i"."order_id" = "a"."order_id"
+ORDER BY "a"."idx""#;
+
 /// The status of the order a completion names, read by a statement of its
 /// own: [`COMPLETE_ORDERS`] reads the statuses of the orders it did not
 /// complete in its own snapshot, taken before it waited for their locks,
@@ -164,11 +205,13 @@ struct TokenRead {
 
 type TokenOutcome = Result<Option<TokenRow>, StoreError>;
 type CompleteOutcome = Result<CompletedOrder, CompleteError>;
+type InsertOutcome = Result<OrderInsert, StoreError>;
 
 pub struct PostgresStore {
     pool: PgPool,
     token_reads: Arc<Groups<TokenRead, TokenOutcome>>,
     completions: Arc<Groups<Completion, CompleteOutcome>>,
+    inserts: Arc<Groups<NewOrder, InsertOutcome>>,
 }
 
 impl PostgresStore {
@@ -210,10 +253,28 @@ impl PostgresStore {
                 async move { complete_group(&pool, &*sizes, complete_bound, group).await }.boxed()
             }),
         );
+        let insert_pool = pool.clone();
+        let insert_bound = group_bound(settings, 1);
+        let inserts = Groups::new(
+            MAX_RUNNING,
+            MAX_GROUP,
+            |_| None,
+            Box::new(move |orders: Vec<NewOrder>| {
+                let pool = insert_pool.clone();
+                async move {
+                    let size = orders.len();
+                    tokio::time::timeout(insert_bound, insert_orders(&pool, &orders))
+                        .await
+                        .unwrap_or_else(|_| vec![Err(timed_out()); size])
+                }
+                .boxed()
+            }),
+        );
         PostgresStore {
             pool,
             token_reads,
             completions,
+            inserts,
         }
     }
 }
@@ -254,6 +315,18 @@ impl Store for PostgresStore {
                         "completion panicked".into(),
                     )))
                 })
+        })
+    }
+
+    fn insert_order<'a>(
+        &'a self,
+        order: &'a NewOrder,
+    ) -> StoreFuture<'a, Result<OrderInsert, StoreError>> {
+        Box::pin(async move {
+            self.inserts
+                .submit(order.clone())
+                .await
+                .unwrap_or_else(|| Err(StoreError::Failed("order insert panicked".into())))
         })
     }
 
@@ -304,6 +377,51 @@ async fn read_tokens(pool: &PgPool, reads: &[TokenRead]) -> Vec<TokenOutcome> {
     rows.iter()
         .zip(reads)
         .map(|(row, read)| token_row(row, read.account.is_some()).map_err(StoreError::from))
+        .collect()
+}
+
+/// Runs [`INSERT_ORDERS`] for `orders`: one outcome each, in their order.
+async fn insert_orders(pool: &PgPool, orders: &[NewOrder]) -> Vec<InsertOutcome> {
+    let created_at = now();
+    let text = |f: fn(&NewOrder) -> Option<&str>| orders.iter().map(f).collect::<Vec<_>>();
+    let number = |f: fn(&NewOrder) -> Option<i64>| orders.iter().map(f).collect::<Vec<_>>();
+    let rows = sqlx::query(INSERT_ORDERS)
+        .bind(text(|o| Some(&o.order_id)))
+        .bind(number(|o| Some(o.project_id)))
+        .bind(number(|o| o.user_id))
+        .bind(text(|o| o.email.as_deref()))
+        .bind(number(|o| Some(o.server_id)))
+        .bind(number(|o| Some(o.amount_cents)))
+        .bind(text(|o| Some(&o.payment_system)))
+        .bind(text(|o| o.idempotency_key.as_deref()))
+        .bind(text(|o| o.request_hash.as_deref()))
+        .bind(OrderStatus::Pending.to_value())
+        .bind(created_at)
+        .fetch_all(pool)
+        .await;
+    let rows = match rows {
+        Ok(rows) if rows.len() == orders.len() => rows,
+        Ok(rows) => {
+            let err =
+                StoreError::Failed(format!("{} rows for {} orders", rows.len(), orders.len()));
+            return vec![Err(err); orders.len()];
+        }
+        Err(err) => return vec![Err(err.into()); orders.len()],
+    };
+    rows.iter()
+        .map(|row| {
+            let user: Option<i64> = row.try_get("resolved_user")?;
+            Ok(match user {
+                None => OrderInsert::UserNotFound,
+                Some(_) if !row.try_get::<bool, _>("server_found")? => OrderInsert::ServerNotFound,
+                Some(user_id) if row.try_get::<bool, _>("inserted")? => OrderInsert::Inserted {
+                    user_id,
+                    created_at,
+                },
+                Some(_) => OrderInsert::Conflict,
+            })
+        })
+        .map(|outcome: Result<OrderInsert, sqlx::Error>| outcome.map_err(StoreError::from))
         .collect()
 }
 
