@@ -5,7 +5,7 @@
 //! drift; `MASTERPAY_WRITE_PGBENCH=1 cargo test --test pgbench_scripts`
 //! writes the scripts anew from the code.
 
-use masterpay::store::postgres::{COMPLETE_ORDERS, CREDIT_AND_LOG, READ_TOKENS};
+use masterpay::store::postgres::{COMPLETE_ORDERS, CREDIT_AND_LOG, INSERT_ORDERS, READ_TOKENS};
 
 /// `sql` with each `$N` replaced by `values[N - 1]`, ended by `end`.
 fn bound(sql: &str, values: &[&str], end: &str) -> String {
@@ -70,6 +70,7 @@ fn complete_script() -> String {
             "ARRAY['bench_' || :g::text]",
             ":completed",
             "now()",
+            ":pending",
         ],
         " \\gset",
     );
@@ -91,12 +92,59 @@ fn complete_script() -> String {
     script
 }
 
+fn create_script() -> String {
+    let key = "lpad(:kg::text, 12, '0') || '-0000-4000-9000-' || lpad(:round::text, 8, '0')";
+    let mut script = String::from(
+        "-- One POST /v2/payment/order/create with an Idempotency-Key (a random user,\n\
+         -- server_id 0, amount 10.25) as the service runs it on PostgreSQL: the token\n\
+         -- read, then the order's insert with the user resolved in it, each a group of\n\
+         -- one. Generated from src/store/postgres by tests/pgbench_scripts.rs; bench/run\n\
+         -- runs it with pgbench -M prepared, each transaction with a key and an order id\n\
+         -- of its own (request count * clients + client, scattered by a large prime, and\n\
+         -- the round; the keys' \"9000\" tells them from create.lua's \"8000\").\n\
+         \\set uid random(1, :users)\n\
+         \\set g :k * :nclients + :client_id\n\
+         \\set k :k + 1\n\
+         \\set kg (:g * 1000003) % 1000000000000\n\
+         \\set oid (:g * 1000003) % 100000000 * 1000 + :round\n",
+    );
+    script += &bound(
+        READ_TOKENS,
+        &[
+            "ARRAY[:tokhash]",
+            "ARRAY[NULL]",
+            "ARRAY[NULL]",
+            "ARRAY[NULL]",
+        ],
+        ";",
+    );
+    script += &bound(
+        INSERT_ORDERS,
+        &[
+            "ARRAY['Order:' || lpad(:oid::text, 11, '0')]",
+            "ARRAY[:project]",
+            "ARRAY[:uid]",
+            "ARRAY[NULL]",
+            "ARRAY[:zero]",
+            "ARRAY[:cents]",
+            "ARRAY[:psys]",
+            &format!("ARRAY[{key}]"),
+            "ARRAY[:reqhash]",
+            ":pending",
+            "now()",
+        ],
+        ";",
+    );
+    script
+}
+
 #[test]
 fn pgbench_scripts_run_the_services_statements() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/pgbench");
     for (file, expected) in [
         ("balance.sql", balance_script()),
         ("complete.sql", complete_script()),
+        ("create.sql", create_script()),
     ] {
         let path = dir.join(file);
         if std::env::var_os("MASTERPAY_WRITE_PGBENCH").is_some() {

@@ -33,11 +33,11 @@ WITH "r" AS (
     SELECT "p"."id", "r"."idx", "r"."payment_id" FROM "payment_orders" AS "p"
     JOIN "r" ON "p"."order_id" = "r"."order_id" AND "p"."project_id" = "r"."project_id"
         AND "p"."payment_system" = "r"."payment_system"
-    WHERE "p"."status" = $7
+    WHERE "p"."status" = :pending
     ORDER BY "p"."id" FOR NO KEY UPDATE OF "p"
 ), "o" AS (
     UPDATE "payment_orders" SET "status" = :completed, "completed_at" = now(), "payment_id" = "k"."payment_id"
-    FROM "k" WHERE "payment_orders"."id" = "k"."id" AND "payment_orders"."status" = $7
+    FROM "k" WHERE "payment_orders"."id" = "k"."id" AND "payment_orders"."status" = :pending
     RETURNING "k"."idx", "payment_orders"."id", "payment_orders"."user_id",
         COALESCE("payment_orders"."server_id", 0) AS "server_id", "payment_orders"."amount_cents",
         "payment_orders"."payment_id", "payment_orders"."project_id"

@@ -1,15 +1,10 @@
 -- One POST /v2/payment/order/create with an Idempotency-Key (a random user,
 -- server_id 0, amount 10.25) as the service runs it on PostgreSQL: the token
--- read (READ_TOKENS, a group of one, no account), then, each in a statement of
--- its own, the key's lookup (no order has the key), the user's lookup and the
--- insert. Mirrors src/service/orders.rs `create`; written by hand, because
--- tests/pgbench_scripts.rs cannot generate it: sea-orm builds the last three
--- statements (here as PostgreSQL logs them, with pgbench's variables and
--- now() in place of the bound parameters, NULL for the NULL ones). bench/run
--- runs it with pgbench -M prepared; each transaction has a key and an order id
--- of its own (request count * clients + client, as in complete.sql, scattered
--- by a large prime, and the round; the keys' "9000" tells them from
--- create.lua's "8000").
+-- read, then the order's insert with the user resolved in it, each a group of
+-- one. Generated from src/store/postgres by tests/pgbench_scripts.rs; bench/run
+-- runs it with pgbench -M prepared, each transaction with a key and an order id
+-- of its own (request count * clients + client, scattered by a large prime, and
+-- the round; the keys' "9000" tells them from create.lua's "8000").
 \set uid random(1, :users)
 \set g :k * :nclients + :client_id
 \set k :k + 1
@@ -33,6 +28,33 @@ LEFT JOIN "balances" AS "b" ON "b"."user_id" = COALESCE("r"."user_id", "by_email
     AND "b"."server_id" = "r"."server_id" AND "b"."project_id" = "t"."project_id"
 LEFT JOIN "servers" AS "s" ON "s"."id" = "r"."server_id" AND "s"."project_id" = "t"."project_id"
 ORDER BY "r"."idx";
-SELECT "payment_orders"."id", "payment_orders"."order_id", "payment_orders"."project_id", "payment_orders"."user_id", "payment_orders"."server_id", "payment_orders"."payment_system", "payment_orders"."amount_cents", "payment_orders"."status", "payment_orders"."payment_id", "payment_orders"."created_at", "payment_orders"."completed_at", "payment_orders"."cancelled_at", "payment_orders"."idempotency_key", "payment_orders"."request_hash" FROM "payment_orders" WHERE "payment_orders"."project_id" = :project AND "payment_orders"."idempotency_key" = lpad(:kg::text, 12, '0') || '-0000-4000-9000-' || lpad(:round::text, 8, '0') LIMIT :one;
-SELECT "users"."id" FROM "users" WHERE "users"."project_id" = :project AND "users"."id" = :uid LIMIT :one;
-INSERT INTO "payment_orders" ("order_id", "project_id", "user_id", "server_id", "payment_system", "amount_cents", "status", "payment_id", "created_at", "completed_at", "cancelled_at", "idempotency_key", "request_hash") VALUES ('Order:' || lpad(:oid::text, 11, '0'), :project, :uid, NULL, :psys, :cents, :pending, NULL, now(), NULL, NULL, lpad(:kg::text, 12, '0') || '-0000-4000-9000-' || lpad(:round::text, 8, '0'), :reqhash) RETURNING "id", "order_id", "project_id", "user_id", "server_id", "payment_system", "amount_cents", "status", "payment_id", "created_at", "completed_at", "cancelled_at", "idempotency_key", "request_hash";
+WITH "r" AS (
+    SELECT * FROM unnest(ARRAY['Order:' || lpad(:oid::text, 11, '0')]::text[], ARRAY[:project]::int8[], ARRAY[:uid]::int8[], ARRAY[NULL]::text[], ARRAY[:zero]::int8[], ARRAY[:cents]::int8[],
+        ARRAY[:psys]::text[], ARRAY[lpad(:kg::text, 12, '0') || '-0000-4000-9000-' || lpad(:round::text, 8, '0')]::text[], ARRAY[:reqhash]::text[])
+        WITH ORDINALITY AS "r" ("order_id", "project_id", "user_id", "email", "server_id",
+            "amount_cents", "payment_system", "idempotency_key", "request_hash", "idx")
+), "a" AS (
+    SELECT "r".*,
+        CASE WHEN "r"."user_id" IS NOT NULL
+            THEN (SELECT "u"."id" FROM "users" AS "u" WHERE "u"."id" = "r"."user_id"
+                AND "u"."project_id" = "r"."project_id"
+                AND ("r"."email" IS NULL OR "u"."email" = "r"."email"))
+            ELSE (SELECT "u"."id" FROM "users" AS "u" WHERE "u"."email" = "r"."email"
+                AND "u"."project_id" = "r"."project_id")
+        END AS "resolved_user",
+        ("r"."server_id" = 0 OR EXISTS (SELECT 1 FROM "servers" AS "s"
+            WHERE "s"."id" = "r"."server_id" AND "s"."project_id" = "r"."project_id")) AS "server_found"
+    FROM "r"
+), "i" AS (
+    INSERT INTO "payment_orders" ("order_id", "project_id", "user_id", "server_id", "payment_system",
+        "amount_cents", "status", "created_at", "idempotency_key", "request_hash")
+    SELECT "order_id", "project_id", "resolved_user", NULLIF("server_id", 0), "payment_system",
+        "amount_cents", :pending, now(), "idempotency_key", "request_hash"
+    FROM "a" WHERE "resolved_user" IS NOT NULL AND "server_found"
+    ORDER BY "idx"
+    ON CONFLICT DO NOTHING
+    RETURNING "order_id"
+)
+SELECT "a"."idx", "a"."resolved_user", "a"."server_found", "i"."order_id" IS NOT NULL AS "inserted"
+FROM "a" LEFT JOIN "i" ON "i"."order_id" = "a"."order_id"
+ORDER BY "a"."idx";
