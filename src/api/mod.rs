@@ -96,10 +96,10 @@ pub fn openapi_json() -> String {
     serde_json::to_string_pretty(&document()).unwrap_or_default()
 }
 
-/// The document poem-openapi writes from the annotated endpoints, with the
-/// links it has no annotation for: from a created order to reading,
-/// completing and cancelling it, so that generated clients and stateful
-/// testers can chain the calls.
+/// The document poem-openapi writes from the annotated endpoints, with what
+/// it has no annotation for: the links from a created order to reading,
+/// completing and cancelling it (so that generated clients and stateful
+/// testers can chain the calls), and the closed request bodies.
 fn document() -> serde_json::Value {
     let mut document: serde_json::Value =
         serde_json::from_str(&v2_service().spec()).unwrap_or_default();
@@ -129,6 +129,22 @@ fn document() -> serde_json::Value {
         && let Some(created) = created.as_object_mut()
     {
         created.insert("links".into(), links);
+        // poem-openapi writes a response header's name in capitals.
+        if let Some(headers) = created.get_mut("headers").and_then(|h| h.as_object_mut())
+            && let Some(replayed) = headers.remove("IDEMPOTENT-REPLAYED")
+        {
+            headers.insert("Idempotent-Replayed".into(), replayed);
+        }
+    }
+    // The bodies that refuse unknown fields say so: poem-openapi does not
+    // write `deny_unknown_fields` into the schema.
+    for schema in ["CreateOrderRequest", "CancelOrderRequest"] {
+        if let Some(schema) = document
+            .pointer_mut(&format!("/components/schemas/{schema}"))
+            .and_then(|s| s.as_object_mut())
+        {
+            schema.insert("additionalProperties".into(), false.into());
+        }
     }
     document
 }

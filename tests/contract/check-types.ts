@@ -253,10 +253,10 @@ const { order_id: _dropped, ...withoutOrderId } = created;
 // @ts-expect-error order_id is required
 export const noOrderId: CreateCreated = withoutOrderId;
 
-export const replayed: CreateCreatedHeaders = { "IDEMPOTENT-REPLAYED": true };
+export const replayed: CreateCreatedHeaders = { "Idempotent-Replayed": true };
 export const firstTime: CreateCreatedHeaders = {};
 // @ts-expect-error Idempotent-Replayed is a boolean
-export const replayedNumber: CreateCreatedHeaders = { "IDEMPOTENT-REPLAYED": 1 };
+export const replayedNumber: CreateCreatedHeaders = { "Idempotent-Replayed": 1 };
 
 export const createInvalid: CreateBadRequest = {
   success: false,
