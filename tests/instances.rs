@@ -28,10 +28,13 @@ async fn complete(
     token: &str,
     order: &str,
 ) -> Result<u16, reqwest::Error> {
+    // Bounded, so that a request lost with a killed instance counts as
+    // unanswered (and is retried) instead of waiting forever.
     client
         .post(format!("{base}/v2/payment/order/complete"))
         .bearer_auth(token)
         .json(&json!({"payment_system": "cstm:paygate", "order_id": order}))
+        .timeout(std::time::Duration::from_secs(30))
         .send()
         .await
         .map(|r| r.status().as_u16())
