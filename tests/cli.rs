@@ -17,6 +17,7 @@ on_every_backend!(
     migrate_is_idempotent,
     concurrent_first_starts_migrate_safely,
     token_changes_made_with_the_command_line_hold_on_the_next_request,
+    administrators_keep_only_an_argon2id_hash_and_can_be_disabled,
 );
 
 fn masterpay(url: &str, args: &[&str]) -> Output {
@@ -632,4 +633,122 @@ async fn answers(app: &TestApp, token: &str, query: &str, status: u16, code: Opt
             None => assert_eq!(reply.status, status, "{:?}", reply.body),
         }
     }
+}
+
+/// Runs a command with `stdin` as its standard input.
+fn masterpay_with_stdin(url: &str, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_masterpay"))
+        .args(args)
+        .env("MASTERPAY_DATABASE_URL", url)
+        .env_remove("MASTERPAY_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run masterpay");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().expect("masterpay ends")
+}
+
+async fn administrators_keep_only_an_argon2id_hash_and_can_be_disabled(app: TestApp) {
+    use masterpay::service::admins;
+    let url = app.database.url.clone();
+    let url = url.as_str();
+    let password = "correct horse battery staple";
+    let created = masterpay_with_stdin(
+        url,
+        &["admin", "create", "--name", "Ann", "--json"],
+        &format!("{password}\n"),
+    );
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let created: Value = serde_json::from_slice(&created.stdout).unwrap();
+    assert_eq!(created["name"], "Ann");
+    assert_eq!(created["active"], true);
+    assert!(!created.to_string().contains(password));
+    // Only the hash is stored: argon2id, never the password.
+    let stored = admins::list(&app.db).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert!(
+        stored[0].password_hash.starts_with("$argon2id$"),
+        "{}",
+        stored[0].password_hash
+    );
+    assert!(!stored[0].password_hash.contains(password));
+    assert!(
+        admins::verify(&app.db, "Ann", password)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        admins::verify(&app.db, "Ann", "wrong password!")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        admins::verify(&app.db, "Nobody", password)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Refused: a name taken, a short password, no password at all; nothing changes.
+    for (args, stdin, expected) in [
+        (
+            vec!["admin", "create", "--name", "Ann"],
+            "another long password\n",
+            "already exists",
+        ),
+        (
+            vec!["admin", "create", "--name", "Bob"],
+            "short\n",
+            "at least 12 characters",
+        ),
+        (
+            vec!["admin", "create", "--name", "Bob"],
+            "",
+            "at least 12 characters",
+        ),
+        (
+            vec!["admin", "disable", "Nobody"],
+            "",
+            "no administrator is named",
+        ),
+    ] {
+        let out = masterpay_with_stdin(url, &args, stdin);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    assert_eq!(admins::list(&app.db).await.unwrap().len(), 1);
+
+    // A disabled administrator's right password no longer signs in.
+    assert_eq!(json(url, &["admin", "disable", "Ann"])["active"], false);
+    assert!(
+        admins::verify(&app.db, "Ann", password)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(json(url, &["admin", "enable", "Ann"])["active"], true);
+    assert!(
+        admins::verify(&app.db, "Ann", password)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let listed = json(url, &["admin", "list"]);
+    assert_eq!(listed["administrators"][0]["name"], "Ann");
+    assert!(!listed.to_string().contains("argon2"));
 }

@@ -13,6 +13,7 @@
 //! a few words (an order's status, a log row's kind and balance type) are
 //! active enums.
 
+pub mod administrator;
 pub mod app_token;
 pub mod balance;
 pub mod operation_log;

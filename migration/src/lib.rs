@@ -11,6 +11,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_create_schema;
 mod m20261125_000001_order_life;
+mod m20261125_000002_administrators;
 
 pub struct Migrator;
 
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261122_000001_create_schema::Migration),
             Box::new(m20261125_000001_order_life::Migration),
+            Box::new(m20261125_000002_administrators::Migration),
         ]
     }
 }

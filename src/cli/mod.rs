@@ -5,6 +5,7 @@
 //! after the command) prints exactly one JSON object on stdout; errors go to
 //! stderr as one line and exit non-zero, having changed nothing.
 
+mod admin;
 mod audit;
 mod balance;
 mod demo;
@@ -78,6 +79,9 @@ pub enum Command {
     /// Manage application tokens.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Manage the administrators who may sign in to the administration panel.
+    #[command(subcommand)]
+    Admin(admin::AdminCommand),
     /// Seed a demo project and print a token and ready curl lines.
     Demo,
     /// Check the ledger: balances equal their logged changes, every completed
@@ -151,6 +155,7 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::Balance(cmd) => balance::run(cmd, &db, out).await,
         Command::Order(cmd) => order::run(cmd, &db, &*open_store(&db, &settings)?, out).await,
         Command::Token(cmd) => token::run(cmd, &db, out).await,
+        Command::Admin(cmd) => admin::run(cmd, &db, out).await,
         Command::Demo => demo::run(&db, &*open_store(&db, &settings)?, out, None).await,
         Command::Audit => audit::run(&db, out).await,
     }

@@ -9,6 +9,7 @@
 //! for every backend, every write that touches more than one row in one
 //! transaction.
 
+pub mod admins;
 pub mod audit;
 pub mod auth;
 pub mod balances;

@@ -1,0 +1,88 @@
+//! `masterpay admin create|list|disable|enable`: the administrators of the
+//! panel. A password is read from a prompt that does not echo it, or from
+//! the first line of standard input when that is not a terminal; never from
+//! a flag, which would leave it in the shell's history and the process list.
+
+use std::io::{BufRead, IsTerminal};
+
+use clap::Subcommand;
+use entity::administrator;
+use sea_orm::DatabaseConnection;
+use serde_json::json;
+
+use super::{CliResult, Output};
+use crate::service::admins::{self, Password};
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Create an administrator; the password is read from a prompt or stdin.
+    Create {
+        #[arg(long)]
+        name: String,
+    },
+    /// List the administrators.
+    List,
+    /// Disable an administrator: they can no longer sign in.
+    Disable { name: String },
+    /// Enable an administrator.
+    Enable { name: String },
+}
+
+fn to_json(a: &administrator::Model) -> serde_json::Value {
+    json!({"id": a.id, "name": a.name, "active": a.active, "created_at": a.created_at})
+}
+
+/// The new password: typed twice at a prompt, or the first line of stdin.
+fn read_password() -> anyhow::Result<Password> {
+    let text = if std::io::stdin().is_terminal() {
+        let first = rpassword::prompt_password("Password: ")?;
+        if rpassword::prompt_password("Password again: ")? != first {
+            anyhow::bail!("the passwords differ");
+        }
+        first
+    } else {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        line.trim_end_matches(['\r', '\n']).to_owned()
+    };
+    Ok(Password::new(text)?)
+}
+
+pub async fn run(cmd: AdminCommand, db: &DatabaseConnection, out: Output) -> CliResult {
+    match cmd {
+        AdminCommand::Create { name } => {
+            let admin = admins::create(db, &name, read_password()?).await?;
+            out.emit(to_json(&admin), || {
+                format!("created administrator {}", admin.name)
+            });
+        }
+        AdminCommand::List => {
+            let all = admins::list(db).await?;
+            out.emit(
+                json!({"administrators": all.iter().map(to_json).collect::<Vec<_>>()}),
+                || {
+                    all.iter()
+                        .map(|a| {
+                            let state = if a.active { "active" } else { "disabled" };
+                            format!("{} {state} since {}", a.name, a.created_at.to_rfc3339())
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                },
+            );
+        }
+        AdminCommand::Disable { name } => {
+            let admin = admins::set_active(db, &name, false).await?;
+            out.emit(to_json(&admin), || {
+                format!("disabled administrator {}", admin.name)
+            });
+        }
+        AdminCommand::Enable { name } => {
+            let admin = admins::set_active(db, &name, true).await?;
+            out.emit(to_json(&admin), || {
+                format!("enabled administrator {}", admin.name)
+            });
+        }
+    }
+    Ok(())
+}

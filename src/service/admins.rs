@@ -1,0 +1,158 @@
+//! Administrators: the accounts that may sign in to the administration
+//! panel, managed from the command line.
+//!
+//! A password is kept only as an argon2id hash, a PHC string that carries
+//! its parameters and salt (the `argon2` crate's defaults: 19 MiB, 2
+//! passes, 1 lane, OWASP's recommendation), and is never stored, printed or
+//! logged in clear. Hashing is deliberately slow, so it runs on a blocking
+//! thread. [`verify`] costs the same whether the name exists or not: an
+//! unknown name is checked against a hash of its own, so that the time of
+//! an answer does not tell which names exist.
+
+use std::{fmt, sync::LazyLock};
+
+use argon2::{
+    Argon2, PasswordHash, PasswordHasher, PasswordVerifier,
+    password_hash::{SaltString, rand_core::OsRng},
+};
+use entity::administrator;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait,
+    QueryFilter, QueryOrder,
+};
+
+use super::{AdminError, now, validate};
+
+/// Shortest password accepted.
+pub const PASSWORD_MIN_LEN: usize = 12;
+/// Longest password accepted (hashing time grows with it).
+pub const PASSWORD_MAX_LEN: usize = 1024;
+
+/// A password in clear, as typed. Its `Debug` output is redacted.
+#[derive(Clone)]
+pub struct Password(String);
+
+impl Password {
+    /// A password of [`PASSWORD_MIN_LEN`] to [`PASSWORD_MAX_LEN`]
+    /// characters, without control characters.
+    pub fn new(text: String) -> Result<Password, AdminError> {
+        let length = text.chars().count();
+        if length < PASSWORD_MIN_LEN {
+            Err(AdminError::Invalid(format!(
+                "the password must be at least {PASSWORD_MIN_LEN} characters"
+            )))
+        } else if length > PASSWORD_MAX_LEN {
+            Err(AdminError::Invalid(format!(
+                "the password must be at most {PASSWORD_MAX_LEN} characters"
+            )))
+        } else if text.chars().any(char::is_control) {
+            Err(AdminError::Invalid(
+                "the password must not contain control characters".into(),
+            ))
+        } else {
+            Ok(Password(text))
+        }
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Password(***)")
+    }
+}
+
+/// Hashes `password` with a fresh salt from the OS CSPRNG.
+async fn hash(password: Password) -> Result<String, AdminError> {
+    tokio::task::spawn_blocking(move || {
+        let salt = SaltString::generate(&mut OsRng);
+        Argon2::default()
+            .hash_password(password.0.as_bytes(), &salt)
+            .map(|hash| hash.to_string())
+            .map_err(|err| AdminError::Invalid(format!("the password cannot be hashed: {err}")))
+    })
+    .await
+    .map_err(|err| AdminError::Invalid(format!("hashing failed: {err}")))?
+}
+
+/// What an unknown name's password is checked against.
+static UNKNOWN_NAME_HASH: LazyLock<String> = LazyLock::new(|| {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(b"no administrator has this name", &salt)
+        .map(|hash| hash.to_string())
+        .unwrap_or_default()
+});
+
+pub async fn create(
+    db: &DatabaseConnection,
+    name: &str,
+    password: Password,
+) -> Result<administrator::Model, AdminError> {
+    let name = validate::check_name("administrator", name).map_err(AdminError::Invalid)?;
+    let taken = || format!("an administrator named {name:?} already exists");
+    if find(db, &name).await?.is_some() {
+        return Err(AdminError::Conflict(taken()));
+    }
+    administrator::ActiveModel {
+        name: Set(name.clone()),
+        password_hash: Set(hash(password).await?),
+        active: Set(true),
+        created_at: Set(now()),
+        ..Default::default()
+    }
+    .insert(db)
+    .await
+    .map_err(|err| AdminError::conflict_on_unique(err, taken))
+}
+
+pub async fn list(db: &DatabaseConnection) -> Result<Vec<administrator::Model>, AdminError> {
+    Ok(administrator::Entity::find()
+        .order_by_asc(administrator::Column::Name)
+        .all(db)
+        .await?)
+}
+
+/// Enables or disables the administrator `name`.
+pub async fn set_active(
+    db: &DatabaseConnection,
+    name: &str,
+    active: bool,
+) -> Result<administrator::Model, AdminError> {
+    let admin = find(db, name)
+        .await?
+        .ok_or_else(|| AdminError::Invalid(format!("no administrator is named {name:?}")))?;
+    let mut row: administrator::ActiveModel = admin.into();
+    row.active = Set(active);
+    Ok(row.update(db).await?)
+}
+
+/// The active administrator `name` whose password is `password`; `None`
+/// for a wrong password, an unknown name or a disabled administrator, in
+/// the same time (see the module docs).
+pub async fn verify(
+    db: &DatabaseConnection,
+    name: &str,
+    password: &str,
+) -> Result<Option<administrator::Model>, DbErr> {
+    let admin = find(db, name).await?;
+    let stored = admin.as_ref().map(|a| a.password_hash.clone());
+    let password = password.to_owned();
+    let matches = tokio::task::spawn_blocking(move || {
+        let stored = stored.unwrap_or_else(|| UNKNOWN_NAME_HASH.clone());
+        PasswordHash::new(&stored).is_ok_and(|hash| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &hash)
+                .is_ok()
+        })
+    })
+    .await
+    .unwrap_or(false);
+    Ok(admin.filter(|a| matches && a.active))
+}
+
+async fn find(db: &DatabaseConnection, name: &str) -> Result<Option<administrator::Model>, DbErr> {
+    administrator::Entity::find()
+        .filter(administrator::Column::Name.eq(name.trim()))
+        .one(db)
+        .await
+}
