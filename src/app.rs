@@ -236,6 +236,11 @@ impl Application {
         self.local_addr.port()
     }
 
+    /// The store the application serves with.
+    pub fn store(&self) -> Arc<dyn crate::store::Store> {
+        Arc::clone(&self.state.store)
+    }
+
     /// Serves until `shutdown` resolves, then stops accepting and gives
     /// in-flight requests up to the grace period to finish.
     pub async fn run_until_stopped(

@@ -51,7 +51,7 @@ WITH "r" AS (
     SELECT "order_id", "project_id", "resolved_user", NULLIF("server_id", 0), "payment_system",
         "amount_cents", :pending, now(), "idempotency_key", "request_hash"
     FROM "a" WHERE "resolved_user" IS NOT NULL AND "server_found"
-    ORDER BY "idx"
+    ORDER BY "project_id", "idempotency_key", "idx"
     ON CONFLICT DO NOTHING
     RETURNING "order_id"
 )

@@ -138,8 +138,7 @@ impl<E: Endpoint> Endpoint for RequestTimeoutEndpoint<E> {
     }
 }
 
-/// Bytes past the body limit that are read and thrown away before an
-/// answer (a 413, or one given before the body was read; [`DrainUnreadBody`]).
+/// Bytes past the body limit that are read and thrown away before a 413.
 ///
 /// A server that answers while the client is still sending, then closes,
 /// makes the kernel reset the connection, and most HTTP clients then report
@@ -150,8 +149,15 @@ impl<E: Endpoint> Endpoint for RequestTimeoutEndpoint<E> {
 /// curl with some settings); past this many bytes (or the body timeout) the
 /// server answers at once and the connection is closed, so a client cannot
 /// make it read without bound. 8 MiB is what a client on a 100 Mbit/s link
-/// sends in under a second, well within the body timeout.
+/// sends in under a second, well within the body timeout. A 413 comes only
+/// after the token and the permission passed.
 pub const OVERSIZED_BODY_DRAIN_BYTES: usize = 8 * 1024 * 1024;
+
+/// Bytes past the body limit that are read and thrown away before any other
+/// answer given before the body was read (a refused token, an unknown
+/// path): less than after a 413, since a caller without a valid token gets
+/// these answers too.
+pub const UNREAD_BODY_DRAIN_BYTES: usize = 1024 * 1024;
 
 /// Reads what an answer left of the request body before the answer goes out.
 ///
@@ -166,8 +172,9 @@ pub const OVERSIZED_BODY_DRAIN_BYTES: usize = 8 * 1024 * 1024;
 /// its limit and leaves the rest to this layer). This layer
 /// keeps a handle on the body the inner endpoints see, and once they have
 /// answered reads and throws away whatever they left, up to the body limit
-/// plus [`OVERSIZED_BODY_DRAIN_BYTES`] in all (the chunk that crosses it is
-/// the last one read) and within the body timeout;
+/// plus [`OVERSIZED_BODY_DRAIN_BYTES`] after a 413 or
+/// [`UNREAD_BODY_DRAIN_BYTES`] after another answer, in all (the chunk that
+/// crosses it is the last one read), and within the body timeout;
 /// past either the answer goes out at once, as before. The connection then
 /// stays usable for the client's next request.
 ///
@@ -185,9 +192,7 @@ impl<E: Endpoint> Middleware<E> for DrainUnreadBody {
     fn transform(&self, inner: E) -> Self::Output {
         DrainUnreadBodyEndpoint {
             inner,
-            bound: self
-                .max_body_bytes
-                .saturating_add(OVERSIZED_BODY_DRAIN_BYTES),
+            max_body_bytes: self.max_body_bytes,
             body_timeout: self.body_timeout,
         }
     }
@@ -195,9 +200,7 @@ impl<E: Endpoint> Middleware<E> for DrainUnreadBody {
 
 pub struct DrainUnreadBodyEndpoint<E> {
     inner: E,
-    /// Bytes read in all (by the endpoint and here) past which nothing more
-    /// is drained.
-    bound: usize,
+    max_body_bytes: usize,
     body_timeout: Duration,
 }
 
@@ -232,15 +235,27 @@ impl<E: Endpoint> Endpoint for DrainUnreadBodyEndpoint<E> {
     type Output = Response;
 
     async fn call(&self, mut req: Request) -> Result<Self::Output> {
-        if !body_to_drain(&req, self.bound) {
+        let most = self
+            .max_body_bytes
+            .saturating_add(OVERSIZED_BODY_DRAIN_BYTES);
+        if !body_to_drain(&req, most) {
             return self.inner.call(req).await.map(IntoResponse::into_response);
         }
         let deadline = tokio::time::Instant::now() + self.body_timeout;
         let body = SharedBody::new(req.take_body());
         req.set_body(body.reader());
-        let answer = self.inner.call(req).await;
-        body.drain(self.bound, deadline).await;
-        answer.map(IntoResponse::into_response)
+        let answer = self.inner.call(req).await.map(IntoResponse::into_response);
+        let status = match &answer {
+            Ok(response) => response.status(),
+            Err(err) => err.status(),
+        };
+        let bound = if status == poem::http::StatusCode::PAYLOAD_TOO_LARGE {
+            most
+        } else {
+            self.max_body_bytes.saturating_add(UNREAD_BODY_DRAIN_BYTES)
+        };
+        body.drain(bound, deadline).await;
+        answer
     }
 }
 
@@ -323,7 +338,7 @@ pub(crate) mod tests {
     use super::*;
 
     /// A body of `chunks` chunks of `size` bytes that counts the bytes the
-    /// reader pulled from it (also used by `api::complete`'s tests).
+    /// reader pulled from it (also used by `api::request_body`'s tests).
     pub(crate) fn counted_body(chunks: usize, size: usize) -> (poem::Body, Arc<AtomicUsize>) {
         let pulled = Arc::new(AtomicUsize::new(0));
         let counter = pulled.clone();
@@ -336,6 +351,34 @@ pub(crate) mod tests {
 
     pub(crate) fn far() -> tokio::time::Instant {
         tokio::time::Instant::now() + Duration::from_secs(3600)
+    }
+
+    /// After a 413 the rest of an endless body is drained up to 8 MiB past
+    /// the limit; after another answer (a refused token) up to 1 MiB.
+    #[tokio::test]
+    async fn only_a_413_drains_up_to_the_larger_bound() {
+        use poem::http::StatusCode;
+        let limit = 64 * 1024;
+        for (status, extra) in [
+            (StatusCode::PAYLOAD_TOO_LARGE, OVERSIZED_BODY_DRAIN_BYTES),
+            (StatusCode::FORBIDDEN, UNREAD_BODY_DRAIN_BYTES),
+        ] {
+            let (body, pulled) = counted_body(usize::MAX, 8 * 1024);
+            let endpoint = DrainUnreadBody {
+                max_body_bytes: limit,
+                body_timeout: Duration::from_secs(3600),
+            }
+            .transform(poem::endpoint::make_sync(move |_| status));
+            let request = Request::builder()
+                .method(poem::http::Method::POST)
+                .header(header::TRANSFER_ENCODING, "chunked")
+                .body(body);
+            let answer = endpoint.call(request).await.expect("an answer");
+            assert_eq!(answer.status(), status);
+            let pulled = pulled.load(Ordering::SeqCst);
+            assert!(pulled > limit + extra, "{status}: {pulled}");
+            assert!(pulled <= limit + extra + 8 * 1024, "{status}: {pulled}");
+        }
     }
 
     #[tokio::test]

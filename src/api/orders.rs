@@ -261,12 +261,15 @@ pub enum CreateReply {
     /// PAYLOAD_TOO_LARGE: the body exceeds the service's limit.
     #[oai(status = 413)]
     PayloadTooLarge(Json<PayloadTooLargeBody>),
-    /// INTERNAL_ERROR: an unexpected failure; nothing was created. Retry
-    /// with the same Idempotency-Key.
+    /// INTERNAL_ERROR: an unexpected failure. Retry with the same
+    /// Idempotency-Key: should the order have been created after all, the
+    /// retry answers it instead of creating another.
     #[oai(status = 500)]
     Internal(Json<InternalErrorBody>),
-    /// SERVICE_UNAVAILABLE: the database did not answer in time. Retry with
-    /// the same Idempotency-Key and exponential back-off.
+    /// SERVICE_UNAVAILABLE: the database did not answer in time (the order
+    /// may have been created all the same). Retry with the same
+    /// Idempotency-Key and exponential back-off: the retry answers the order
+    /// if it exists, and creates it if not.
     #[oai(status = 503)]
     Unavailable(Json<UnavailableBody>),
 }

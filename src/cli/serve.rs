@@ -24,8 +24,8 @@ pub async fn run(demo: bool, settings: Settings, db: DatabaseConnection, out: Ou
         .map_err(|err| anyhow::anyhow!("cannot listen on {}: {err}", settings.listen))?;
     let base = format!("http://{}", app.local_addr());
     if demo {
-        let store = super::open_store(&db, &settings)?;
-        demo_project::run(&db, &*store, out, Some(&base)).await?;
+        // The application's own store: on SQLite its one writer.
+        demo_project::run(&db, &*app.store(), out, Some(&base)).await?;
     }
     tracing::info!(address = %app.local_addr(), database = %super::redact(&settings.database_url), "masterpay listening");
     app.run_until_stopped(shutdown_signal()).await?;

@@ -4,10 +4,10 @@
 //! returns a domain result or an error enum of its own, which `api/` maps to
 //! status codes and `cli/` to one-line messages. The hottest reads and
 //! writes go through the `store::Store` trait (`auth`, `balances::lookup`,
-//! `orders::complete`); everything else (order creation, reading and
-//! cancellation, the history, administration) is written once on sea-orm
-//! for every backend, every write that touches more than one row in one
-//! transaction.
+//! `orders::create` and `orders::complete`); everything else (reading and
+//! cancelling orders, the history, administration) is written once on
+//! sea-orm for every backend, every write that touches more than one row in
+//! one transaction.
 
 pub mod admins;
 pub mod audit;

@@ -9,14 +9,16 @@
 //! concurrent or not, on any number of instances, exactly one matches the
 //! row: the database's row lock decides, and the loser finds the order in
 //! its final status. Completion is the store's (status update, credit and
-//! log row in one transaction, see `store`); the rest is written once here
-//! with sea-orm for every backend.
+//! log row in one transaction, see `store`), and so is an order's insert
+//! (its user resolved with it; grouped on PostgreSQL); reading and
+//! cancelling are written once here with sea-orm for every backend.
 //!
 //! An `Idempotency-Key` is kept with the order it created, unique per
 //! project (the schema's unique index): of many concurrent creations with
 //! one key, one inserts and the others conflict and find its order, so one
-//! key creates one order. A repeat is told from another request under the same key by
-//! the SHA-256 of the request's fields ([`OrderRequest::fingerprint`]).
+//! key creates one order. A repeat is told from another request under the
+//! same key by the SHA-256 of the request's fields
+//! ([`OrderRequest::fingerprint`]).
 
 use chrono::{DateTime, Utc};
 use entity::payment_order::{self, OrderStatus};

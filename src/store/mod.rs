@@ -1,23 +1,24 @@
 //! The hot path's storage seam.
 //!
-//! The requests that come in volume need two things of the database: a
+//! The requests that come in volume need three things of the database: a
 //! token read by its hash (every v2 request; for a balance request with the
-//! asked account read in the same statement) and an order completed exactly
-//! once (the webhooks). [`Store`] is those two operations; each backend
-//! implements them in a module of its own, with its own SQL and whatever its
-//! speed needs:
+//! asked account read in the same statement), an order inserted (its user
+//! resolved with it) and an order completed exactly once (the webhooks).
+//! [`Store`] is those operations; each backend implements them in a module
+//! of its own, with its own SQL and whatever its speed needs:
 //!
 //! - [`sqlite`]: reads on connections used inline by the calling thread,
 //!   one writer at a time through the pool;
-//! - [`postgres`]: concurrent requests' reads and completions grouped into
-//!   one statement each;
-//! - [`mysql`]: one statement per read, one transaction per completion.
+//! - [`postgres`]: concurrent requests' reads, inserts and completions
+//!   grouped into one statement (or transaction) each;
+//! - [`mysql`]: one statement per read, two per insert, one transaction per
+//!   completion.
 //!
 //! The rules (which checks run in which order, what a missing row means)
 //! stay in `service`, which sees only this trait and these row types. The
-//! other operations (an order's creation, reading and cancellation, the
-//! history, the command line) are written once on sea-orm in `service`;
-//! [`database`] connects, migrates and opens the store of a database.
+//! other operations (reading and cancelling an order, the history, the
+//! command line's) are written once on sea-orm in `service`; [`database`]
+//! connects, migrates and opens the store of a database.
 
 pub mod database;
 pub mod mysql;
@@ -55,9 +56,9 @@ pub trait Store: Send + Sync {
     ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>>;
 
     /// Inserts a pending order for the user `order` names in its project,
-    /// resolving the user and checking the server in the same statement; a
-    /// unique conflict (the idempotency key or the order id taken) inserts
-    /// nothing and says so.
+    /// resolving the user and checking the server with it (in the same
+    /// statement where the backend can); a unique conflict (the idempotency
+    /// key or the order id taken) inserts nothing and says so.
     fn insert_order<'a>(
         &'a self,
         order: &'a NewOrder,

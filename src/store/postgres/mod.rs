@@ -146,7 +146,9 @@ SELECT "idx", "after" FROM "w" ORDER BY "idx""#;
 /// resolved in its project (by id, and then the e-mail too when given must
 /// be theirs; else by e-mail) and its server checked; the orders of those
 /// with both inserted, a unique conflict (a key or order id taken, by
-/// another request of the group too) inserting nothing. One row per request
+/// another request of the group too) inserting nothing. Inserted in key
+/// order, so that two groups holding the same two keys never wait on each
+/// other in a cycle. One row per request
 /// in their order: the resolved user, whether the server is the project's,
 /// and whether its order was inserted.
 pub const INSERT_ORDERS: &str = r#"WITH "r" AS (
@@ -172,7 +174,7 @@ pub const INSERT_ORDERS: &str = r#"WITH "r" AS (
     SELECT "order_id", "project_id", "resolved_user", NULLIF("server_id", 0), "payment_system",
         "amount_cents", $10, $11, "idempotency_key", "request_hash"
     FROM "a" WHERE "resolved_user" IS NOT NULL AND "server_found"
-    ORDER BY "idx"
+    ORDER BY "project_id", "idempotency_key", "idx"
     ON CONFLICT DO NOTHING
     RETURNING "order_id"
 )
