@@ -67,11 +67,11 @@ async fn the_schema_goes_down_and_up_again_and_holds_the_rules(app: TestApp) {
              WHERE table_schema = DATABASE() AND table_name <> 'seaql_migrations'"
         }
     };
-    assert_eq!(app.count(tables).await, 8);
+    assert_eq!(app.count(tables).await, 9);
     Migrator::down(&app.db, None).await.expect("down");
     assert_eq!(app.count(tables).await, 0, "down drops every table");
     Migrator::up(&app.db, None).await.expect("up");
-    assert_eq!(app.count(tables).await, 8);
+    assert_eq!(app.count(tables).await, 9);
     let storage = match app.backend {
         Backend::Sqlite => Some(
             "SELECT COUNT(*) FROM sqlite_schema WHERE name = 'balances' \
