@@ -69,6 +69,7 @@ pub struct Metrics {
     pool_max: Gauge,
     completion_group_sizes: Histogram,
     token_read_group_sizes: Histogram,
+    insert_group_sizes: Histogram,
 }
 
 impl Metrics {
@@ -126,6 +127,12 @@ impl Metrics {
             "Token reads (of balance and completion requests) per database statement (PostgreSQL; 1 when alone)",
             token_read_group_sizes.clone(),
         );
+        let insert_group_sizes = group_size_histogram();
+        registry.register(
+            "order_insert_batch_size",
+            "Order creations inserted per database statement (PostgreSQL groups; 1 when alone)",
+            insert_group_sizes.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             requests,
@@ -136,12 +143,18 @@ impl Metrics {
             pool_max: max,
             completion_group_sizes,
             token_read_group_sizes,
+            insert_group_sizes,
         }
     }
 
     /// Token reads that went to the database in one statement.
     pub fn record_token_read_group(&self, size: usize) {
         self.token_read_group_sizes.observe(size as f64);
+    }
+
+    /// Order inserts that went to the database in one statement.
+    pub fn record_insert_group(&self, size: usize) {
+        self.insert_group_sizes.observe(size as f64);
     }
 
     /// Completions that went to the database in one transaction.

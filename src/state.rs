@@ -53,4 +53,8 @@ impl GroupSizes for MeteredGroups {
     fn completions(&self, size: usize) {
         self.0.record_completion_group(size);
     }
+
+    fn inserts(&self, size: usize) {
+        self.0.record_insert_group(size);
+    }
 }

@@ -79,6 +79,8 @@ pub trait GroupSizes: Send + Sync {
     fn token_reads(&self, size: usize);
     /// A transaction completed (or tried) `size` orders.
     fn completions(&self, size: usize);
+    /// A statement inserted (or tried) `size` orders.
+    fn inserts(&self, size: usize);
 }
 
 /// A [`GroupSizes`] that records nothing.
@@ -87,6 +89,7 @@ pub struct Uncounted;
 impl GroupSizes for Uncounted {
     fn token_reads(&self, _: usize) {}
     fn completions(&self, _: usize) {}
+    fn inserts(&self, _: usize) {}
 }
 
 /// An account as a balance request names it: the user by id, by e-mail

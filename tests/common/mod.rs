@@ -681,6 +681,7 @@ impl Drop for TcpProxy {
 pub struct RecordedGroups {
     pub token_reads: std::sync::Mutex<Vec<usize>>,
     pub completions: std::sync::Mutex<Vec<usize>>,
+    pub inserts: std::sync::Mutex<Vec<usize>>,
 }
 
 impl masterpay::store::GroupSizes for RecordedGroups {
@@ -690,6 +691,10 @@ impl masterpay::store::GroupSizes for RecordedGroups {
 
     fn completions(&self, size: usize) {
         self.completions.lock().unwrap().push(size);
+    }
+
+    fn inserts(&self, size: usize) {
+        self.inserts.lock().unwrap().push(size);
     }
 }
 

@@ -241,6 +241,7 @@ impl PostgresStore {
                 .boxed()
             }),
         );
+        let insert_sizes = Arc::clone(&sizes);
         let complete_bound = group_bound(settings, 2);
         let complete_pool = pool.clone();
         // A completion of an order already being completed waits for that
@@ -262,6 +263,7 @@ impl PostgresStore {
             MAX_GROUP,
             |_| None,
             Box::new(move |orders: Vec<NewOrder>| {
+                insert_sizes.inserts(orders.len());
                 let pool = insert_pool.clone();
                 async move {
                     let size = orders.len();
