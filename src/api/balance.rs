@@ -8,8 +8,8 @@ use super::{
         BalanceType, BalanceTypeSpec, EmailSpec, ServerIdSpec, UserIdSpec, validate_query,
     },
     error::{
-        AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, InternalErrorBody,
-        InternalErrorCode, UnavailableBody, UnavailableCode, ValidationErrorBody,
+        AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, InternalErrorBody, StoreFailure,
+        UnavailableBody, ValidationErrorBody,
     },
     json_body::JsonBody,
     params::{QueryParam, RawParam},
@@ -143,18 +143,10 @@ impl BalanceApi {
             Err(BalanceLookupError::ServerNotFound) => BalanceReply::NotFound(Json(
                 BalanceNotFoundBody::new(BalanceNotFoundCode::ServerNotFound),
             )),
-            Err(BalanceLookupError::Store(err)) if err.is_unavailable() => {
-                tracing::error!(error = %err, "balance lookup: database unavailable");
-                BalanceReply::Unavailable(Json(UnavailableBody::new(
-                    UnavailableCode::ServiceUnavailable,
-                )))
-            }
-            Err(BalanceLookupError::Store(err)) => {
-                tracing::error!(error = %err, "balance lookup failed");
-                BalanceReply::Internal(Json(InternalErrorBody::new(
-                    InternalErrorCode::InternalError,
-                )))
-            }
+            Err(BalanceLookupError::Store(err)) => match StoreFailure::of(&err, "balance lookup") {
+                StoreFailure::Internal(body) => BalanceReply::Internal(body),
+                StoreFailure::Unavailable(body) => BalanceReply::Unavailable(body),
+            },
         }
     }
 }

@@ -11,7 +11,7 @@ use super::{
         OrderNotFoundBody, OrderNotFoundCode, PayloadTooLargeBody, RequestTimeoutBody,
         ValidationErrorBody,
     },
-    request_body::JsonObject,
+    request_body::{Fields, JsonObject},
     security::CompleteToken,
     tags::ApiTags,
 };
@@ -150,52 +150,30 @@ pub enum CompleteReply {
     Unavailable(Json<CompleteUnavailableBody>),
 }
 
-/// Checks each field of the body and names every offending one.
+/// Checks each field of the body and names every offending one; fields
+/// other than these three are ignored.
 fn validate_body(body: &Value) -> Result<(String, String, Option<String>), FieldErrors> {
-    let mut errors = FieldErrors::new();
-    let Value::Object(fields) = body else {
-        errors.insert("body".into(), "the body must be a JSON object".into());
-        return Err(errors);
-    };
-    let mut string_field = |name: &str, ok: fn(&str) -> bool, format: &str| match fields.get(name) {
-        None | Some(Value::Null) => {
-            errors.insert(name.into(), format!("{name} is required"));
-            None
-        }
-        Some(Value::String(text)) if ok(text) => Some(text.clone()),
-        Some(_) => {
-            errors.insert(name.into(), format!("{name} must be {format}"));
-            None
-        }
-    };
-    let payment_system = string_field(
-        "payment_system",
-        validate::is_payment_system,
-        "cstm: followed by 4 to 20 lower-case letters",
-    );
-    let order_id = string_field(
-        "order_id",
-        validate::is_order_id,
-        "Order: followed by 8 to 11 letters or digits",
-    );
-    let payment_id = match fields.get("payment_id") {
+    let mut fields = Fields::of(body, None)?;
+    let payment_system = fields.payment_system();
+    let order_id = fields.order_id();
+    let payment_id = match fields.value("payment_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) if text.is_empty() => None,
         Some(Value::String(text)) if text.chars().count() <= validate::PAYMENT_ID_MAX_LEN => {
             Some(text.clone())
         }
         Some(_) => {
-            errors.insert(
-                "payment_id".into(),
+            fields.fail(
+                "payment_id",
                 "payment_id must be a string of at most 255 characters".into(),
             );
             None
         }
     };
-    match (payment_system, order_id) {
-        (Some(ps), Some(id)) if errors.is_empty() => Ok((ps, id, payment_id)),
-        _ => Err(errors),
-    }
+    let request = payment_system
+        .zip(order_id)
+        .map(|(payment_system, order_id)| (payment_system, order_id, payment_id));
+    fields.finish(request)
 }
 
 #[OpenApi(tag = "ApiTags::PaymentOrders")]

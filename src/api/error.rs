@@ -20,7 +20,9 @@ use poem::{
 use poem_openapi::{Enum, Object, types::Example};
 use serde::Serialize;
 
-use crate::service::auth::AuthError;
+use poem_openapi::payload::Json;
+
+use crate::{service::auth::AuthError, store::StoreError};
 
 /// Field name → one human-readable sentence.
 pub type FieldErrors = BTreeMap<String, String>;
@@ -409,5 +411,29 @@ impl Example for ValidationErrorBody {
             "email".to_owned(),
             "email must be a valid e-mail address".to_owned(),
         )]))
+    }
+}
+
+/// A failed database operation of an endpoint that answers 500
+/// INTERNAL_ERROR or 503 SERVICE_UNAVAILABLE: the body to send, the error
+/// logged with what failed.
+pub enum StoreFailure {
+    Internal(Json<InternalErrorBody>),
+    Unavailable(Json<UnavailableBody>),
+}
+
+impl StoreFailure {
+    pub fn of(err: &StoreError, what: &str) -> StoreFailure {
+        if err.is_unavailable() {
+            tracing::error!(error = %err, "{what}: database unavailable");
+            StoreFailure::Unavailable(Json(UnavailableBody::new(
+                UnavailableCode::ServiceUnavailable,
+            )))
+        } else {
+            tracing::error!(error = %err, "{what} failed");
+            StoreFailure::Internal(Json(InternalErrorBody::new(
+                InternalErrorCode::InternalError,
+            )))
+        }
     }
 }

@@ -12,7 +12,7 @@ use super::{
     balance_query::{EmailSpec, UserIdSpec, parse_integer, validate_user},
     error::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, FieldErrors, InternalErrorBody,
-        InternalErrorCode, UnavailableBody, UnavailableCode, ValidationErrorBody,
+        StoreFailure, UnavailableBody, ValidationErrorBody,
     },
     params::{ParamSpec, QueryParam, RawParam},
     security::OperationsToken,
@@ -341,18 +341,10 @@ impl OperationsApi {
             Err(HistoryError::ServerNotFound) => OperationsReply::NotFound(Json(
                 BalanceNotFoundBody::new(BalanceNotFoundCode::ServerNotFound),
             )),
-            Err(HistoryError::Store(err)) if err.is_unavailable() => {
-                tracing::error!(error = %err, "operation history: database unavailable");
-                OperationsReply::Unavailable(Json(UnavailableBody::new(
-                    UnavailableCode::ServiceUnavailable,
-                )))
-            }
-            Err(HistoryError::Store(err)) => {
-                tracing::error!(error = %err, "operation history failed");
-                OperationsReply::Internal(Json(InternalErrorBody::new(
-                    InternalErrorCode::InternalError,
-                )))
-            }
+            Err(HistoryError::Store(err)) => match StoreFailure::of(&err, "operation history") {
+                StoreFailure::Internal(body) => OperationsReply::Internal(body),
+                StoreFailure::Unavailable(body) => OperationsReply::Unavailable(body),
+            },
         }
     }
 }

@@ -5,18 +5,18 @@
 use chrono::{DateTime, Utc};
 use entity::payment_order::OrderStatus;
 use poem_openapi::{ApiResponse, Enum, Object, OpenApi, payload::Json, types::Example};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::{
     error::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, CancelConflictBody,
         CancelConflictCode, FieldErrors, IdempotencyConflictBody, IdempotencyConflictCode,
         InternalErrorBody, InternalErrorCode, OrderNotFoundBody, OrderNotFoundCode,
-        PayloadTooLargeBody, RequestTimeoutBody, UnavailableBody, UnavailableCode,
+        PayloadTooLargeBody, RequestTimeoutBody, StoreFailure, UnavailableBody,
         ValidationErrorBody,
     },
     params::{HeaderParam, ParamSpec, QueryParam, RawParam},
-    request_body::JsonObject,
+    request_body::{Fields, JsonObject},
     security::{CancelToken, CreateToken, ReadToken},
     tags::ApiTags,
 };
@@ -25,11 +25,9 @@ use crate::{
     money::Money,
     service::{
         orders::{self, CancelError, Cancellation, CreateError, Order, OrderRequest},
-        users::UserRef,
         validate,
     },
     state::AppState,
-    store::StoreError,
 };
 
 pub struct OrdersApi;
@@ -336,113 +334,6 @@ pub enum CancelReply {
     Unavailable(Json<UnavailableBody>),
 }
 
-/// A store failure as the 500 or 503 every order endpoint documents.
-enum Failure {
-    Internal,
-    Unavailable,
-}
-
-fn failure(err: &StoreError, what: &str) -> Failure {
-    if err.is_unavailable() {
-        tracing::error!(error = %err, "{what}: database unavailable");
-        Failure::Unavailable
-    } else {
-        tracing::error!(error = %err, "{what} failed");
-        Failure::Internal
-    }
-}
-
-fn internal() -> Json<InternalErrorBody> {
-    Json(InternalErrorBody::new(InternalErrorCode::InternalError))
-}
-
-fn unavailable() -> Json<UnavailableBody> {
-    Json(UnavailableBody::new(UnavailableCode::ServiceUnavailable))
-}
-
-/// The fields of a JSON object body, checked one by one; every offending
-/// field is recorded.
-struct Fields<'a> {
-    object: &'a Map<String, Value>,
-    errors: FieldErrors,
-}
-
-impl<'a> Fields<'a> {
-    /// The object's fields, with each one not in `known` recorded as an
-    /// error; `None` (and the error under `body`) when `body` is no object.
-    fn of(body: &'a Value, known: &[&str]) -> Result<Fields<'a>, FieldErrors> {
-        let Value::Object(object) = body else {
-            return Err(FieldErrors::from([(
-                "body".to_owned(),
-                "the body must be a JSON object".to_owned(),
-            )]));
-        };
-        let mut errors = FieldErrors::new();
-        for name in object.keys().filter(|name| !known.contains(&name.as_str())) {
-            errors.insert(
-                name.clone(),
-                format!("{name} is not a field of this request"),
-            );
-        }
-        Ok(Fields { object, errors })
-    }
-
-    fn fail(&mut self, name: &str, sentence: String) {
-        self.errors.insert(name.to_owned(), sentence);
-    }
-
-    /// A required string field that `ok` accepts.
-    fn string(&mut self, name: &str, ok: fn(&str) -> bool, format: &str) -> Option<String> {
-        match self.object.get(name) {
-            None | Some(Value::Null) => self.fail(name, format!("{name} is required")),
-            Some(Value::String(text)) if ok(text) => return Some(text.clone()),
-            Some(_) => self.fail(name, format!("{name} must be {format}")),
-        }
-        None
-    }
-
-    /// An integer field of at least `min`: `Ok(None)` when absent or null.
-    fn integer(&mut self, name: &str, min: i64) -> Result<Option<i64>, ()> {
-        match self.object.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n >= min) => Ok(n.as_i64()),
-            Some(_) => {
-                self.fail(name, format!("{name} must be an integer >= {min}"));
-                Err(())
-            }
-        }
-    }
-
-    /// The user named by `user_id`, `email` or both.
-    fn user(&mut self) -> Option<UserRef> {
-        let user_id = self.integer("user_id", 1);
-        let email = match self.object.get("email") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(text)) if text.is_empty() => Ok(None),
-            Some(Value::String(text)) if validate::is_email(text) => Ok(Some(text.clone())),
-            Some(_) => {
-                self.fail("email", "email must be a valid e-mail address".into());
-                Err(())
-            }
-        };
-        match (user_id, email) {
-            (Ok(None), Ok(None)) => {
-                self.fail("user_id", "user_id is required when email is empty".into());
-                None
-            }
-            (Ok(user_id), Ok(email)) => Some(UserRef { user_id, email }),
-            _ => None,
-        }
-    }
-
-    fn finish<T>(self, value: Option<T>) -> Result<T, FieldErrors> {
-        match value {
-            Some(value) if self.errors.is_empty() => Ok(value),
-            _ => Err(self.errors),
-        }
-    }
-}
-
 /// At most 15 integer digits and 2 fraction digits, as the schema says.
 fn is_amount_text(text: &str) -> bool {
     let (int, frac) = text.split_once('.').unwrap_or((text, "00"));
@@ -459,7 +350,7 @@ fn validate_create(
 ) -> Result<(OrderRequest, Option<String>), FieldErrors> {
     let mut fields = Fields::of(
         body,
-        &["user_id", "email", "server_id", "amount", "payment_system"],
+        Some(&["user_id", "email", "server_id", "amount", "payment_system"]),
     )?;
     let who = fields.user();
     let server_id = match fields.integer("server_id", 0) {
@@ -483,11 +374,7 @@ fn validate_create(
                 None
             }
         });
-    let payment_system = fields.string(
-        "payment_system",
-        validate::is_payment_system,
-        "cstm: followed by 4 to 20 lower-case letters",
-    );
+    let payment_system = fields.payment_system();
     let key = match key.single("Idempotency-Key") {
         Ok(None) => Some(None),
         Ok(Some(text))
@@ -527,17 +414,9 @@ fn validate_create(
 
 /// The cancellation a body asks for, in `project_id`.
 fn validate_cancel(body: &Value, project_id: i64) -> Result<Cancellation, FieldErrors> {
-    let mut fields = Fields::of(body, &["order_id", "payment_system"])?;
-    let order_id = fields.string(
-        "order_id",
-        validate::is_order_id,
-        "Order: followed by 8 to 11 letters or digits",
-    );
-    let payment_system = fields.string(
-        "payment_system",
-        validate::is_payment_system,
-        "cstm: followed by 4 to 20 lower-case letters",
-    );
+    let mut fields = Fields::of(body, Some(&["order_id", "payment_system"]))?;
+    let order_id = fields.order_id();
+    let payment_system = fields.payment_system();
     let request = order_id
         .zip(payment_system)
         .map(|(order_id, payment_system)| Cancellation {
@@ -608,14 +487,16 @@ impl OrdersApi {
             Err(CreateError::KeyReused) => CreateReply::Conflict(Json(
                 IdempotencyConflictBody::new(IdempotencyConflictCode::IdempotencyKeyReused),
             )),
-            Err(CreateError::Store(err)) => match failure(&err, "order creation") {
-                Failure::Internal => CreateReply::Internal(internal()),
-                Failure::Unavailable => CreateReply::Unavailable(unavailable()),
+            Err(CreateError::Store(err)) => match StoreFailure::of(&err, "order creation") {
+                StoreFailure::Internal(body) => CreateReply::Internal(body),
+                StoreFailure::Unavailable(body) => CreateReply::Unavailable(body),
             },
             // The request was validated above, and names no order id.
             Err(err @ (CreateError::Invalid(_) | CreateError::OrderIdTaken(_))) => {
                 tracing::error!(error = %err, "order creation refused a validated request");
-                CreateReply::Internal(internal())
+                CreateReply::Internal(Json(InternalErrorBody::new(
+                    InternalErrorCode::InternalError,
+                )))
             }
         }
     }
@@ -656,9 +537,9 @@ impl OrdersApi {
             Ok(None) => ReadReply::NotFound(Json(OrderNotFoundBody::new(
                 OrderNotFoundCode::OrderNotFound,
             ))),
-            Err(err) => match failure(&err, "order read") {
-                Failure::Internal => ReadReply::Internal(internal()),
-                Failure::Unavailable => ReadReply::Unavailable(unavailable()),
+            Err(err) => match StoreFailure::of(&err, "order read") {
+                StoreFailure::Internal(body) => ReadReply::Internal(body),
+                StoreFailure::Unavailable(body) => ReadReply::Unavailable(body),
             },
         }
     }
@@ -700,9 +581,9 @@ impl OrdersApi {
             Err(CancelError::AlreadyCancelled) => CancelReply::Conflict(Json(
                 CancelConflictBody::new(CancelConflictCode::OrderAlreadyCancelled),
             )),
-            Err(CancelError::Store(err)) => match failure(&err, "order cancellation") {
-                Failure::Internal => CancelReply::Internal(internal()),
-                Failure::Unavailable => CancelReply::Unavailable(unavailable()),
+            Err(CancelError::Store(err)) => match StoreFailure::of(&err, "order cancellation") {
+                StoreFailure::Internal(body) => CancelReply::Internal(body),
+                StoreFailure::Unavailable(body) => CancelReply::Unavailable(body),
             },
         }
     }

@@ -11,7 +11,7 @@
 //! reads it from the request's own query string, not from the pairs
 //! poem-openapi's router puts into a request: the operations are called
 //! without that router (see `app`). [`HeaderParam`] does the same for a
-//! header.
+//! header; both are a [`Param`], read where its [`ParamIn`] says.
 
 use std::{borrow::Cow, marker::PhantomData, ops::Deref};
 
@@ -90,70 +90,59 @@ impl<S: ParamSpec> ParseFromParameter for RawParam<S> {
     }
 }
 
-/// A query parameter, published as poem-openapi's `Query<T>` publishes it,
-/// with every value the query string gives its name (percent-decoded, `+`
-/// as a space, as poem-openapi's router splits it).
-pub struct QueryParam<T>(pub T);
-
-impl<T> Deref for QueryParam<T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        &self.0
-    }
+/// Where a parameter is read from, and how.
+pub trait ParamIn: Send + Sync + 'static {
+    const IN: MetaParamIn;
+    /// Every value the request gives the parameter `name`.
+    fn values<'a>(request: &'a Request, name: &str) -> Vec<Cow<'a, str>>;
 }
 
-impl<'a, T: ParseFromParameter> ApiExtractor<'a> for QueryParam<T> {
-    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::Parameter];
-    const PARAM_IS_REQUIRED: bool = T::IS_REQUIRED;
+/// The query string: every value it gives the name, percent-decoded, `+` as
+/// a space, as poem-openapi's router splits it.
+pub struct InQuery;
 
-    type ParamType = T;
-    type ParamRawType = T::RawValueType;
+impl ParamIn for InQuery {
+    const IN: MetaParamIn = MetaParamIn::Query;
 
-    fn register(registry: &mut Registry) {
-        T::register(registry);
-    }
-
-    fn param_in() -> Option<MetaParamIn> {
-        Some(MetaParamIn::Query)
-    }
-
-    fn param_schema_ref() -> Option<MetaSchemaRef> {
-        Some(T::schema_ref())
-    }
-
-    fn param_raw_type(&self) -> Option<&Self::ParamRawType> {
-        self.0.as_raw_value()
-    }
-
-    async fn from_request(
-        request: &'a Request,
-        _body: &mut RequestBody,
-        param_opts: ExtractParamOptions<T>,
-    ) -> Result<Self> {
+    fn values<'a>(request: &'a Request, name: &str) -> Vec<Cow<'a, str>> {
         let query = request.uri().query().unwrap_or_default();
-        let values = form_urlencoded::parse(query.as_bytes())
-            .filter(|(name, _)| name == param_opts.name)
-            .map(|(_, value)| value);
-        T::parse_from_parameters(values)
-            .map(QueryParam)
-            .map_err(|err| {
-                ParseParamError {
-                    name: param_opts.name,
-                    reason: err.into_message(),
-                }
-                .into()
-            })
+        form_urlencoded::parse(query.as_bytes())
+            .filter(|(key, _)| key == name)
+            .map(|(_, value)| value)
+            .collect()
     }
 }
 
-/// A header parameter, published as poem-openapi's `Header<T>` publishes
-/// it, with every value the request gives the header. A value that is not
-/// visible ASCII is kept as U+FFFD, so that the endpoint refuses it as it
-/// refuses any other malformed value.
-pub struct HeaderParam<T>(pub T);
+/// The headers: every line of the header. A value that is not visible
+/// ASCII is kept as U+FFFD, so that the endpoint refuses it as it refuses
+/// any other malformed value.
+pub struct InHeader;
 
-impl<T> Deref for HeaderParam<T> {
+impl ParamIn for InHeader {
+    const IN: MetaParamIn = MetaParamIn::Header;
+
+    fn values<'a>(request: &'a Request, name: &str) -> Vec<Cow<'a, str>> {
+        request
+            .headers()
+            .get_all(name)
+            .iter()
+            .map(|value| Cow::Borrowed(value.to_str().unwrap_or("\u{fffd}")))
+            .collect()
+    }
+}
+
+/// A parameter, published as poem-openapi's `Query<T>` or `Header<T>`
+/// publishes it, with every value the request itself gives it (see the
+/// module docs).
+pub struct Param<T, L>(pub T, PhantomData<L>);
+
+/// A query parameter.
+pub type QueryParam<T> = Param<T, InQuery>;
+
+/// A header parameter.
+pub type HeaderParam<T> = Param<T, InHeader>;
+
+impl<T, L> Deref for Param<T, L> {
     type Target = T;
 
     fn deref(&self) -> &T {
@@ -161,7 +150,7 @@ impl<T> Deref for HeaderParam<T> {
     }
 }
 
-impl<'a, T: ParseFromParameter> ApiExtractor<'a> for HeaderParam<T> {
+impl<'a, T: ParseFromParameter, L: ParamIn> ApiExtractor<'a> for Param<T, L> {
     const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::Parameter];
     const PARAM_IS_REQUIRED: bool = T::IS_REQUIRED;
 
@@ -173,7 +162,7 @@ impl<'a, T: ParseFromParameter> ApiExtractor<'a> for HeaderParam<T> {
     }
 
     fn param_in() -> Option<MetaParamIn> {
-        Some(MetaParamIn::Header)
+        Some(L::IN)
     }
 
     fn param_schema_ref() -> Option<MetaSchemaRef> {
@@ -189,13 +178,8 @@ impl<'a, T: ParseFromParameter> ApiExtractor<'a> for HeaderParam<T> {
         _body: &mut RequestBody,
         param_opts: ExtractParamOptions<T>,
     ) -> Result<Self> {
-        let values = request
-            .headers()
-            .get_all(param_opts.name)
-            .iter()
-            .map(|value| value.to_str().unwrap_or("\u{fffd}"));
-        T::parse_from_parameters(values)
-            .map(HeaderParam)
+        T::parse_from_parameters(L::values(request, param_opts.name))
+            .map(|value| Param(value, PhantomData))
             .map_err(|err| {
                 ParseParamError {
                     name: param_opts.name,

@@ -26,7 +26,7 @@
 use std::{
     path::{Path, PathBuf},
     str::FromStr,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, LazyLock, Mutex, PoisonError},
     time::Duration,
 };
 
@@ -312,7 +312,7 @@ fn complete_in_transaction(
 
 /// The insert of an order: the user resolved and the server checked in the
 /// statement; a unique conflict inserts nothing.
-fn insert_order_statement() -> String {
+static INSERT_ORDER: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"INSERT INTO "payment_orders" ("order_id", "project_id", "user_id", "server_id", "payment_system",
     "amount_cents", "status", "created_at", "idempotency_key", "request_hash")
@@ -322,13 +322,13 @@ WHERE {ORDER_USER} IS NOT NULL AND {ORDER_SERVER}
 ON CONFLICT DO NOTHING
 RETURNING "user_id""#
     )
-}
+});
 
 /// Why an order was not inserted: the user and the server, as the insert
 /// judged them.
-fn order_names_statement() -> String {
+static ORDER_NAMES: LazyLock<String> = LazyLock::new(|| {
     format!(r#"SELECT {ORDER_USER} AS "user_id", {ORDER_SERVER} AS "server_found""#)
-}
+});
 
 /// The order's insert on the write connection, and when it inserted
 /// nothing, why.
@@ -346,7 +346,7 @@ fn insert_order_now(
         ":server_id": order.server_id,
     };
     let inserted = conn
-        .prepare_cached(&insert_order_statement())
+        .prepare_cached(&INSERT_ORDER)
         .and_then(|mut insert| {
             let mut all = names.to_vec();
             all.extend_from_slice(named_params! {
@@ -370,7 +370,7 @@ fn insert_order_now(
         });
     }
     let (user, server_found) = conn
-        .prepare_cached(&order_names_statement())
+        .prepare_cached(&ORDER_NAMES)
         .and_then(|mut names_of| {
             names_of.query_row(names, |row| {
                 Ok((row.get::<_, Option<i64>>(0)?, row.get::<_, bool>(1)?))
