@@ -1,10 +1,13 @@
 //! Assembles the poem application and runs it.
 //!
-//! [`Application::build`] binds the listener (port 0 picks a free port, which
-//! is how the tests run many servers side by side), [`Application::port`]
-//! tells which, and [`Application::run_until_stopped`] serves until the
-//! shutdown future resolves, then drains in-flight requests within the grace
-//! period.
+//! [`Application::build`] binds the API's listener and the administration
+//! panel's (port 0 picks a free port, which is how the tests run many
+//! servers side by side), [`Application::port`] and
+//! [`Application::panel_addr`] tell which, and
+//! [`Application::run_until_stopped`] serves both until the shutdown future
+//! resolves, then drains in-flight requests within the grace period. Each
+//! listener serves only its own routes: the panel's answers no `/v2`
+//! request, the API's no panel page.
 
 use std::{collections::HashMap, future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -27,6 +30,7 @@ use crate::{
         security::{V2Authentication, is_v2_path},
     },
     config::Settings,
+    panel::{self, PanelState},
     state::AppState,
 };
 
@@ -200,32 +204,58 @@ async fn readyz(state: Data<&AppState>) -> Response {
     .into_response()
 }
 
-/// A bound, ready-to-run server.
+/// A bound, ready-to-run server: the API's listener and, unless it is off,
+/// the administration panel's.
 pub struct Application {
     acceptor: TcpAcceptor,
     local_addr: SocketAddr,
+    panel: Option<(TcpAcceptor, SocketAddr)>,
     state: AppState,
     settings: Settings,
+}
+
+/// Binds `address` (port 0 picks a free port) and tells which address it got.
+async fn bind(address: &str) -> std::io::Result<(TcpAcceptor, SocketAddr)> {
+    let acceptor = TcpListener::bind(address).into_acceptor().await?;
+    let local_addr = acceptor
+        .local_addr()
+        .into_iter()
+        .find_map(|addr| addr.as_socket_addr().copied())
+        .ok_or_else(|| std::io::Error::other("listener has no socket address"))?;
+    Ok((acceptor, local_addr))
 }
 
 impl Application {
     /// Binds the listener of `settings` and keeps `db` for the handlers.
     pub async fn build(settings: &Settings, db: DatabaseConnection) -> std::io::Result<Self> {
         let state = AppState::new(db, settings).map_err(std::io::Error::other)?;
-        let acceptor = TcpListener::bind(settings.listen.as_str())
-            .into_acceptor()
-            .await?;
-        let local_addr = acceptor
-            .local_addr()
-            .into_iter()
-            .find_map(|addr| addr.as_socket_addr().copied())
-            .ok_or_else(|| std::io::Error::other("listener has no socket address"))?;
+        let (acceptor, local_addr) = bind(&settings.listen).await.map_err(|err| {
+            std::io::Error::new(
+                err.kind(),
+                format!("cannot listen on {}: {err}", settings.listen),
+            )
+        })?;
+        let panel = match &settings.admin_listen {
+            Some(address) => Some(bind(address).await.map_err(|err| {
+                std::io::Error::new(
+                    err.kind(),
+                    format!("cannot listen on {address} (admin_listen; `off` turns the panel off): {err}"),
+                )
+            })?),
+            None => None,
+        };
         Ok(Application {
             acceptor,
             local_addr,
+            panel,
             state,
             settings: settings.clone(),
         })
+    }
+
+    /// Where the administration panel listens, unless it is off.
+    pub fn panel_addr(&self) -> Option<SocketAddr> {
+        self.panel.as_ref().map(|(_, addr)| *addr)
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -236,25 +266,45 @@ impl Application {
         self.local_addr.port()
     }
 
-    /// The store the application serves with.
-    pub fn store(&self) -> Arc<dyn crate::store::Store> {
-        Arc::clone(&self.state.store)
-    }
-
-    /// Serves until `shutdown` resolves, then stops accepting and gives
-    /// in-flight requests up to the grace period to finish.
+    /// Serves until `shutdown` resolves, then stops accepting on both
+    /// listeners and gives in-flight requests up to the grace period to
+    /// finish.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        poem::Server::new_with_acceptor(self.acceptor)
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        });
+        let until_stopped = move || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            }
+        };
+        let grace = Some(self.settings.shutdown_grace);
+        let panel = self.panel.map(|(acceptor, _)| {
+            let routes = panel::routes(PanelState {
+                db: self.state.db.clone(),
+                cookie_secure: self.settings.admin_cookie_secure,
+            });
+            poem::Server::new_with_acceptor(acceptor)
+                .idle_timeout(self.settings.idle_timeout)
+                .run_with_graceful_shutdown(routes, until_stopped(), grace)
+        });
+        let api = poem::Server::new_with_acceptor(self.acceptor)
             .idle_timeout(self.settings.idle_timeout)
             .run_with_graceful_shutdown(
                 routes(self.state, self.settings.request_timeout),
-                shutdown,
-                Some(self.settings.shutdown_grace),
-            )
-            .await
+                until_stopped(),
+                grace,
+            );
+        match panel {
+            Some(panel) => tokio::try_join!(api, panel).map(|_| ()),
+            None => api.await,
+        }
     }
 }
 
@@ -328,6 +378,7 @@ mod tests {
         use crate::{
             money::Money,
             service::{
+                admin_audit::Actor,
                 balances, orders, projects, servers,
                 tokens::{self, Permission},
                 users,
@@ -345,19 +396,41 @@ mod tests {
             .await
             .expect("connect");
         database::migrate(&db).await.expect("migrate");
-        let project = projects::create(&db, "shop").await.unwrap().id;
-        let user = users::create(&db, project, "a+b@example.com")
+        let project = projects::create(&db, &Actor::CommandLine, "shop")
             .await
             .unwrap()
             .id;
-        let server = servers::create(&db, project, "s1").await.unwrap().id;
+        let user = users::create(&db, &Actor::CommandLine, project, "a+b@example.com")
+            .await
+            .unwrap()
+            .id;
+        let server = servers::create(&db, &Actor::CommandLine, project, "s1")
+            .await
+            .unwrap()
+            .id;
         let cents = |c| Some(Money::from_cents(c).unwrap());
-        balances::set(&db, user, None, cents(1_000), cents(100))
-            .await
-            .unwrap();
-        balances::set(&db, user, Some(server), cents(2_000), None)
-            .await
-            .unwrap();
+        balances::set(
+            &db,
+            &Actor::CommandLine,
+            user,
+            None,
+            cents(1_000),
+            cents(100),
+            "test",
+        )
+        .await
+        .unwrap();
+        balances::set(
+            &db,
+            &Actor::CommandLine,
+            user,
+            Some(server),
+            cents(2_000),
+            None,
+            "test",
+        )
+        .await
+        .unwrap();
         let mut bearers = vec![None, Some(format!("Bearer {}", "x".repeat(64)))];
         for allow in [
             &Permission::ALL[..],
@@ -365,7 +438,9 @@ mod tests {
             &[Permission::Balance],
             &[Permission::Complete],
         ] {
-            let (_, value) = tokens::create(&db, project, "t", allow).await.unwrap();
+            let (_, value) = tokens::create(&db, &Actor::CommandLine, project, "t", None, allow)
+                .await
+                .unwrap();
             bearers.push(Some(format!("Bearer {}", value.expose())));
         }
         // Completed once beforehand: every later completion of it is 409.

@@ -16,6 +16,10 @@ use serde::Deserialize;
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://masterpay.db";
 /// Default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default listen address of the administration panel: this host only.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8081";
+/// The `admin_listen` value that turns the panel off.
+pub const ADMIN_LISTEN_OFF: &str = "off";
 /// Default largest request body, the 64 KiB openapi/v2.yaml publishes: a
 /// completion body is a few hundred bytes.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
@@ -47,6 +51,11 @@ impl Default for PoolSettings {
 pub struct Settings {
     pub database_url: String,
     pub listen: String,
+    /// The administration panel's own listener; `None` when it is off.
+    pub admin_listen: Option<String>,
+    /// Whether the panel's cookies carry `Secure` (the panel behind TLS);
+    /// required to listen on anything but a loopback address.
+    pub admin_cookie_secure: bool,
     pub pool: PoolSettings,
     /// Upper bound for answering one request (503 SERVICE_UNAVAILABLE after).
     pub request_timeout: Duration,
@@ -63,6 +72,8 @@ impl Default for Settings {
         Settings {
             database_url: DEFAULT_DATABASE_URL.to_owned(),
             listen: DEFAULT_LISTEN.to_owned(),
+            admin_listen: Some(DEFAULT_ADMIN_LISTEN.to_owned()),
+            admin_cookie_secure: false,
             pool: PoolSettings::default(),
             request_timeout: Duration::from_millis(2500),
             idle_timeout: Duration::from_secs(30),
@@ -79,6 +90,13 @@ pub struct SettingsArgs {
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long, env = "MASTERPAY_LISTEN")]
     pub listen: Option<String>,
+    /// Address of the administration panel, or `off` [default: 127.0.0.1:8081].
+    #[arg(long, env = "MASTERPAY_ADMIN_LISTEN")]
+    pub admin_listen: Option<String>,
+    /// Mark the panel's cookies Secure (the panel is served behind TLS);
+    /// required for a non-loopback admin_listen [default: false].
+    #[arg(long, env = "MASTERPAY_ADMIN_COOKIE_SECURE", num_args = 0..=1, default_missing_value = "true")]
+    pub admin_cookie_secure: Option<bool>,
     /// Largest number of database connections per instance [default: 16].
     #[arg(long, env = "MASTERPAY_DB_MAX_CONNECTIONS")]
     pub db_max_connections: Option<u32>,
@@ -108,6 +126,8 @@ pub struct SettingsArgs {
 pub struct FileSettings {
     pub database_url: Option<String>,
     pub listen: Option<String>,
+    pub admin_listen: Option<String>,
+    pub admin_cookie_secure: Option<bool>,
     pub db_max_connections: Option<u32>,
     pub db_acquire_timeout_ms: Option<u64>,
     pub db_statement_timeout_ms: Option<u64>,
@@ -149,6 +169,19 @@ impl Settings {
                 .clone()
                 .or_else(|| file.listen.clone())
                 .unwrap_or(d.listen),
+            admin_listen: match args
+                .admin_listen
+                .clone()
+                .or_else(|| file.admin_listen.clone())
+            {
+                Some(off) if off.trim().eq_ignore_ascii_case(ADMIN_LISTEN_OFF) => None,
+                Some(address) => Some(address),
+                None => d.admin_listen,
+            },
+            admin_cookie_secure: args
+                .admin_cookie_secure
+                .or(file.admin_cookie_secure)
+                .unwrap_or(d.admin_cookie_secure),
             pool: PoolSettings {
                 max_connections: args
                     .db_max_connections
@@ -197,8 +230,30 @@ impl Settings {
         if settings.max_body_bytes == 0 {
             anyhow::bail!("max_body_bytes must be greater than 0");
         }
+        if let Some(address) = &settings.admin_listen
+            && !is_loopback(address)
+            && !settings.admin_cookie_secure
+        {
+            anyhow::bail!(
+                "admin_listen {address} is not a loopback address: the panel must then sit \
+                 behind TLS with admin_cookie_secure = true (or use admin_listen = off)"
+            );
+        }
         Ok(settings)
     }
+}
+
+/// Whether `address` (`host:port`) can only be reached from this host.
+fn is_loopback(address: &str) -> bool {
+    let host = address
+        .rsplit_once(':')
+        .map_or(address, |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -231,5 +286,40 @@ mod tests {
             ..Default::default()
         };
         assert!(Settings::resolve(None, &args, &FileSettings::default()).is_err());
+    }
+
+    #[test]
+    fn the_panel_leaves_loopback_only_with_secure_cookies() {
+        let resolve = |toml_text: &str| {
+            let file: FileSettings = toml::from_str(toml_text).unwrap();
+            Settings::resolve(None, &SettingsArgs::default(), &file)
+        };
+        let default = resolve("").unwrap();
+        assert_eq!(default.admin_listen.as_deref(), Some(DEFAULT_ADMIN_LISTEN));
+        assert_eq!(
+            resolve("admin_listen = \"off\"").unwrap().admin_listen,
+            None
+        );
+        for loopback in ["127.0.0.1:9", "[::1]:9", "localhost:9", "127.0.0.2:0"] {
+            let text = format!("admin_listen = \"{loopback}\"");
+            assert!(resolve(&text).is_ok(), "{loopback}");
+        }
+        for open in [
+            "0.0.0.0:8081",
+            "[::]:8081",
+            "10.0.0.5:8081",
+            "panel.example:8081",
+        ] {
+            let text = format!("admin_listen = \"{open}\"");
+            assert!(resolve(&text).is_err(), "{open}");
+            let secure = format!("{text}\nadmin_cookie_secure = true");
+            assert!(resolve(&secure).is_ok(), "{open}");
+        }
+        let args = SettingsArgs {
+            admin_listen: Some("0.0.0.0:8081".into()),
+            admin_cookie_secure: Some(true),
+            ..Default::default()
+        };
+        assert!(Settings::resolve(None, &args, &FileSettings::default()).is_ok());
     }
 }

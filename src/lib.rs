@@ -7,7 +7,10 @@
 //! - [`cli`]: the `masterpay` command line, one module per command; every
 //!   command calls [`service`] exactly as the API does.
 //! - [`app`]: assembles the poem routes (v2 API, health, OpenAPI, Swagger UI)
-//!   and runs the server with graceful shutdown.
+//!   and the administration panel's, and runs both listeners with graceful
+//!   shutdown.
+//! - [`panel`]: the administration panel's HTML pages, on a listener of
+//!   their own; beside [`api`], never importing it.
 //! - [`api`]: HTTP only: endpoints, the bearer security scheme, error
 //!   bodies, request-wide middleware.
 //! - [`state`]: what every request handler may reach.
@@ -25,6 +28,7 @@ pub mod cli;
 pub mod config;
 pub mod metrics;
 pub mod money;
+pub mod panel;
 pub mod service;
 pub mod state;
 pub mod store;

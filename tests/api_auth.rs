@@ -9,6 +9,7 @@ mod common;
 
 use common::TestApp;
 use masterpay::service::{
+    admin_audit::Actor,
     projects,
     tokens::{self, Permission},
 };
@@ -126,11 +127,15 @@ async fn disabled_token_is_token_disabled_until_enabled_again(app: TestApp) {
     let user = app.user("alice@example.com").await;
     let query = format!("server_id=0&user_id={user}");
     assert_eq!(app.get_balance(Some(&token), &query).await.status, 200);
-    tokens::set_active(&app.db, id, false).await.unwrap();
+    tokens::set_active(&app.db, &Actor::CommandLine, id, false)
+        .await
+        .unwrap();
     app.get_balance(Some(&token), &query)
         .await
         .assert_error(403, "TOKEN_DISABLED");
-    tokens::set_active(&app.db, id, true).await.unwrap();
+    tokens::set_active(&app.db, &Actor::CommandLine, id, true)
+        .await
+        .unwrap();
     assert_eq!(app.get_balance(Some(&token), &query).await.status, 200);
 }
 
@@ -139,7 +144,9 @@ async fn deleted_token_is_token_not_found(app: TestApp) {
     let user = app.user("alice@example.com").await;
     let query = format!("server_id=0&user_id={user}");
     assert_eq!(app.get_balance(Some(&token), &query).await.status, 200);
-    tokens::delete(&app.db, id).await.unwrap();
+    tokens::delete(&app.db, &Actor::CommandLine, id)
+        .await
+        .unwrap();
     app.get_balance(Some(&token), &query)
         .await
         .assert_error(403, "TOKEN_NOT_FOUND");
@@ -150,7 +157,9 @@ async fn reissued_token_replaces_the_old_value_at_once(app: TestApp) {
     let user = app.user("alice@example.com").await;
     let query = format!("server_id=0&user_id={user}");
     assert_eq!(app.get_balance(Some(&old), &query).await.status, 200);
-    let (_, new) = tokens::reissue(&app.db, id).await.unwrap();
+    let (_, new) = tokens::reissue(&app.db, &Actor::CommandLine, id)
+        .await
+        .unwrap();
     app.get_balance(Some(&old), &query)
         .await
         .assert_error(403, "TOKEN_NOT_FOUND");
@@ -174,7 +183,7 @@ async fn inactive_project_is_project_not_found_until_enabled(app: TestApp) {
     let token = app.full_token().await;
     let user = app.user("alice@example.com").await;
     let query = format!("server_id=0&user_id={user}");
-    projects::set_active(&app.db, app.project_id, false)
+    projects::set_active(&app.db, &Actor::CommandLine, app.project_id, false)
         .await
         .unwrap();
     app.get_balance(Some(&token), &query)
@@ -183,7 +192,7 @@ async fn inactive_project_is_project_not_found_until_enabled(app: TestApp) {
     app.complete(Some(&token), &json!({}))
         .await
         .assert_error(404, "PROJECT_NOT_FOUND");
-    projects::set_active(&app.db, app.project_id, true)
+    projects::set_active(&app.db, &Actor::CommandLine, app.project_id, true)
         .await
         .unwrap();
     assert_eq!(app.get_balance(Some(&token), &query).await.status, 200);
@@ -215,9 +224,16 @@ async fn missing_endpoint_permission_is_access_denied(app: TestApp) {
 /// whose transaction reads before it writes does on SQLite, in about 2 of 10
 /// full-suite runs).
 async fn edit_token(app: &TestApp, id: i64, name: Option<&str>, permissions: &[Permission]) {
-    tokens::edit(&app.db, id, name, Some(permissions))
-        .await
-        .unwrap_or_else(|err| panic!("token edit: {err}"));
+    tokens::edit(
+        &app.db,
+        &Actor::CommandLine,
+        id,
+        name,
+        None,
+        Some(permissions),
+    )
+    .await
+    .unwrap_or_else(|err| panic!("token edit: {err}"));
 }
 
 async fn edited_permissions_take_effect_on_the_next_request(app: TestApp) {
@@ -239,22 +255,33 @@ async fn edited_permissions_take_effect_on_the_next_request(app: TestApp) {
 async fn checks_run_in_the_documented_order(app: TestApp) {
     // Disabled + no permissions + inactive project: TOKEN_DISABLED.
     let (id, token) = app.token(&[]).await;
-    tokens::set_active(&app.db, id, false).await.unwrap();
-    projects::set_active(&app.db, app.project_id, false)
+    tokens::set_active(&app.db, &Actor::CommandLine, id, false)
+        .await
+        .unwrap();
+    projects::set_active(&app.db, &Actor::CommandLine, app.project_id, false)
         .await
         .unwrap();
     app.get_balance(Some(&token), "server_id=-1")
         .await
         .assert_error(403, "TOKEN_DISABLED");
     // Active, no permissions, inactive project: EMPTY_ACCESS before PROJECT_NOT_FOUND.
-    tokens::set_active(&app.db, id, true).await.unwrap();
+    tokens::set_active(&app.db, &Actor::CommandLine, id, true)
+        .await
+        .unwrap();
     app.get_balance(Some(&token), "server_id=-1")
         .await
         .assert_error(403, "EMPTY_ACCESS");
     // Inactive project, wrong permission, unknown path: PROJECT_NOT_FOUND first.
-    tokens::edit(&app.db, id, None, Some(&[Permission::Complete]))
-        .await
-        .unwrap();
+    tokens::edit(
+        &app.db,
+        &Actor::CommandLine,
+        id,
+        None,
+        None,
+        Some(&[Permission::Complete]),
+    )
+    .await
+    .unwrap();
     app.get_balance(Some(&token), "server_id=-1")
         .await
         .assert_error(404, "PROJECT_NOT_FOUND");
@@ -262,7 +289,7 @@ async fn checks_run_in_the_documented_order(app: TestApp) {
         .await
         .assert_error(404, "PROJECT_NOT_FOUND");
     // Active project: NOT_FOUND (path) before ACCESS_DENIED, ACCESS_DENIED before validation.
-    projects::set_active(&app.db, app.project_id, true)
+    projects::set_active(&app.db, &Actor::CommandLine, app.project_id, true)
         .await
         .unwrap();
     app.send(app.client.get(app.url("/v2/nothing")).bearer_auth(&token))

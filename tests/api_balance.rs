@@ -5,6 +5,7 @@ mod common;
 
 use common::{Backend, TestApp};
 use masterpay::service::{
+    admin_audit::Actor,
     auth::{self, Authenticated, UsageRecorder},
     balances::{self, LookupRequest, UserRef},
     projects, servers,
@@ -256,10 +257,11 @@ async fn server_of_another_project_is_server_not_found(app: TestApp) {
     let token = app.full_token().await;
     let user = app.user("alice@example.com").await;
     let other = app.project("Other").await;
-    let foreign = masterpay::service::servers::create(&app.db, other, "Foreign")
-        .await
-        .unwrap()
-        .id;
+    let foreign =
+        masterpay::service::servers::create(&app.db, &Actor::CommandLine, other, "Foreign")
+            .await
+            .unwrap()
+            .id;
     app.get_balance(Some(&token), &format!("server_id={foreign}&user_id={user}"))
         .await
         .assert_error(404, "SERVER_NOT_FOUND");
@@ -320,7 +322,7 @@ async fn the_lookup_read_with_the_token_is_the_lookup_read_alone(app: TestApp) {
     app.set_balance(alice, Some(server), "7.01", "0").await;
     let other = app.project("Other").await;
     let stranger = app.user_in(other, "carol@example.com").await;
-    let foreign_server = servers::create(&app.db, other, "us-1")
+    let foreign_server = servers::create(&app.db, &Actor::CommandLine, other, "us-1")
         .await
         .expect("server")
         .id;
@@ -426,7 +428,7 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
     let (_, balance_only) = app.token(&[Permission::Balance]).await;
     let (_, complete_only) = app.token(&[Permission::Complete]).await;
     let (disabled_id, disabled) = app.token(&[Permission::Balance]).await;
-    tokens::set_active(&app.db, disabled_id, false)
+    tokens::set_active(&app.db, &Actor::CommandLine, disabled_id, false)
         .await
         .expect("disable");
     let unknown = "Z".repeat(64);
@@ -444,7 +446,7 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
     let (_, others) = app.token_in(other, &[Permission::Balance]).await;
     let closed = app.project("Closed").await;
     let (_, of_closed) = app.token_in(closed, &Permission::ALL).await;
-    projects::set_active(&app.db, closed, false)
+    projects::set_active(&app.db, &Actor::CommandLine, closed, false)
         .await
         .expect("close");
 

@@ -31,7 +31,7 @@ use common::{Backend, Reply, ServerProcess, TestApp};
 use entity::payment_order::{self, OrderStatus};
 use masterpay::{
     money::Money,
-    service::{audit, balances, tokens::Permission},
+    service::{admin_audit::Actor, audit, balances, tokens::Permission},
 };
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Statement};
 use serde_json::{Value, json};
@@ -74,6 +74,7 @@ on_every_backend!(
     concurrent_creations_are_each_inserted_once,
     order_ids_differing_only_in_case_are_different_orders,
     cancel_and_complete_racing_on_two_instances_let_exactly_one_win_per_order,
+    changes_made_through_the_api_write_no_audit_rows,
 );
 
 /// The 413 is the HTTP layer's: one backend is enough.
@@ -1466,10 +1467,12 @@ async fn raise_main(app: &TestApp, user: i64, account: i64) {
     let current = app.main_balance(user, account).await.cents();
     balances::set(
         &app.db,
+        &Actor::CommandLine,
         user,
         Some(account).filter(|&a| a != 0),
         Some(Money::from_cents(current + 100).unwrap()),
         None,
+        "raised by the test",
     )
     .await
     .expect("balance set");
@@ -1898,4 +1901,28 @@ async fn concurrent_creations_are_each_inserted_once(app: TestApp) {
         0
     };
     assert_eq!(grouped, expected);
+}
+
+/// The administration audit log is the panel's and the command line's:
+/// orders created, completed and cancelled through the API write no row
+/// of it (the orders and the operation log keep their story).
+async fn changes_made_through_the_api_write_no_audit_rows(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let audited = "SELECT COUNT(*) FROM admin_audit_log";
+    let before = app.count(audited).await;
+    let mut orders = Vec::new();
+    for n in 0..2 {
+        let created = app
+            .create_order(
+                Some(&token),
+                Some(&format!("key-{n}")),
+                &creation(user, 0, "1"),
+            )
+            .await;
+        orders.push(assert_created(&created));
+    }
+    assert_eq!(app.complete_order(&token, &orders[0], PS).await.status, 200);
+    assert_eq!(app.cancel_order(&token, &orders[1], PS).await.status, 200);
+    assert_eq!(app.count(audited).await, before);
 }

@@ -6,6 +6,10 @@ mod common;
 use std::process::{Command, Output};
 
 use common::TestApp;
+use entity::{admin_audit_entry, admin_session};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder,
+};
 use serde_json::Value;
 
 on_every_backend!(
@@ -18,6 +22,9 @@ on_every_backend!(
     concurrent_first_starts_migrate_safely,
     token_changes_made_with_the_command_line_hold_on_the_next_request,
     administrators_keep_only_an_argon2id_hash_and_can_be_disabled,
+    every_change_writes_one_audit_row_of_the_command_line,
+    token_audit_rows_never_hold_its_value_or_hash,
+    disabling_an_administrator_ends_their_sessions_at_once,
 );
 
 fn masterpay(url: &str, args: &[&str]) -> Output {
@@ -92,15 +99,30 @@ async fn every_command_works_and_json_prints_exactly_one_object(app: TestApp) {
     let set = json(
         url,
         &[
-            "balance", "set", "--user", &user, "--server", &server, "--main", "10.5", "--bonus",
+            "balance",
+            "set",
+            "--user",
+            &user,
+            "--server",
+            &server,
+            "--main",
+            "10.5",
+            "--bonus",
             "2",
+            "--reason",
+            "opening balance",
         ],
     );
     assert_eq!(
         (set["main_balance"].as_str(), set["bonus_balance"].as_str()),
         (Some("10.50"), Some("2.00"))
     );
-    let set = json(url, &["balance", "set", "--user", &user, "--bonus", "1"]);
+    let set = json(
+        url,
+        &[
+            "balance", "set", "--user", &user, "--bonus", "1", "--reason", "goodwill",
+        ],
+    );
     assert_eq!(set["bonus_balance"], "1.00");
     let order = json(
         url,
@@ -251,6 +273,7 @@ async fn bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
     let url = url.as_str();
     let project = app.project_id.to_string();
     let user = app.user("taken@example.com").await.to_string();
+    let long_text = "x".repeat(501);
     let tables = [
         "projects",
         "users",
@@ -260,6 +283,7 @@ async fn bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
         "app_tokens",
         "token_permissions",
         "operation_log",
+        "admin_audit_log",
     ];
     let mut before = Vec::new();
     for t in tables {
@@ -282,7 +306,9 @@ async fn bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
             "project 999999 does not exist",
         ),
         (
-            vec!["balance", "set", "--user", "999999", "--main", "1"],
+            vec![
+                "balance", "set", "--user", "999999", "--main", "1", "--reason", "r",
+            ],
             "user 999999 does not exist",
         ),
         (
@@ -308,18 +334,86 @@ async fn bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
             "not a valid e-mail",
         ),
         (
-            vec!["balance", "set", "--user", &user, "--main", "1.234"],
+            vec![
+                "balance", "set", "--user", &user, "--main", "1.234", "--reason", "r",
+            ],
             "at most two fraction digits",
         ),
         (
-            vec!["balance", "set", "--user", &user, "--main", "-5"],
+            vec![
+                "balance", "set", "--user", &user, "--main", "-5", "--reason", "r",
+            ],
             "must not be negative",
         ),
         (
-            vec!["balance", "set", "--user", &user, "--main", "abc"],
+            vec![
+                "balance", "set", "--user", &user, "--main", "abc", "--reason", "r",
+            ],
             "decimal number",
         ),
-        (vec!["balance", "set", "--user", &user], "--main, --bonus"),
+        (
+            vec!["balance", "set", "--user", &user, "--reason", "r"],
+            "--main, --bonus",
+        ),
+        (
+            vec!["balance", "set", "--user", &user, "--main", "1"],
+            "--reason",
+        ),
+        (
+            vec![
+                "balance", "set", "--user", &user, "--main", "1", "--reason", "  ",
+            ],
+            "a reason must be given",
+        ),
+        (
+            vec![
+                "balance", "set", "--user", &user, "--main", "1", "--reason", &long_text,
+            ],
+            "at most 500 characters",
+        ),
+        (
+            vec![
+                "token",
+                "create",
+                "--project",
+                &project,
+                "--name",
+                "t",
+                "--description",
+                &long_text,
+            ],
+            "at most 500 characters",
+        ),
+        (
+            vec![
+                "token",
+                "create",
+                "--project",
+                &project,
+                "--name",
+                "t",
+                "--description",
+                "line\nbreak",
+            ],
+            "control characters",
+        ),
+        (
+            vec![
+                "order",
+                "create",
+                "--project",
+                &project,
+                "--user",
+                &user,
+                "--amount",
+                "1",
+                "--payment-system",
+                "cstm:paygate",
+                "--server",
+                "999999",
+            ],
+            "server not found",
+        ),
         (
             vec![
                 "order",
@@ -512,6 +606,8 @@ async fn money_round_trips_exactly_through_the_command_line(app: TestApp) {
             "123456789012345.67",
             "--bonus",
             "0.1",
+            "--reason",
+            "a whale",
         ],
     );
     assert_eq!(set["main_balance"], "123456789012345.67");
@@ -751,4 +847,458 @@ async fn administrators_keep_only_an_argon2id_hash_and_can_be_disabled(app: Test
     let listed = json(url, &["admin", "list"]);
     assert_eq!(listed["administrators"][0]["name"], "Ann");
     assert!(!listed.to_string().contains("argon2"));
+}
+
+/// The audit rows written after the row `last` (0: all), oldest first.
+async fn audit_rows_after(app: &TestApp, last: i64) -> Vec<admin_audit_entry::Model> {
+    admin_audit_entry::Entity::find()
+        .filter(admin_audit_entry::Column::Id.gt(last))
+        .order_by_asc(admin_audit_entry::Column::Id)
+        .all(&app.db)
+        .await
+        .expect("audit rows")
+}
+
+/// A row's `before` or `after` as JSON (`null` when there is none).
+fn parsed(text: &Option<String>) -> Value {
+    text.as_deref()
+        .map(|t| serde_json::from_str(t).expect("JSON"))
+        .unwrap_or(Value::Null)
+}
+
+/// Checks that exactly one audit row was written since `last`, by the
+/// command line, of `action` on `kind` `id`; returns its before and after,
+/// and moves `last` past it.
+#[track_caller]
+fn one_row(
+    rows: Vec<admin_audit_entry::Model>,
+    last: &mut i64,
+    action: &str,
+    kind: &str,
+    id: &str,
+) -> (Value, Value) {
+    assert_eq!(rows.len(), 1, "{action}: one row: {rows:?}");
+    let row = &rows[0];
+    assert_eq!(
+        (
+            row.actor.as_str(),
+            row.action.as_str(),
+            row.object_kind.as_str(),
+            row.object_id.as_str()
+        ),
+        ("command line", action, kind, id),
+        "{row:?}"
+    );
+    assert_eq!((row.administrator_id, row.address.as_deref()), (None, None));
+    *last = row.id;
+    (parsed(&row.before), parsed(&row.after))
+}
+
+/// Every change the command line makes writes exactly one row of the
+/// audit log, as the command line; reading and refused commands none.
+async fn every_change_writes_one_audit_row_of_the_command_line(app: TestApp) {
+    let url = app.database.url.clone();
+    let url = url.as_str();
+    let mut last = audit_rows_after(&app, 0)
+        .await
+        .last()
+        .map_or(0, |row| row.id);
+    macro_rules! expect_row {
+        ($action:expr, $kind:expr, $id:expr) => {
+            one_row(
+                audit_rows_after(&app, last).await,
+                &mut last,
+                $action,
+                $kind,
+                AsRef::<str>::as_ref(&$id),
+            )
+        };
+    }
+
+    let project = id(&json(url, &["project", "create", "--name", "Audited"]));
+    let (before, after) = expect_row!("project.create", "project", project);
+    assert_eq!(before, Value::Null);
+    assert_eq!(
+        after,
+        serde_json::json!({"name": "Audited", "active": true})
+    );
+    json(url, &["project", "disable", &project]);
+    let (before, after) = expect_row!("project.disable", "project", project);
+    assert_eq!(
+        (&before["active"], &after["active"]),
+        (&Value::Bool(true), &Value::Bool(false))
+    );
+    json(url, &["project", "enable", &project]);
+    let (_, after) = expect_row!("project.enable", "project", project);
+    assert_eq!(after["active"], true);
+
+    let user = id(&json(
+        url,
+        &[
+            "user",
+            "create",
+            "--project",
+            &project,
+            "--email",
+            "Ann@Example.com",
+        ],
+    ));
+    let (_, after) = expect_row!("user.create", "user", user);
+    assert_eq!(after["email"], "ann@example.com");
+    let server = id(&json(
+        url,
+        &[
+            "server",
+            "create",
+            "--project",
+            &project,
+            "--name",
+            "Survival",
+        ],
+    ));
+    let (_, after) = expect_row!("server.create", "server", server);
+    assert_eq!(after["name"], "Survival");
+
+    json(
+        url,
+        &[
+            "balance",
+            "set",
+            "--user",
+            &user,
+            "--server",
+            &server,
+            "--main",
+            "10.5",
+            "--reason",
+            " opening balance ",
+        ],
+    );
+    let (before, after) = expect_row!("balance.set", "balance", format!("{user}:{server}"));
+    assert_eq!(before, serde_json::json!({"main": "0.00", "bonus": "0.00"}));
+    assert_eq!(
+        after,
+        serde_json::json!({"main": "10.50", "bonus": "0.00", "reason": "opening balance"})
+    );
+    json(
+        url,
+        &[
+            "balance", "set", "--user", &user, "--bonus", "2", "--reason", "goodwill",
+        ],
+    );
+    let (_, after) = expect_row!("balance.set", "balance", format!("{user}:0"));
+    assert_eq!(after["bonus"], "2.00");
+    // The operation log still gets its rows: one per balance changed.
+    assert_eq!(
+        app.count(&format!(
+            "SELECT COUNT(*) FROM operation_log WHERE user_id = {user} AND kind = 'balance_set'"
+        ))
+        .await,
+        2
+    );
+
+    let order_args = |order_id: &'static str| {
+        vec![
+            "order".to_owned(),
+            "create".into(),
+            "--project".into(),
+            project.clone(),
+            "--user".into(),
+            user.clone(),
+            "--amount".into(),
+            "5".into(),
+            "--payment-system".into(),
+            "cstm:paygate".into(),
+            "--server".into(),
+            server.clone(),
+            "--order-id".into(),
+            order_id.into(),
+        ]
+    };
+    let args = order_args("Order:Audited12");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let order = json(url, &args);
+    assert_eq!(order["status"], "pending");
+    let (_, after) = expect_row!("order.create", "order", "Order:Audited12");
+    assert_eq!(
+        (&after["status"], &after["amount"], &after["user_id"]),
+        (
+            &Value::from("pending"),
+            &Value::from("5.00"),
+            &Value::from(user.parse::<i64>().unwrap())
+        )
+    );
+    // A taken order id is refused, and nothing is written.
+    let taken = masterpay(url, &args);
+    assert!(
+        String::from_utf8_lossy(&taken.stderr).contains("order id Order:Audited12 already exists"),
+        "{}",
+        String::from_utf8_lossy(&taken.stderr)
+    );
+    assert!(audit_rows_after(&app, last).await.is_empty());
+    // Generated order ids are drawn as for the API.
+    let generated = json(
+        url,
+        &[
+            "order",
+            "create",
+            "--project",
+            &project,
+            "--user",
+            &user,
+            "--amount",
+            "1",
+            "--payment-system",
+            "cstm:paygate",
+        ],
+    );
+    let generated = generated["order_id"].as_str().unwrap().to_owned();
+    assert!(
+        masterpay::service::validate::is_order_id(&generated),
+        "{generated}"
+    );
+    assert_eq!(generated.len(), "Order:".len() + 11);
+    expect_row!("order.create", "order", generated);
+    json(url, &["order", "cancel", "Order:Audited12"]);
+    let (before, after) = expect_row!("order.cancel", "order", "Order:Audited12");
+    assert_eq!(
+        (&before["status"], &after["status"]),
+        (&Value::from("pending"), &Value::from("cancelled"))
+    );
+    assert!(after["cancelled_at"].is_string(), "{after}");
+    // Cancelling again is refused and writes nothing.
+    assert!(
+        !masterpay(url, &["order", "cancel", "Order:Audited12"])
+            .status
+            .success()
+    );
+    assert!(audit_rows_after(&app, last).await.is_empty());
+
+    let token = json(
+        url,
+        &[
+            "token",
+            "create",
+            "--project",
+            &project,
+            "--name",
+            "panel",
+            "--allow",
+            "master-account/balance",
+            "--description",
+            "  for the shop  ",
+        ],
+    );
+    let token_id = id(&token);
+    let (_, after) = expect_row!("token.create", "token", token_id);
+    assert_eq!(after["description"], "for the shop");
+    assert_eq!(
+        after["permissions"],
+        serde_json::json!(["master-account/balance"])
+    );
+    let listed = json(url, &["token", "list", "--project", &project]);
+    assert_eq!(listed["tokens"][0]["description"], "for the shop");
+    assert_eq!(listed["tokens"][0]["created_by"], "command line");
+    json(url, &["token", "edit", &token_id, "--name", "panel-2"]);
+    let (before, after) = expect_row!("token.edit", "token", token_id);
+    assert_eq!(
+        (&before["name"], &after["name"]),
+        (&Value::from("panel"), &Value::from("panel-2"))
+    );
+    json(url, &["token", "disable", &token_id]);
+    expect_row!("token.disable", "token", token_id);
+    json(url, &["token", "enable", &token_id]);
+    expect_row!("token.enable", "token", token_id);
+    json(url, &["token", "reissue", &token_id]);
+    expect_row!("token.reissue", "token", token_id);
+    json(url, &["token", "delete", &token_id]);
+    let (before, after) = expect_row!("token.delete", "token", token_id);
+    assert_eq!(
+        (&before["name"], &after),
+        (&Value::from("panel-2"), &Value::Null)
+    );
+
+    let admin = masterpay_with_stdin(
+        url,
+        &["admin", "create", "--name", "Ann", "--json"],
+        "correct horse battery staple\n",
+    );
+    assert!(
+        admin.status.success(),
+        "{}",
+        String::from_utf8_lossy(&admin.stderr)
+    );
+    let admin = id(&serde_json::from_slice(&admin.stdout).unwrap());
+    let (_, after) = expect_row!("administrator.create", "administrator", admin);
+    assert_eq!(after, serde_json::json!({"name": "Ann", "active": true}));
+    json(url, &["admin", "disable", "Ann"]);
+    expect_row!("administrator.disable", "administrator", admin);
+    json(url, &["admin", "enable", "Ann"]);
+    expect_row!("administrator.enable", "administrator", admin);
+
+    let audit = json(url, &["audit"]);
+    assert_eq!(audit["ok"], true);
+    let (_, after) = expect_row!("audit.run", "audit", "ledger");
+    assert_eq!(after["mismatches"], 0);
+    assert_eq!(after["findings"], serde_json::json!([]));
+    assert_eq!(after["cancelled_orders"], 1);
+    assert_eq!(after["log_rows"], audit["log_rows"]);
+    // A run with mismatches is recorded too, with their lines.
+    app.exec(&format!(
+        "UPDATE balances SET main_cents = main_cents + 1 WHERE user_id = {user} AND server_id = {server}"
+    ))
+    .await;
+    let failed = masterpay(url, &["audit"]);
+    assert!(!failed.status.success());
+    let (_, after) = expect_row!("audit.run", "audit", "ledger");
+    assert_eq!(after["mismatches"], 1);
+    assert!(
+        after["findings"][0]
+            .as_str()
+            .unwrap()
+            .contains(&format!("user {user} server {server} main")),
+        "{after}"
+    );
+
+    // Reading changes nothing, and writes nothing.
+    for args in [
+        vec!["project", "list"],
+        vec!["token", "list", "--project", &project],
+        vec!["order", "get", "Order:Audited12"],
+        vec!["order", "list", "--project", &project],
+        vec!["admin", "list"],
+    ] {
+        json(url, &args);
+    }
+    assert!(audit_rows_after(&app, last).await.is_empty());
+}
+
+/// Neither a token's value nor its hash reaches the audit log, whatever
+/// is done to the token.
+async fn token_audit_rows_never_hold_its_value_or_hash(app: TestApp) {
+    let url = app.database.url.clone();
+    let url = url.as_str();
+    let project = app.project_id.to_string();
+    let created = json(
+        url,
+        &[
+            "token",
+            "create",
+            "--project",
+            &project,
+            "--name",
+            "secret",
+            "--allow",
+            "payment/order/complete",
+        ],
+    );
+    let token_id = id(&created);
+    let mut values = vec![created["token"].as_str().unwrap().to_owned()];
+    json(
+        url,
+        &[
+            "token",
+            "edit",
+            &token_id,
+            "--allow",
+            "master-account/balance",
+        ],
+    );
+    json(url, &["token", "disable", &token_id]);
+    json(url, &["token", "enable", &token_id]);
+    for _ in 0..2 {
+        let reissued = json(url, &["token", "reissue", &token_id]);
+        values.push(reissued["token"].as_str().unwrap().to_owned());
+    }
+    json(url, &["token", "delete", &token_id]);
+    let rows = audit_rows_after(&app, 0).await;
+    let of_token: Vec<_> = rows
+        .iter()
+        .filter(|row| row.object_kind == "token" && row.object_id == token_id)
+        .collect();
+    assert_eq!(of_token.len(), 7, "{of_token:?}");
+    for row in &rows {
+        for text in [&row.before, &row.after].into_iter().flatten() {
+            assert!(
+                !text.contains("token_hash") && !text.contains("\"token\""),
+                "{text}"
+            );
+            for value in &values {
+                assert!(!text.contains(value.as_str()), "a token value in {text}");
+                let hash = masterpay::service::tokens::hash(value);
+                assert!(!text.contains(&hash), "a token hash in {text}");
+                assert!(
+                    !text.contains(&hash.to_uppercase()),
+                    "a token hash in {text}"
+                );
+            }
+        }
+    }
+}
+
+/// Disabling an administrator deletes every session of theirs in the
+/// same transaction (and no one else's); enabling them again brings none
+/// back.
+async fn disabling_an_administrator_ends_their_sessions_at_once(app: TestApp) {
+    let url = app.database.url.clone();
+    let url = url.as_str();
+    let mut ids = Vec::new();
+    for name in ["Ann", "Bob"] {
+        let out = masterpay_with_stdin(
+            url,
+            &["admin", "create", "--name", name, "--json"],
+            "correct horse battery staple\n",
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let created: Value = serde_json::from_slice(&out.stdout).unwrap();
+        ids.push(created["id"].as_i64().unwrap());
+    }
+    let (ann, bob) = (ids[0], ids[1]);
+    let now = chrono::Utc::now();
+    for (n, administrator_id) in [ann, ann, bob].into_iter().enumerate() {
+        admin_session::ActiveModel {
+            session_hash: Set(format!("{n:064x}")),
+            administrator_id: Set(administrator_id),
+            created_at: Set(now),
+            expires_at: Set(now + chrono::Duration::hours(8)),
+            address: Set(Some("192.0.2.1".into())),
+            ..Default::default()
+        }
+        .insert(&app.db)
+        .await
+        .expect("session");
+    }
+    let sessions_of = |administrator_id: i64| {
+        admin_session::Entity::find()
+            .filter(admin_session::Column::AdministratorId.eq(administrator_id))
+            .all(&app.db)
+    };
+    assert_eq!(sessions_of(ann).await.unwrap().len(), 2);
+
+    assert_eq!(json(url, &["admin", "disable", "Ann"])["active"], false);
+    assert!(
+        sessions_of(ann).await.unwrap().is_empty(),
+        "Ann's sessions ended"
+    );
+    assert_eq!(
+        sessions_of(bob).await.unwrap().len(),
+        1,
+        "Bob's session kept"
+    );
+    let rows = audit_rows_after(&app, 0).await;
+    let disabled = rows.last().unwrap();
+    assert_eq!(disabled.action, "administrator.disable");
+    assert_eq!(disabled.object_id, ann.to_string());
+    assert_eq!(parsed(&disabled.after)["sessions_ended"], 2);
+
+    json(url, &["admin", "enable", "Ann"]);
+    assert!(sessions_of(ann).await.unwrap().is_empty());
+    // Disabling someone without sessions is fine too.
+    json(url, &["admin", "disable", "Ann"]);
+    let rows = audit_rows_after(&app, 0).await;
+    assert_eq!(parsed(&rows.last().unwrap().after)["sessions_ended"], 0);
 }

@@ -67,11 +67,11 @@ async fn the_schema_goes_down_and_up_again_and_holds_the_rules(app: TestApp) {
              WHERE table_schema = DATABASE() AND table_name <> 'seaql_migrations'"
         }
     };
-    assert_eq!(app.count(tables).await, 9);
+    assert_eq!(app.count(tables).await, 13);
     Migrator::down(&app.db, None).await.expect("down");
     assert_eq!(app.count(tables).await, 0, "down drops every table");
     Migrator::up(&app.db, None).await.expect("up");
-    assert_eq!(app.count(tables).await, 9);
+    assert_eq!(app.count(tables).await, 13);
     let storage = match app.backend {
         Backend::Sqlite => Some(
             "SELECT COUNT(*) FROM sqlite_schema WHERE name = 'balances' \
@@ -232,6 +232,11 @@ async fn entity_relations_are_the_foreign_keys_of_the_schema(app: TestApp) {
         belongs_to::<entity::app_token::Relation>(),
         belongs_to::<entity::token_permission::Relation>(),
         belongs_to::<entity::operation_log::Relation>(),
+        belongs_to::<entity::administrator::Relation>(),
+        belongs_to::<entity::admin_session::Relation>(),
+        belongs_to::<entity::admin_login_link::Relation>(),
+        belongs_to::<entity::admin_sign_in_failure::Relation>(),
+        belongs_to::<entity::admin_audit_entry::Relation>(),
     ]
     .concat()
     .iter()
@@ -731,6 +736,7 @@ async fn flags_beat_environment_and_environment_beats_the_config_file(app: TestA
             .args(args)
             .env_remove("MASTERPAY_DATABASE_URL")
             .env_remove("MASTERPAY_LISTEN")
+            .env("MASTERPAY_ADMIN_LISTEN", "off")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
         for (k, v) in extra_env {

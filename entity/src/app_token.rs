@@ -14,6 +14,10 @@ pub struct Model {
     pub active: bool,
     pub created_at: ChronoDateTimeUtc,
     pub last_used_at: Option<ChronoDateTimeUtc>,
+    /// What the token is for, as its creator wrote it.
+    pub description: Option<String>,
+    /// Who created it: an administrator's name, or `command line`.
+    pub created_by: Option<String>,
 }
 
 /// The hash is not secret in the way the value is, but it identifies a
@@ -28,6 +32,8 @@ impl std::fmt::Debug for Model {
             .field("active", &self.active)
             .field("created_at", &self.created_at)
             .field("last_used_at", &self.last_used_at)
+            .field("description", &self.description)
+            .field("created_by", &self.created_by)
             .finish()
     }
 }

@@ -13,6 +13,10 @@
 //! a few words (an order's status, a log row's kind and balance type) are
 //! active enums.
 
+pub mod admin_audit_entry;
+pub mod admin_login_link;
+pub mod admin_session;
+pub mod admin_sign_in_failure;
 pub mod administrator;
 pub mod app_token;
 pub mod balance;

@@ -12,6 +12,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261122_000001_create_schema;
 mod m20261125_000001_order_life;
 mod m20261125_000002_administrators;
+mod m20261125_000003_panel;
 
 pub struct Migrator;
 
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000001_create_schema::Migration),
             Box::new(m20261125_000001_order_life::Migration),
             Box::new(m20261125_000002_administrators::Migration),
+            Box::new(m20261125_000003_panel::Migration),
         ]
     }
 }

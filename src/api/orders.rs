@@ -566,7 +566,7 @@ impl OrdersApi {
             Ok(request) => request,
             Err(errors) => return CancelReply::BadRequest(Json(ValidationErrorBody::new(errors))),
         };
-        match orders::cancel(&state.db, &request).await {
+        match orders::cancel(&state.db, None, &request).await {
             Ok(order) => {
                 tracing::info!(order_id = %order.order_id, "order cancelled");
                 state.metrics.record_order_event(OrderEvent::Cancelled);

@@ -1,5 +1,5 @@
-//! `masterpay admin create|list|disable|enable`: the administrators of the
-//! panel. A password is read from a prompt that does not echo it, or from
+//! `masterpay admin create|list|disable|enable|login-link`: the
+//! administrators of the panel. A password is read from a prompt that does not echo it, or from
 //! the first line of standard input when that is not a terminal; never from
 //! a flag, which would leave it in the shell's history and the process list.
 
@@ -11,7 +11,14 @@ use sea_orm::DatabaseConnection;
 use serde_json::json;
 
 use super::{CliResult, Output};
-use crate::service::admins::{self, Password};
+use crate::{
+    config::Settings,
+    service::{
+        admin_audit::Actor,
+        admins::{self, Password},
+        panel_access,
+    },
+};
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
@@ -26,6 +33,44 @@ pub enum AdminCommand {
     Disable { name: String },
     /// Enable an administrator.
     Enable { name: String },
+    /// Print a single-use sign-in link, valid 15 minutes (first sign-in,
+    /// recovery).
+    LoginLink {
+        #[arg(long)]
+        name: String,
+        /// The panel's address as the browser reaches it
+        /// [default: http:// and admin_listen].
+        #[arg(long)]
+        base_url: Option<String>,
+    },
+}
+
+/// The panel's address from the settings, when it listens.
+pub(super) fn panel_base(settings: &Settings) -> Option<String> {
+    settings.admin_listen.as_ref().map(|address| {
+        let scheme = if settings.admin_cookie_secure {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{address}")
+    })
+}
+
+/// A new sign-in link for `name`, as a URL under `base`.
+pub(super) async fn login_link(
+    db: &DatabaseConnection,
+    name: &str,
+    base: &str,
+) -> anyhow::Result<(String, chrono::DateTime<chrono::Utc>)> {
+    let (secret, expires_at) =
+        panel_access::create_login_link(db, &Actor::CommandLine, name).await?;
+    let url = format!(
+        "{}/sign-in/link/{}",
+        base.trim_end_matches('/'),
+        secret.expose()
+    );
+    Ok((url, expires_at))
 }
 
 fn to_json(a: &administrator::Model) -> serde_json::Value {
@@ -48,10 +93,27 @@ fn read_password() -> anyhow::Result<Password> {
     Ok(Password::new(text)?)
 }
 
-pub async fn run(cmd: AdminCommand, db: &DatabaseConnection, out: Output) -> CliResult {
+pub async fn run(
+    cmd: AdminCommand,
+    db: &DatabaseConnection,
+    settings: &Settings,
+    out: Output,
+) -> CliResult {
     match cmd {
+        AdminCommand::LoginLink { name, base_url } => {
+            let base = base_url.or_else(|| panel_base(settings)).ok_or_else(|| {
+                anyhow::anyhow!("the panel is off (admin_listen = off); pass --base-url")
+            })?;
+            let (url, expires_at) = login_link(db, &name, &base).await?;
+            out.emit(json!({"url": url, "expires_at": expires_at}), || {
+                format!(
+                    "{url}\nsigns {name} in once, until {}",
+                    expires_at.format("%Y-%m-%d %H:%M:%S UTC")
+                )
+            });
+        }
         AdminCommand::Create { name } => {
-            let admin = admins::create(db, &name, read_password()?).await?;
+            let admin = admins::create(db, &Actor::CommandLine, &name, read_password()?).await?;
             out.emit(to_json(&admin), || {
                 format!("created administrator {}", admin.name)
             });
@@ -72,13 +134,13 @@ pub async fn run(cmd: AdminCommand, db: &DatabaseConnection, out: Output) -> Cli
             );
         }
         AdminCommand::Disable { name } => {
-            let admin = admins::set_active(db, &name, false).await?;
+            let admin = admins::set_active(db, &Actor::CommandLine, &name, false).await?;
             out.emit(to_json(&admin), || {
                 format!("disabled administrator {}", admin.name)
             });
         }
         AdminCommand::Enable { name } => {
-            let admin = admins::set_active(db, &name, true).await?;
+            let admin = admins::set_active(db, &Actor::CommandLine, &name, true).await?;
             out.emit(to_json(&admin), || {
                 format!("enabled administrator {}", admin.name)
             });

@@ -1,14 +1,15 @@
 //! `masterpay audit`: checks the ledger invariant and exits non-zero on any
-//! mismatch, printing each one.
+//! mismatch, printing each one. Every run is recorded in the administration
+//! audit log, with its counts and mismatches.
 
 use sea_orm::DatabaseConnection;
 use serde_json::json;
 
 use super::{CliResult, Output};
-use crate::service::audit;
+use crate::service::{admin_audit::Actor, audit};
 
 pub async fn run(db: &DatabaseConnection, out: Output) -> CliResult {
-    let report = audit::run(db).await?;
+    let report = audit::run_recorded(db, &Actor::CommandLine).await?;
     let findings: Vec<&str> = report.findings.iter().map(|f| f.0.as_str()).collect();
     out.emit(
         json!({

@@ -5,7 +5,7 @@ use sea_orm::DatabaseConnection;
 use serde_json::json;
 
 use super::{CliResult, Output, parse_amount};
-use crate::service::balances;
+use crate::service::{admin_audit::Actor, balances};
 
 #[derive(Debug, Subcommand)]
 pub enum BalanceCommand {
@@ -22,6 +22,10 @@ pub enum BalanceCommand {
         /// New bonus balance.
         #[arg(long, allow_hyphen_values = true)]
         bonus: Option<String>,
+        /// Why the balance is set (at most 500 characters); kept in the
+        /// administration audit log.
+        #[arg(long)]
+        reason: String,
     },
 }
 
@@ -31,10 +35,11 @@ pub async fn run(cmd: BalanceCommand, db: &DatabaseConnection, out: Output) -> C
         server,
         main,
         bonus,
+        reason,
     } = cmd;
     let main = main.map(|m| parse_amount("--main", &m)).transpose()?;
     let bonus = bonus.map(|b| parse_amount("--bonus", &b)).transpose()?;
-    let change = balances::set(db, user, server, main, bonus).await?;
+    let change = balances::set(db, &Actor::CommandLine, user, server, main, bonus, &reason).await?;
     let server_id = server.unwrap_or(0);
     out.emit(
         json!({

@@ -5,47 +5,75 @@ use serde_json::json;
 
 use super::{Output, parse_amount};
 use crate::service::{
+    admin_audit::Actor,
+    admins::{self, Password},
     balances, orders,
     orders::OrderRequest,
-    projects, servers,
+    panel_access, projects, servers,
     tokens::{self, Permission},
     users,
     users::UserRef,
 };
-use crate::store::Store;
+
+/// Why the demo sets its balances, as the audit log keeps it.
+const REASON: &str = "demo data";
 
 /// Seeds a project with users, servers, balances, pending orders and a token
-/// holding every permission, then prints how to call the API.
-pub async fn run(
+/// holding every permission, then prints how to call the API. Every change
+/// is the command line's, in the audit log.
+///
+/// With the panel's address (`serve --demo` while the panel listens), it
+/// also prints a sign-in link for the administrator `demo`, made when
+/// missing with a random password no one is shown: the link (or another
+/// from `admin login-link`) is how they sign in.
+pub async fn seed(
     db: &DatabaseConnection,
-    store: &dyn Store,
     out: Output,
     base: Option<&str>,
+    panel: Option<&str>,
 ) -> anyhow::Result<()> {
     let base = base.unwrap_or("http://127.0.0.1:8080");
-    let project = projects::create(db, "Demo project").await?;
+    let panel_link = match panel {
+        Some(panel) => Some(demo_sign_in_link(db, panel).await?),
+        None => None,
+    };
+    let actor = &Actor::CommandLine;
+    let project = projects::create(db, actor, "Demo project").await?;
     let suffix = project.id;
-    let alice = users::create(db, project.id, &format!("alice{suffix}@example.com")).await?;
-    let bob = users::create(db, project.id, &format!("bob{suffix}@example.com")).await?;
-    let server = servers::create(db, project.id, "Survival #1").await?;
-    servers::create(db, project.id, "Creative #2").await?;
+    let alice = users::create(db, actor, project.id, &format!("alice{suffix}@example.com")).await?;
+    let bob = users::create(db, actor, project.id, &format!("bob{suffix}@example.com")).await?;
+    let server = servers::create(db, actor, project.id, "Survival #1").await?;
+    servers::create(db, actor, project.id, "Creative #2").await?;
     balances::set(
         db,
+        actor,
         alice.id,
         None,
         Some(parse_amount("main", "1250.50")?),
         Some(parse_amount("bonus", "25")?),
+        REASON,
     )
     .await?;
     balances::set(
         db,
+        actor,
         alice.id,
         Some(server.id),
         Some(parse_amount("main", "99.99")?),
         None,
+        REASON,
     )
     .await?;
-    balances::set(db, bob.id, None, Some(parse_amount("main", "10")?), None).await?;
+    balances::set(
+        db,
+        actor,
+        bob.id,
+        None,
+        Some(parse_amount("main", "10")?),
+        None,
+        REASON,
+    )
+    .await?;
     let mut order_ids = Vec::new();
     for (user, server_id, amount) in [
         (alice.id, None, "10.25"),
@@ -63,14 +91,17 @@ pub async fn run(
             payment_system: "cstm:paygate".into(),
             order_id: None,
         };
-        order_ids.push(
-            orders::create(db, store, &request, None)
-                .await?
-                .order
-                .order_id,
-        );
+        order_ids.push(orders::create_as(db, actor, &request).await?.order_id);
     }
-    let (token, value) = tokens::create(db, project.id, "demo", &Permission::ALL).await?;
+    let (token, value) = tokens::create(
+        db,
+        actor,
+        project.id,
+        "demo",
+        Some("made by masterpay demo"),
+        &Permission::ALL,
+    )
+    .await?;
     let value = value.expose();
     out.emit(
         json!({
@@ -81,6 +112,7 @@ pub async fn run(
             "server_id": server.id,
             "order_ids": order_ids,
             "docs": format!("{base}/docs/"),
+            "panel_sign_in": panel_link,
         }),
         || {
             format!(
@@ -89,7 +121,7 @@ Token (shown once, every permission):
   {value}
 
 Swagger UI: {base}/docs/  (Authorize with the token above)
-
+{panel}
   export TOKEN={value}
   curl -s -H "Authorization: Bearer $TOKEN" '{base}/v2/master-account/balance?server_id=0&user_id={alice}'
   curl -s -H "Authorization: Bearer $TOKEN" '{base}/v2/master-account/balance?server_id={server}&email={alice_mail}&balance_type=main'
@@ -109,8 +141,21 @@ Swagger UI: {base}/docs/  (Authorize with the token above)
                 server = server.id,
                 orders = order_ids.join(", "),
                 first = order_ids[0],
+                panel = panel_link.as_deref().map_or_else(String::new, |url| format!(
+                    "Administration panel, signed in as demo by this single-use link (15 minutes):\n  {url}\n"
+                )),
             )
         },
     );
     Ok(())
+}
+
+/// A sign-in link for the administrator `demo`, made first when missing.
+async fn demo_sign_in_link(db: &DatabaseConnection, panel: &str) -> anyhow::Result<String> {
+    const NAME: &str = "demo";
+    if !admins::list(db).await?.iter().any(|a| a.name == NAME) {
+        let unknown = panel_access::Secret::generate().expose().to_owned();
+        admins::create(db, &Actor::CommandLine, NAME, Password::new(unknown)?).await?;
+    }
+    Ok(super::admin::login_link(db, NAME, panel).await?.0)
 }

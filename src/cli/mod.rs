@@ -153,10 +153,10 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::User(cmd) => user::run(cmd, &db, out).await,
         Command::Server(cmd) => server::run(cmd, &db, out).await,
         Command::Balance(cmd) => balance::run(cmd, &db, out).await,
-        Command::Order(cmd) => order::run(cmd, &db, &*open_store(&db, &settings)?, out).await,
+        Command::Order(cmd) => order::run(cmd, &db, out).await,
         Command::Token(cmd) => token::run(cmd, &db, out).await,
-        Command::Admin(cmd) => admin::run(cmd, &db, out).await,
-        Command::Demo => demo::run(&db, &*open_store(&db, &settings)?, out, None).await,
+        Command::Admin(cmd) => admin::run(cmd, &db, &settings, out).await,
+        Command::Demo => demo::seed(&db, out, None, None).await,
         Command::Audit => audit::run(&db, out).await,
     }
 }
@@ -175,20 +175,6 @@ async fn open(settings: &Settings) -> anyhow::Result<DatabaseConnection> {
         .await
         .map_err(|err| anyhow::anyhow!("cannot migrate database: {err}"))?;
     Ok(db)
-}
-
-/// The store the API writes orders with, for the commands that create them
-/// the same way.
-pub(crate) fn open_store(
-    db: &DatabaseConnection,
-    settings: &Settings,
-) -> anyhow::Result<std::sync::Arc<dyn crate::store::Store>> {
-    Ok(database::open_store(
-        db,
-        &settings.database_url,
-        &settings.pool,
-        std::sync::Arc::new(crate::store::Uncounted),
-    )?)
 }
 
 /// A database URL without its password, for messages.

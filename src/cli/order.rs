@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 
 use super::{CliResult, Output, parse_amount};
 use crate::service::{
+    admin_audit::Actor,
     orders::{self, Cancellation, Order, OrderFilter, OrderRequest},
     users::UserRef,
 };
-use crate::store::Store;
 
 #[derive(Debug, Subcommand)]
 pub enum OrderCommand {
@@ -71,12 +71,7 @@ impl From<StatusArg> for OrderStatus {
     }
 }
 
-pub async fn run(
-    cmd: OrderCommand,
-    db: &DatabaseConnection,
-    store: &dyn Store,
-    out: Output,
-) -> CliResult {
+pub async fn run(cmd: OrderCommand, db: &DatabaseConnection, out: Output) -> CliResult {
     match cmd {
         OrderCommand::Create {
             project,
@@ -97,7 +92,7 @@ pub async fn run(
                 payment_system,
                 order_id,
             };
-            let order = orders::create(db, store, &request, None).await?.order;
+            let order = orders::create_as(db, &Actor::CommandLine, &request).await?;
             out.emit(order_json(&order), || {
                 format!(
                     "created order {} for user {} ({} via {})",
@@ -116,7 +111,7 @@ pub async fn run(
                 order_id: found.order_id,
                 payment_system: found.payment_system,
             };
-            let order = orders::cancel(db, &request).await?;
+            let order = orders::cancel(db, Some(&Actor::CommandLine), &request).await?;
             out.emit(order_json(&order), || {
                 format!("cancelled order {}", order.order_id)
             });
@@ -128,9 +123,10 @@ pub async fn run(
             limit,
         } => {
             let filter = OrderFilter {
-                project_id: project,
+                project_id: Some(project),
                 user_id: user,
                 status: status.map(OrderStatus::from),
+                ..OrderFilter::default()
             };
             let (listed, total) = orders::list(db, &filter, limit).await?;
             out.emit(

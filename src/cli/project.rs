@@ -6,7 +6,7 @@ use sea_orm::DatabaseConnection;
 use serde_json::json;
 
 use super::{CliResult, Output};
-use crate::service::projects;
+use crate::service::{admin_audit::Actor, projects};
 
 #[derive(Debug, Subcommand)]
 pub enum ProjectCommand {
@@ -30,7 +30,7 @@ fn to_json(p: &project::Model) -> serde_json::Value {
 pub async fn run(cmd: ProjectCommand, db: &DatabaseConnection, out: Output) -> CliResult {
     match cmd {
         ProjectCommand::Create { name } => {
-            let p = projects::create(db, &name).await?;
+            let p = projects::create(db, &Actor::CommandLine, &name).await?;
             out.emit(to_json(&p), || {
                 format!("created project {} ({})", p.id, p.name)
             });
@@ -55,7 +55,7 @@ pub async fn run(cmd: ProjectCommand, db: &DatabaseConnection, out: Output) -> C
         }
         ProjectCommand::Disable { id } | ProjectCommand::Enable { id } => {
             let active = matches!(cmd, ProjectCommand::Enable { .. });
-            let p = projects::set_active(db, id, active).await?;
+            let p = projects::set_active(db, &Actor::CommandLine, id, active).await?;
             out.emit(to_json(&p), || {
                 format!(
                     "project {} {}",

@@ -19,15 +19,16 @@ pub struct ServeArgs {
 }
 
 pub async fn run(demo: bool, settings: Settings, db: DatabaseConnection, out: Output) -> CliResult {
-    let app = Application::build(&settings, db.clone())
-        .await
-        .map_err(|err| anyhow::anyhow!("cannot listen on {}: {err}", settings.listen))?;
+    let app = Application::build(&settings, db.clone()).await?;
     let base = format!("http://{}", app.local_addr());
     if demo {
-        // The application's own store: on SQLite its one writer.
-        demo_project::run(&db, &*app.store(), out, Some(&base)).await?;
+        let panel = app.panel_addr().map(|addr| format!("http://{addr}"));
+        demo_project::seed(&db, out, Some(&base), panel.as_deref()).await?;
     }
     tracing::info!(address = %app.local_addr(), database = %super::redact(&settings.database_url), "masterpay listening");
+    if let Some(panel) = app.panel_addr() {
+        tracing::info!(address = %panel, "administration panel listening");
+    }
     app.run_until_stopped(shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())

@@ -5,7 +5,7 @@ use sea_orm::DatabaseConnection;
 use serde_json::json;
 
 use super::{CliResult, Output};
-use crate::service::servers;
+use crate::service::{admin_audit::Actor, servers};
 
 #[derive(Debug, Subcommand)]
 pub enum ServerCommand {
@@ -20,7 +20,7 @@ pub enum ServerCommand {
 
 pub async fn run(cmd: ServerCommand, db: &DatabaseConnection, out: Output) -> CliResult {
     let ServerCommand::Create { project, name } = cmd;
-    let s = servers::create(db, project, &name).await?;
+    let s = servers::create(db, &Actor::CommandLine, project, &name).await?;
     out.emit(
         json!({"id": s.id, "project_id": s.project_id, "name": s.name}),
         || {

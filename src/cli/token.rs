@@ -8,7 +8,10 @@ use sea_orm::DatabaseConnection;
 use serde_json::json;
 
 use super::{CliResult, Output, parse_permissions};
-use crate::service::tokens::{self, TokenInfo};
+use crate::service::{
+    admin_audit::Actor,
+    tokens::{self, TokenInfo},
+};
 
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
@@ -22,17 +25,23 @@ pub enum TokenCommand {
         /// A token without permissions is refused with EMPTY_ACCESS.
         #[arg(long)]
         allow: Option<String>,
+        /// What the token is for (at most 500 characters).
+        #[arg(long)]
+        description: Option<String>,
     },
     /// List a project's tokens (never their values).
     List {
         #[arg(long)]
         project: i64,
     },
-    /// Rename a token and/or replace its permissions.
+    /// Rename a token, replace its description and/or its permissions.
     Edit {
         id: i64,
         #[arg(long)]
         name: Option<String>,
+        /// Replaces the description; an empty value removes it.
+        #[arg(long)]
+        description: Option<String>,
         /// Replaces all permissions; an empty value removes them all.
         #[arg(long)]
         allow: Option<String>,
@@ -53,6 +62,8 @@ fn info_json(info: &TokenInfo) -> serde_json::Value {
         "project_id": info.token.project_id,
         "name": info.token.name,
         "active": info.token.active,
+        "description": info.token.description,
+        "created_by": info.token.created_by,
         "permissions": info.permissions.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
         "created_at": info.token.created_at,
         "last_used_at": info.token.last_used_at,
@@ -84,13 +95,22 @@ pub async fn run(cmd: TokenCommand, db: &DatabaseConnection, out: Output) -> Cli
             project,
             name,
             allow,
+            description,
         } => {
             let permissions = allow
                 .as_deref()
                 .map(parse_permissions)
                 .transpose()?
                 .unwrap_or_default();
-            let (info, value) = tokens::create(db, project, &name, &permissions).await?;
+            let (info, value) = tokens::create(
+                db,
+                &Actor::CommandLine,
+                project,
+                &name,
+                description.as_deref(),
+                &permissions,
+            )
+            .await?;
             out.emit(json!({"id": info.token.id, "token": value.expose()}), || {
                 format!(
                     "created token {} ({}) for project {}\n{}\nThis value is shown once and cannot be recovered; keep it in a secret store.",
@@ -114,16 +134,29 @@ pub async fn run(cmd: TokenCommand, db: &DatabaseConnection, out: Output) -> Cli
                 },
             );
         }
-        TokenCommand::Edit { id, name, allow } => {
+        TokenCommand::Edit {
+            id,
+            name,
+            description,
+            allow,
+        } => {
             let permissions = allow.as_deref().map(parse_permissions).transpose()?;
-            let info = tokens::edit(db, id, name.as_deref(), permissions.as_deref()).await?;
+            let info = tokens::edit(
+                db,
+                &Actor::CommandLine,
+                id,
+                name.as_deref(),
+                description.as_deref(),
+                permissions.as_deref(),
+            )
+            .await?;
             out.emit(info_json(&info), || {
                 format!("updated token {}", describe(&info))
             });
         }
         TokenCommand::Disable { id } | TokenCommand::Enable { id } => {
             let active = matches!(cmd, TokenCommand::Enable { .. });
-            let t = tokens::set_active(db, id, active).await?;
+            let t = tokens::set_active(db, &Actor::CommandLine, id, active).await?;
             out.emit(json!({"id": t.id, "active": t.active}), || {
                 format!(
                     "token {} {}",
@@ -133,13 +166,13 @@ pub async fn run(cmd: TokenCommand, db: &DatabaseConnection, out: Output) -> Cli
             });
         }
         TokenCommand::Delete { id } => {
-            tokens::delete(db, id).await?;
+            tokens::delete(db, &Actor::CommandLine, id).await?;
             out.emit(json!({"id": id, "deleted": true}), || {
                 format!("deleted token {id}")
             });
         }
         TokenCommand::Reissue { id } => {
-            let (t, value) = tokens::reissue(db, id).await?;
+            let (t, value) = tokens::reissue(db, &Actor::CommandLine, id).await?;
             out.emit(json!({"id": t.id, "token": value.expose()}), || {
                 format!(
                     "reissued token {} ({}); the old value no longer works\n{}\nThis value is shown once and cannot be recovered.",

@@ -5,7 +5,7 @@ use sea_orm::DatabaseConnection;
 use serde_json::json;
 
 use super::{CliResult, Output};
-use crate::service::users;
+use crate::service::{admin_audit::Actor, users};
 
 #[derive(Debug, Subcommand)]
 pub enum UserCommand {
@@ -20,7 +20,7 @@ pub enum UserCommand {
 
 pub async fn run(cmd: UserCommand, db: &DatabaseConnection, out: Output) -> CliResult {
     let UserCommand::Create { project, email } = cmd;
-    let u = users::create(db, project, &email).await?;
+    let u = users::create(db, &Actor::CommandLine, project, &email).await?;
     out.emit(
         json!({"id": u.id, "project_id": u.project_id, "email": u.email}),
         || {

@@ -15,13 +15,18 @@ use argon2::{
     Argon2, PasswordHash, PasswordHasher, PasswordVerifier,
     password_hash::{SaltString, rand_core::OsRng},
 };
-use entity::administrator;
+use entity::{admin_session, administrator};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait,
-    QueryFilter, QueryOrder,
+    QueryFilter, QueryOrder, QuerySelect, Select,
 };
+use serde_json::{Value, json};
 
-use super::{AdminError, now, validate};
+use super::{
+    AdminError,
+    admin_audit::{self, Actor, Change},
+    begin_write, now, validate,
+};
 
 /// Shortest password accepted.
 pub const PASSWORD_MIN_LEN: usize = 12;
@@ -83,8 +88,14 @@ static UNKNOWN_NAME_HASH: LazyLock<String> = LazyLock::new(|| {
         .unwrap_or_default()
 });
 
+/// An administrator as the audit log shows it: never the password's hash.
+fn audited(admin: &administrator::Model) -> Value {
+    json!({"name": admin.name, "active": admin.active})
+}
+
 pub async fn create(
     db: &DatabaseConnection,
+    actor: &Actor,
     name: &str,
     password: Password,
 ) -> Result<administrator::Model, AdminError> {
@@ -93,16 +104,25 @@ pub async fn create(
     if find(db, &name).await?.is_some() {
         return Err(AdminError::Conflict(taken()));
     }
-    administrator::ActiveModel {
+    // Hashed before the transaction: it takes a while, and on SQLite a
+    // write transaction holds the database's write lock.
+    let password_hash = hash(password).await?;
+    let txn = begin_write(db).await?;
+    let admin = administrator::ActiveModel {
         name: Set(name.clone()),
-        password_hash: Set(hash(password).await?),
+        password_hash: Set(password_hash),
         active: Set(true),
         created_at: Set(now()),
         ..Default::default()
     }
-    .insert(db)
+    .insert(&txn)
     .await
-    .map_err(|err| AdminError::conflict_on_unique(err, taken))
+    .map_err(|err| AdminError::conflict_on_unique(err, taken))?;
+    let change =
+        Change::new("administrator.create", "administrator", admin.id).after(audited(&admin));
+    admin_audit::record(&txn, actor, change).await?;
+    txn.commit().await?;
+    Ok(admin)
 }
 
 pub async fn list(db: &DatabaseConnection) -> Result<Vec<administrator::Model>, AdminError> {
@@ -112,18 +132,44 @@ pub async fn list(db: &DatabaseConnection) -> Result<Vec<administrator::Model>, 
         .await?)
 }
 
-/// Enables or disables the administrator `name`.
+/// Enables or disables the administrator `name`. Disabling also deletes
+/// their sessions of the panel, in the same transaction: every browser
+/// they are signed in with is signed out at once.
 pub async fn set_active(
     db: &DatabaseConnection,
+    actor: &Actor,
     name: &str,
     active: bool,
 ) -> Result<administrator::Model, AdminError> {
-    let admin = find(db, name)
+    let txn = begin_write(db).await?;
+    let before = named(name)
+        .lock_exclusive()
+        .one(&txn)
         .await?
         .ok_or_else(|| AdminError::Invalid(format!("no administrator is named {name:?}")))?;
-    let mut row: administrator::ActiveModel = admin.into();
+    let mut row: administrator::ActiveModel = before.clone().into();
     row.active = Set(active);
-    Ok(row.update(db).await?)
+    let admin = row.update(&txn).await?;
+    let mut after = audited(&admin);
+    if !active {
+        let ended = admin_session::Entity::delete_many()
+            .filter(admin_session::Column::AdministratorId.eq(admin.id))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        after["sessions_ended"] = ended.into();
+    }
+    let action = if active {
+        "administrator.enable"
+    } else {
+        "administrator.disable"
+    };
+    let change = Change::new(action, "administrator", admin.id)
+        .before(audited(&before))
+        .after(after);
+    admin_audit::record(&txn, actor, change).await?;
+    txn.commit().await?;
+    Ok(admin)
 }
 
 /// The active administrator `name` whose password is `password`; `None`
@@ -150,9 +196,11 @@ pub async fn verify(
     Ok(admin.filter(|a| matches && a.active))
 }
 
+/// The administrator `name`, as a query.
+fn named(name: &str) -> Select<administrator::Entity> {
+    administrator::Entity::find().filter(administrator::Column::Name.eq(name.trim()))
+}
+
 async fn find(db: &DatabaseConnection, name: &str) -> Result<Option<administrator::Model>, DbErr> {
-    administrator::Entity::find()
-        .filter(administrator::Column::Name.eq(name.trim()))
-        .one(db)
-        .await
+    named(name).one(db).await
 }

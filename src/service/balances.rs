@@ -14,7 +14,12 @@ use sea_orm::{
 };
 
 pub use super::users::UserRef;
-use super::{AdminError, auth::Authenticated, begin_write, now, servers, users, validate};
+use super::{
+    AdminError,
+    admin_audit::{self, Actor, Change},
+    auth::Authenticated,
+    begin_write, now, servers, users, validate,
+};
 use crate::{
     money::Money,
     store::{AccountKey, Store, StoreError},
@@ -206,22 +211,31 @@ pub struct BalanceChange {
     pub after: AccountBalance,
 }
 
+/// A balance as the audit log shows it.
+fn audited(balance: &AccountBalance) -> serde_json::Value {
+    serde_json::json!({"main": balance.main.to_string(), "bonus": balance.bonus.to_string()})
+}
+
 /// Sets the main and/or bonus balance of a user on a server (`None` = the
-/// general account). Every change is logged as a `balance_set` row with the
-/// difference, in the same transaction, so the ledger always replays to the
-/// current balance.
+/// general account), for `reason`. Every change is logged as a
+/// `balance_set` row with the difference, in the same transaction, so the
+/// ledger always replays to the current balance; the audit log gets one
+/// `balance.set` row with the balances before and after and the reason.
 pub async fn set(
     db: &DatabaseConnection,
+    actor: &Actor,
     user_id: i64,
     server_id: Option<i64>,
     main: Option<Money>,
     bonus: Option<Money>,
+    reason: &str,
 ) -> Result<BalanceChange, AdminError> {
     if main.is_none() && bonus.is_none() {
         return Err(AdminError::Invalid(
             "give --main, --bonus or both".to_owned(),
         ));
     }
+    let reason = validate::check_reason(reason).map_err(AdminError::Invalid)?;
     let user = users::get(db, user_id).await?;
     let server_id = match server_id {
         None | Some(0) => balance::GENERAL_ACCOUNT,
@@ -273,6 +287,12 @@ pub async fn set(
         .insert(&txn)
         .await?;
     }
+    let mut logged_after = audited(&after);
+    logged_after["reason"] = reason.into();
+    let change = Change::new("balance.set", "balance", format!("{}:{server_id}", user.id))
+        .before(audited(&before))
+        .after(logged_after);
+    admin_audit::record(&txn, actor, change).await?;
     txn.commit().await?;
     Ok(BalanceChange { before, after })
 }
@@ -284,4 +304,29 @@ pub async fn get(
     server_id: i64,
 ) -> Result<AccountBalance, AdminError> {
     Ok(read(db, user_id, server_id).await?)
+}
+
+/// Every balance row of a user, by server id (0 = the general account);
+/// an account without a row has never had a balance and reads as zero.
+pub async fn of_user(
+    db: &DatabaseConnection,
+    user_id: i64,
+) -> Result<Vec<(i64, AccountBalance)>, DbErr> {
+    use sea_orm::QueryOrder;
+    balance::Entity::find()
+        .filter(balance::Column::UserId.eq(user_id))
+        .order_by_asc(balance::Column::ServerId)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|row| {
+            Ok((
+                row.server_id,
+                AccountBalance {
+                    main: cents(row.main_cents)?,
+                    bonus: cents(row.bonus_cents)?,
+                },
+            ))
+        })
+        .collect()
 }

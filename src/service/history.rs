@@ -179,6 +179,118 @@ fn decode_cursor(request: &HistoryRequest, cursor: &str) -> Option<i64> {
     (before > 0 && check == cursor_check(request, before)).then_some(before)
 }
 
+/// Which operation-log entries [`ledger`] keeps; every field narrows.
+#[derive(Debug, Clone, Default)]
+pub struct LedgerFilter {
+    /// Entries of this project's users.
+    pub project_id: Option<i64>,
+    pub user_id: Option<i64>,
+    pub kind: Option<LogKind>,
+    /// From this moment on.
+    pub from: Option<DateTime<Utc>>,
+    /// Before this moment.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// One entry of the whole operation log, as stored (amounts in signed
+/// cents, so that an entry breaking the rules still shows), with its
+/// user's project and the order it credited.
+#[derive(Debug, Clone)]
+pub struct LedgerEntry {
+    pub row: operation_log::Model,
+    /// The project of the entry's user.
+    pub project_id: Option<i64>,
+    /// The order credited, for `order_credit` entries.
+    pub order_id: Option<String>,
+}
+
+/// The newest `limit` entries of the operation log that `filter` keeps,
+/// across every project, newest first.
+pub async fn ledger(
+    db: &DatabaseConnection,
+    filter: &LedgerFilter,
+    limit: u64,
+) -> Result<Vec<LedgerEntry>, sea_orm::DbErr> {
+    use entity::user;
+    use operation_log::Column;
+    use sea_orm::sea_query::Query;
+
+    let mut query = operation_log::Entity::find();
+    if let Some(project_id) = filter.project_id {
+        query = query.filter(
+            Column::UserId.in_subquery(
+                Query::select()
+                    .column(user::Column::Id)
+                    .from(user::Entity)
+                    .and_where(user::Column::ProjectId.eq(project_id))
+                    .to_owned(),
+            ),
+        );
+    }
+    if let Some(user_id) = filter.user_id {
+        query = query.filter(Column::UserId.eq(user_id));
+    }
+    if let Some(kind) = filter.kind {
+        query = query.filter(Column::Kind.eq(kind));
+    }
+    if let Some(from) = filter.from {
+        query = query.filter(Column::CreatedAt.gte(from));
+    }
+    if let Some(until) = filter.until {
+        query = query.filter(Column::CreatedAt.lt(until));
+    }
+    let rows = query
+        .find_also_related(payment_order::Entity)
+        .order_by_desc(Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?;
+    let mut user_ids: Vec<i64> = rows.iter().map(|(row, _)| row.user_id).collect();
+    user_ids.sort_unstable();
+    user_ids.dedup();
+    let projects: std::collections::HashMap<i64, i64> = if user_ids.is_empty() {
+        Default::default()
+    } else {
+        user::Entity::find()
+            .select_only()
+            .column(user::Column::Id)
+            .column(user::Column::ProjectId)
+            .filter(user::Column::Id.is_in(user_ids))
+            .into_tuple::<(i64, i64)>()
+            .all(db)
+            .await?
+            .into_iter()
+            .collect()
+    };
+    Ok(rows
+        .into_iter()
+        .map(|(row, order)| LedgerEntry {
+            project_id: projects.get(&row.user_id).copied(),
+            order_id: order.map(|o| o.order_id),
+            row,
+        })
+        .collect())
+}
+
+/// The operation-log entries of order `order_id` of `project_id` (its
+/// credit, once completed), oldest first.
+pub async fn of_order(
+    db: &DatabaseConnection,
+    project_id: i64,
+    order_id: &str,
+) -> Result<Vec<Entry>, StoreError> {
+    operation_log::Entity::find()
+        .find_also_related(payment_order::Entity)
+        .filter(payment_order::Column::ProjectId.eq(project_id))
+        .filter(payment_order::Column::OrderId.eq(order_id))
+        .order_by_asc(operation_log::Column::Id)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|(row, order)| entry(row, order.map(|o| o.order_id)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,12 +9,14 @@
 //! sea-orm for every backend, every write that touches more than one row in
 //! one transaction.
 
+pub mod admin_audit;
 pub mod admins;
 pub mod audit;
 pub mod auth;
 pub mod balances;
 pub mod history;
 pub mod orders;
+pub mod panel_access;
 pub mod projects;
 pub mod servers;
 pub mod tokens;

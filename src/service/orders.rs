@@ -21,16 +21,27 @@
 //! ([`OrderRequest::fingerprint`]).
 
 use chrono::{DateTime, Utc};
-use entity::payment_order::{self, OrderStatus};
+use entity::{
+    balance::GENERAL_ACCOUNT,
+    payment_order::{self, OrderStatus},
+};
 use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
 use sea_orm::{
-    ColumnTrait, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    ActiveEnum, ActiveModelTrait,
+    ActiveValue::Set,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect, SqlErr,
     sea_query::{Expr, ExprTrait},
 };
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{now, users::UserRef, validate};
+use super::{
+    admin_audit::{self, Actor, Change},
+    begin_write, now, servers,
+    users::{self, UserRef},
+    validate,
+};
 pub use crate::store::{CompleteError, Completion};
 use crate::{
     money::Money,
@@ -162,7 +173,7 @@ pub async fn create(
     let mut draws = 0;
     loop {
         let order = NewOrder {
-            order_id: request.order_id.clone().unwrap_or_else(generate_order_id),
+            order_id: order_id_for(request),
             project_id: request.project_id,
             user_id: request.who.user_id,
             email: request.who.email.as_deref().map(validate::normalize_email),
@@ -206,18 +217,102 @@ pub async fn create(
         match inserted {
             OrderInsert::UserNotFound => return Err(CreateError::UserNotFound),
             OrderInsert::ServerNotFound => return Err(CreateError::ServerNotFound),
-            _ if request.order_id.is_some() => {
-                return Err(CreateError::OrderIdTaken(order.order_id));
-            }
-            _ => {
-                draws += 1;
-                if draws == ORDER_ID_DRAWS {
-                    return Err(CreateError::Store(StoreError::Failed(format!(
-                        "{ORDER_ID_DRAWS} order ids drawn were all taken"
-                    ))));
-                }
-            }
+            _ => order_id_taken(request, order.order_id, &mut draws)?,
         }
+    }
+}
+
+/// The order id to insert `request` under: its own, or a fresh draw.
+fn order_id_for(request: &OrderRequest) -> String {
+    request.order_id.clone().unwrap_or_else(generate_order_id)
+}
+
+/// After `order_id` was found taken: the error when the request named it,
+/// or when [`ORDER_ID_DRAWS`] drawn ids were all taken; `Ok` to draw again.
+fn order_id_taken(
+    request: &OrderRequest,
+    order_id: String,
+    draws: &mut usize,
+) -> Result<(), CreateError> {
+    if request.order_id.is_some() {
+        return Err(CreateError::OrderIdTaken(order_id));
+    }
+    *draws += 1;
+    if *draws == ORDER_ID_DRAWS {
+        return Err(CreateError::Store(StoreError::Failed(format!(
+            "{ORDER_ID_DRAWS} order ids drawn were all taken"
+        ))));
+    }
+    Ok(())
+}
+
+/// An order as the audit log shows it.
+fn audited(order: &Order) -> Value {
+    json!({
+        "project_id": order.project_id,
+        "user_id": order.user_id,
+        "server_id": order.server_id,
+        "amount": order.amount.to_string(),
+        "payment_system": order.payment_system,
+        "status": order.status.to_value(),
+        "payment_id": order.payment_id,
+        "cancelled_at": order.cancelled_at,
+    })
+}
+
+/// Creates a pending order for `actor` (the panel, the command line), with
+/// its row of the audit log in the same transaction. The rules are
+/// [`create`]'s (the same checks, the user resolved before the server, an
+/// order id drawn again when taken), without an idempotency key; the insert
+/// is sea-orm's rather than the store's, the request path's.
+pub async fn create_as(
+    db: &DatabaseConnection,
+    actor: &Actor,
+    request: &OrderRequest,
+) -> Result<Order, CreateError> {
+    check_request(request)?;
+    let mut draws = 0;
+    loop {
+        let order_id = order_id_for(request);
+        let txn = begin_write(db).await?;
+        let user_id = users::resolve(&txn, request.project_id, &request.who)
+            .await?
+            .ok_or(CreateError::UserNotFound)?;
+        if !servers::is_in_project(&txn, request.project_id, request.server_id).await? {
+            return Err(CreateError::ServerNotFound);
+        }
+        let inserted = payment_order::ActiveModel {
+            order_id: Set(order_id.clone()),
+            project_id: Set(request.project_id),
+            user_id: Set(user_id),
+            server_id: Set(Some(request.server_id).filter(|&id| id != GENERAL_ACCOUNT)),
+            payment_system: Set(request.payment_system.clone()),
+            amount_cents: Set(request.amount.cents()),
+            status: Set(OrderStatus::Pending),
+            payment_id: Set(None),
+            created_at: Set(now()),
+            completed_at: Set(None),
+            cancelled_at: Set(None),
+            idempotency_key: Set(None),
+            request_hash: Set(None),
+            ..Default::default()
+        }
+        .insert(&txn)
+        .await;
+        let row = match inserted {
+            Ok(row) => row,
+            Err(err) if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
+                // The transaction ends here (rolled back when dropped).
+                order_id_taken(request, order_id, &mut draws)?;
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let order = Order::try_from(row)?;
+        let change = Change::new("order.create", "order", &order.order_id).after(audited(&order));
+        admin_audit::record(&txn, actor, change).await?;
+        txn.commit().await?;
+        return Ok(order);
     }
 }
 
@@ -323,8 +418,39 @@ pub enum CancelError {
 }
 
 /// Cancels a pending order: one guarded status update (see the module
-/// docs). A completed or cancelled order is left as it is.
-pub async fn cancel(db: &DatabaseConnection, request: &Cancellation) -> Result<Order, CancelError> {
+/// docs). A completed or cancelled order is left as it is. The API cancels
+/// with `by` none; with an actor (the panel, the command line) the update
+/// runs in a write transaction with its row of the audit log.
+pub async fn cancel(
+    db: &DatabaseConnection,
+    by: Option<&Actor>,
+    request: &Cancellation,
+) -> Result<Order, CancelError> {
+    let Some(actor) = by else {
+        return cancel_on(db, request).await;
+    };
+    let txn = begin_write(db).await.map_err(StoreError::from)?;
+    let order = cancel_on(&txn, request).await?;
+    let before = Order {
+        status: OrderStatus::Pending,
+        cancelled_at: None,
+        ..order.clone()
+    };
+    let change = Change::new("order.cancel", "order", &order.order_id)
+        .before(audited(&before))
+        .after(audited(&order));
+    admin_audit::record(&txn, actor, change)
+        .await
+        .map_err(StoreError::from)?;
+    txn.commit().await.map_err(StoreError::from)?;
+    Ok(order)
+}
+
+/// [`cancel`] on `db`, a connection or a transaction.
+async fn cancel_on<C: ConnectionTrait>(
+    db: &C,
+    request: &Cancellation,
+) -> Result<Order, CancelError> {
     let named = || {
         payment_order::Column::OrderId
             .eq(&request.order_id)
@@ -407,12 +533,19 @@ pub async fn complete(
     })
 }
 
-/// Which orders `list` shows.
+/// Which orders `list` shows; every field narrows.
 #[derive(Debug, Clone, Default)]
 pub struct OrderFilter {
-    pub project_id: i64,
+    /// One project's orders; every project's when `None`.
+    pub project_id: Option<i64>,
+    /// Exactly this order id.
+    pub order_id: Option<String>,
     pub user_id: Option<i64>,
     pub status: Option<OrderStatus>,
+    /// Created at or after this moment.
+    pub from: Option<DateTime<Utc>>,
+    /// Created before this moment.
+    pub until: Option<DateTime<Utc>>,
 }
 
 /// The newest `limit` orders that `filter` keeps, newest first, and how
@@ -422,8 +555,19 @@ pub async fn list(
     filter: &OrderFilter,
     limit: u64,
 ) -> Result<(Vec<Order>, u64), StoreError> {
-    let mut query = payment_order::Entity::find()
-        .filter(payment_order::Column::ProjectId.eq(filter.project_id));
+    let mut query = payment_order::Entity::find();
+    if let Some(project_id) = filter.project_id {
+        query = query.filter(payment_order::Column::ProjectId.eq(project_id));
+    }
+    if let Some(order_id) = &filter.order_id {
+        query = query.filter(payment_order::Column::OrderId.eq(order_id.as_str()));
+    }
+    if let Some(from) = filter.from {
+        query = query.filter(payment_order::Column::CreatedAt.gte(from));
+    }
+    if let Some(until) = filter.until {
+        query = query.filter(payment_order::Column::CreatedAt.lt(until));
+    }
     if let Some(user_id) = filter.user_id {
         query = query.filter(payment_order::Column::UserId.eq(user_id));
     }
@@ -440,4 +584,25 @@ pub async fn list(
         .map(Order::try_from)
         .collect::<Result<_, _>>()?;
     Ok((orders, total))
+}
+
+/// How many orders each project has in each status among those created
+/// at or after `since`: `(project_id, status, count)`, one per pair that
+/// has any.
+pub async fn counts_created_since(
+    db: &DatabaseConnection,
+    since: DateTime<Utc>,
+) -> Result<Vec<(i64, OrderStatus, i64)>, DbErr> {
+    use payment_order::Column;
+    payment_order::Entity::find()
+        .select_only()
+        .column(Column::ProjectId)
+        .column(Column::Status)
+        .column_as(Column::Id.count(), "count")
+        .filter(Column::CreatedAt.gte(since))
+        .group_by(Column::ProjectId)
+        .group_by(Column::Status)
+        .into_tuple::<(i64, OrderStatus, i64)>()
+        .all(db)
+        .await
 }

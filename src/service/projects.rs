@@ -1,20 +1,41 @@
-//! Projects: create, list, enable and disable.
+//! Projects: create, rename, list, enable and disable.
 
 use entity::project;
-use sea_orm::{ActiveModelTrait, ActiveValue::Set, DatabaseConnection, EntityTrait, QueryOrder};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DatabaseConnection, EntityTrait,
+    QueryOrder, QuerySelect,
+};
+use serde_json::{Value, json};
 
-use super::{AdminError, now, validate};
+use super::{
+    AdminError,
+    admin_audit::{self, Actor, Change},
+    begin_write, now, validate,
+};
 
-pub async fn create(db: &DatabaseConnection, name: &str) -> Result<project::Model, AdminError> {
+/// A project as the audit log shows it.
+fn audited(p: &project::Model) -> Value {
+    json!({"name": p.name, "active": p.active})
+}
+
+pub async fn create(
+    db: &DatabaseConnection,
+    actor: &Actor,
+    name: &str,
+) -> Result<project::Model, AdminError> {
     let name = validate::check_name("project", name).map_err(AdminError::Invalid)?;
+    let txn = begin_write(db).await?;
     let model = project::ActiveModel {
         name: Set(name),
         active: Set(true),
         created_at: Set(now()),
         ..Default::default()
     }
-    .insert(db)
+    .insert(&txn)
     .await?;
+    let change = Change::new("project.create", "project", model.id).after(audited(&model));
+    admin_audit::record(&txn, actor, change).await?;
+    txn.commit().await?;
     Ok(model)
 }
 
@@ -32,15 +53,61 @@ pub async fn get(db: &DatabaseConnection, id: i64) -> Result<project::Model, Adm
         .ok_or(AdminError::NotFound("project", id))
 }
 
+/// The project `id`, locked until the end of the write transaction `txn`.
+async fn get_for_update<C: ConnectionTrait>(
+    txn: &C,
+    id: i64,
+) -> Result<project::Model, AdminError> {
+    project::Entity::find_by_id(id)
+        .lock_exclusive()
+        .one(txn)
+        .await?
+        .ok_or(AdminError::NotFound("project", id))
+}
+
+/// Renames a project.
+pub async fn rename(
+    db: &DatabaseConnection,
+    actor: &Actor,
+    id: i64,
+    name: &str,
+) -> Result<project::Model, AdminError> {
+    let name = validate::check_name("project", name).map_err(AdminError::Invalid)?;
+    let txn = begin_write(db).await?;
+    let before = get_for_update(&txn, id).await?;
+    let mut model: project::ActiveModel = before.clone().into();
+    model.name = Set(name);
+    let after = model.update(&txn).await?;
+    let change = Change::new("project.rename", "project", id)
+        .before(audited(&before))
+        .after(audited(&after));
+    admin_audit::record(&txn, actor, change).await?;
+    txn.commit().await?;
+    Ok(after)
+}
+
 /// Enables or disables a project. A disabled project's tokens get
 /// 404 PROJECT_NOT_FOUND from the next request on.
 pub async fn set_active(
     db: &DatabaseConnection,
+    actor: &Actor,
     id: i64,
     active: bool,
 ) -> Result<project::Model, AdminError> {
-    let model = get(db, id).await?;
-    let mut model: project::ActiveModel = model.into();
+    let txn = begin_write(db).await?;
+    let before = get_for_update(&txn, id).await?;
+    let mut model: project::ActiveModel = before.clone().into();
     model.active = Set(active);
-    Ok(model.update(db).await?)
+    let after = model.update(&txn).await?;
+    let action = if active {
+        "project.enable"
+    } else {
+        "project.disable"
+    };
+    let change = Change::new(action, "project", id)
+        .before(audited(&before))
+        .after(audited(&after));
+    admin_audit::record(&txn, actor, change).await?;
+    txn.commit().await?;
+    Ok(after)
 }

@@ -2,27 +2,39 @@
 
 use entity::server;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait,
-    QueryFilter, QuerySelect,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr,
+    EntityTrait, QueryFilter, QuerySelect,
 };
+use serde_json::json;
 
-use super::{AdminError, now, projects, validate};
+use super::{
+    AdminError,
+    admin_audit::{self, Actor, Change},
+    begin_write, now, projects, validate,
+};
 
 pub async fn create(
     db: &DatabaseConnection,
+    actor: &Actor,
     project_id: i64,
     name: &str,
 ) -> Result<server::Model, AdminError> {
     let name = validate::check_name("server", name).map_err(AdminError::Invalid)?;
     projects::get(db, project_id).await?;
-    Ok(server::ActiveModel {
+    let txn = begin_write(db).await?;
+    let model = server::ActiveModel {
         project_id: Set(project_id),
         name: Set(name),
         created_at: Set(now()),
         ..Default::default()
     }
-    .insert(db)
-    .await?)
+    .insert(&txn)
+    .await?;
+    let change = Change::new("server.create", "server", model.id)
+        .after(json!({"project_id": model.project_id, "name": model.name}));
+    admin_audit::record(&txn, actor, change).await?;
+    txn.commit().await?;
+    Ok(model)
 }
 
 /// A server of `project_id`, or `NotFound`.
@@ -40,8 +52,8 @@ pub async fn get_in_project(
 
 /// Whether `server_id` names a server of `project_id`; 0 (the general
 /// account) always does.
-pub async fn is_in_project(
-    db: &DatabaseConnection,
+pub async fn is_in_project<C: ConnectionTrait>(
+    db: &C,
     project_id: i64,
     server_id: i64,
 ) -> Result<bool, DbErr> {
@@ -56,4 +68,14 @@ pub async fn is_in_project(
         .one(db)
         .await?
         .is_some())
+}
+
+/// The servers of `project_id`, oldest first.
+pub async fn list(db: &DatabaseConnection, project_id: i64) -> Result<Vec<server::Model>, DbErr> {
+    use sea_orm::QueryOrder;
+    server::Entity::find()
+        .filter(server::Column::ProjectId.eq(project_id))
+        .order_by_asc(server::Column::Id)
+        .all(db)
+        .await
 }

@@ -12,12 +12,17 @@ use std::{fmt, str::FromStr};
 use entity::{app_token, token_permission};
 use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait,
-    QueryFilter, QueryOrder,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect,
 };
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{AdminError, now, projects, validate};
+use super::{
+    AdminError,
+    admin_audit::{self, Actor, Change},
+    now, projects, validate,
+};
 
 /// Length of a token value.
 pub const TOKEN_LEN: usize = 64;
@@ -124,7 +129,7 @@ pub struct TokenInfo {
     pub permissions: Vec<Permission>,
 }
 
-async fn permissions_of<C: sea_orm::ConnectionTrait>(
+async fn permissions_of<C: ConnectionTrait>(
     db: &C,
     token_id: i64,
 ) -> Result<Vec<Permission>, DbErr> {
@@ -140,7 +145,7 @@ async fn permissions_of<C: sea_orm::ConnectionTrait>(
     Ok(permissions)
 }
 
-async fn replace_permissions<C: sea_orm::ConnectionTrait>(
+async fn replace_permissions<C: ConnectionTrait>(
     db: &C,
     token_id: i64,
     permissions: &[Permission],
@@ -164,15 +169,34 @@ async fn replace_permissions<C: sea_orm::ConnectionTrait>(
     Ok(())
 }
 
-/// Issues a token for a project. Returns its record and its value, which is
-/// not stored anywhere and cannot be shown again.
+/// A token as the audit log shows it: never its value or hash.
+fn audited(token: &app_token::Model, permissions: &[Permission]) -> Value {
+    json!({
+        "project_id": token.project_id,
+        "name": token.name,
+        "permissions": permissions.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+        "active": token.active,
+        "description": token.description,
+    })
+}
+
+/// Issues a token for a project, created by `actor`. Returns its record
+/// and its value, which is not stored anywhere and cannot be shown again.
+/// A blank `description` is none.
 pub async fn create(
     db: &DatabaseConnection,
+    actor: &Actor,
     project_id: i64,
     name: &str,
+    description: Option<&str>,
     permissions: &[Permission],
 ) -> Result<(TokenInfo, TokenValue), AdminError> {
     let name = validate::check_name("token", name).map_err(AdminError::Invalid)?;
+    let description = description
+        .map(validate::check_description)
+        .transpose()
+        .map_err(AdminError::Invalid)?
+        .flatten();
     projects::get(db, project_id).await?;
     let value = TokenValue::generate();
     let txn = super::begin_write(db).await?;
@@ -183,12 +207,17 @@ pub async fn create(
         active: Set(true),
         created_at: Set(now()),
         last_used_at: Set(None),
+        description: Set(description),
+        created_by: Set(Some(actor.name().to_owned())),
         ..Default::default()
     }
     .insert(&txn)
     .await?;
     replace_permissions(&txn, token.id, permissions).await?;
     let permissions = permissions_of(&txn, token.id).await?;
+    let change =
+        Change::new("token.create", "token", token.id).after(audited(&token, &permissions));
+    admin_audit::record(&txn, actor, change).await?;
     txn.commit().await?;
     Ok((TokenInfo { token, permissions }, value))
 }
@@ -208,58 +237,105 @@ pub async fn list(db: &DatabaseConnection, project_id: i64) -> Result<Vec<TokenI
     Ok(out)
 }
 
-async fn get(db: &DatabaseConnection, id: i64) -> Result<app_token::Model, AdminError> {
-    app_token::Entity::find_by_id(id)
+/// The token `id` and its permissions; never its value.
+pub async fn get_info(db: &DatabaseConnection, id: i64) -> Result<TokenInfo, AdminError> {
+    let token = app_token::Entity::find_by_id(id)
         .one(db)
         .await?
-        .ok_or(AdminError::NotFound("token", id))
+        .ok_or(AdminError::NotFound("token", id))?;
+    let permissions = permissions_of(db, id).await?;
+    Ok(TokenInfo { token, permissions })
 }
 
-/// Renames a token and/or replaces its permissions.
+/// The token `id` and its permissions, the token locked until the end of
+/// the write transaction `txn`.
+async fn get_for_update<C: ConnectionTrait>(txn: &C, id: i64) -> Result<TokenInfo, AdminError> {
+    let token = app_token::Entity::find_by_id(id)
+        .lock_exclusive()
+        .one(txn)
+        .await?
+        .ok_or(AdminError::NotFound("token", id))?;
+    let permissions = permissions_of(txn, id).await?;
+    Ok(TokenInfo { token, permissions })
+}
+
+/// Renames a token, replaces its description and/or replaces its
+/// permissions; what is `None` stays as it is, and a blank description
+/// removes it.
 pub async fn edit(
     db: &DatabaseConnection,
+    actor: &Actor,
     id: i64,
     name: Option<&str>,
+    description: Option<&str>,
     permissions: Option<&[Permission]>,
 ) -> Result<TokenInfo, AdminError> {
     let name = name
         .map(|n| validate::check_name("token", n))
         .transpose()
         .map_err(AdminError::Invalid)?;
-    let token = get(db, id).await?;
+    let description = description
+        .map(validate::check_description)
+        .transpose()
+        .map_err(AdminError::Invalid)?;
     let txn = super::begin_write(db).await?;
-    let mut model: app_token::ActiveModel = token.into();
+    let before = get_for_update(&txn, id).await?;
+    let mut model: app_token::ActiveModel = before.token.clone().into();
     if let Some(name) = name {
         model.name = Set(name);
+    }
+    if let Some(description) = description {
+        model.description = Set(description);
     }
     let token = model.update(&txn).await?;
     if let Some(permissions) = permissions {
         replace_permissions(&txn, id, permissions).await?;
     }
     let permissions = permissions_of(&txn, id).await?;
+    let change = Change::new("token.edit", "token", id)
+        .before(audited(&before.token, &before.permissions))
+        .after(audited(&token, &permissions));
+    admin_audit::record(&txn, actor, change).await?;
     txn.commit().await?;
     Ok(TokenInfo { token, permissions })
 }
 
 pub async fn set_active(
     db: &DatabaseConnection,
+    actor: &Actor,
     id: i64,
     active: bool,
 ) -> Result<app_token::Model, AdminError> {
-    let mut model: app_token::ActiveModel = get(db, id).await?.into();
+    let txn = super::begin_write(db).await?;
+    let before = get_for_update(&txn, id).await?;
+    let mut model: app_token::ActiveModel = before.token.clone().into();
     model.active = Set(active);
-    Ok(model.update(db).await?)
+    let token = model.update(&txn).await?;
+    let action = if active {
+        "token.enable"
+    } else {
+        "token.disable"
+    };
+    let change = Change::new(action, "token", id)
+        .before(audited(&before.token, &before.permissions))
+        .after(audited(&token, &before.permissions));
+    admin_audit::record(&txn, actor, change).await?;
+    txn.commit().await?;
+    Ok(token)
 }
 
 /// Deletes a token and its permissions; its value gets TOKEN_NOT_FOUND.
-pub async fn delete(db: &DatabaseConnection, id: i64) -> Result<(), AdminError> {
-    get(db, id).await?;
+pub async fn delete(db: &DatabaseConnection, actor: &Actor, id: i64) -> Result<(), AdminError> {
     let txn = super::begin_write(db).await?;
+    let before = get_for_update(&txn, id).await?;
     token_permission::Entity::delete_many()
         .filter(token_permission::Column::TokenId.eq(id))
         .exec(&txn)
         .await?;
     app_token::Entity::delete_by_id(id).exec(&txn).await?;
+    let change = Change::new("token.delete", "token", id)
+        .before(audited(&before.token, &before.permissions));
+    admin_audit::record(&txn, actor, change).await?;
     txn.commit().await?;
     Ok(())
 }
@@ -268,12 +344,58 @@ pub async fn delete(db: &DatabaseConnection, id: i64) -> Result<(), AdminError> 
 /// the old value stops working at once.
 pub async fn reissue(
     db: &DatabaseConnection,
+    actor: &Actor,
     id: i64,
 ) -> Result<(app_token::Model, TokenValue), AdminError> {
     let value = TokenValue::generate();
-    let mut model: app_token::ActiveModel = get(db, id).await?.into();
+    let txn = super::begin_write(db).await?;
+    let before = get_for_update(&txn, id).await?;
+    let mut model: app_token::ActiveModel = before.token.clone().into();
     model.token_hash = Set(hash(value.expose()));
-    Ok((model.update(db).await?, value))
+    let token = model.update(&txn).await?;
+    // The value changed, and neither it nor its hash is logged: before and
+    // after show the same fields.
+    let change = Change::new("token.reissue", "token", id)
+        .before(audited(&before.token, &before.permissions))
+        .after(audited(&token, &before.permissions));
+    admin_audit::record(&txn, actor, change).await?;
+    txn.commit().await?;
+    Ok((token, value))
+}
+
+impl Permission {
+    /// The endpoint the permission allows, as `METHOD /path`.
+    pub fn endpoint(self) -> &'static str {
+        match self {
+            Permission::Balance => "GET /v2/master-account/balance",
+            Permission::Complete => "POST /v2/payment/order/complete",
+            Permission::Create => "POST /v2/payment/order/create",
+            Permission::Read => "GET /v2/payment/order",
+            Permission::Cancel => "POST /v2/payment/order/cancel",
+            Permission::Operations => "GET /v2/master-account/operations",
+        }
+    }
+}
+
+/// The active tokens never used, or last used before `cutoff`, oldest
+/// first, at most `limit` of them: keys that may be worth disabling.
+pub async fn unused_since(
+    db: &DatabaseConnection,
+    cutoff: chrono::DateTime<chrono::Utc>,
+    limit: u64,
+) -> Result<Vec<app_token::Model>, DbErr> {
+    use app_token::Column;
+    app_token::Entity::find()
+        .filter(Column::Active.eq(true))
+        .filter(
+            sea_orm::Condition::any()
+                .add(Column::LastUsedAt.is_null())
+                .add(Column::LastUsedAt.lt(cutoff)),
+        )
+        .order_by_asc(Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
 }
 
 #[cfg(test)]

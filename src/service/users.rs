@@ -2,11 +2,16 @@
 
 use entity::user;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, DbErr,
-    EntityTrait, QueryFilter, QuerySelect,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait,
+    DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect,
 };
+use serde_json::json;
 
-use super::{AdminError, now, projects, validate};
+use super::{
+    AdminError,
+    admin_audit::{self, Actor, Change},
+    begin_write, now, projects, validate,
+};
 
 /// How the caller names the user: by id, by e-mail, or both (then both must
 /// name the same user of the project).
@@ -19,8 +24,8 @@ pub struct UserRef {
 
 /// The id of the user of `project_id` that `who` names (by id, by e-mail,
 /// or by both naming the same user); `None` when there is none.
-pub async fn resolve(
-    db: &DatabaseConnection,
+pub async fn resolve<C: ConnectionTrait>(
+    db: &C,
     project_id: i64,
     who: &UserRef,
 ) -> Result<Option<i64>, DbErr> {
@@ -46,6 +51,7 @@ pub async fn resolve(
 
 pub async fn create(
     db: &DatabaseConnection,
+    actor: &Actor,
     project_id: i64,
     email: &str,
 ) -> Result<user::Model, AdminError> {
@@ -56,24 +62,30 @@ pub async fn create(
     }
     projects::get(db, project_id).await?;
     let email = validate::normalize_email(email);
+    let duplicate = || format!("a user with e-mail {email} already exists in project {project_id}");
+    let txn = begin_write(db).await?;
     let exists = user::Entity::find()
         .filter(user::Column::ProjectId.eq(project_id))
         .filter(user::Column::Email.eq(&email))
-        .one(db)
+        .one(&txn)
         .await?;
-    let duplicate = || format!("a user with e-mail {email} already exists in project {project_id}");
     if exists.is_some() {
         return Err(AdminError::Conflict(duplicate()));
     }
-    user::ActiveModel {
+    let model = user::ActiveModel {
         project_id: Set(project_id),
         email: Set(email.clone()),
         created_at: Set(now()),
         ..Default::default()
     }
-    .insert(db)
+    .insert(&txn)
     .await
-    .map_err(|err| AdminError::conflict_on_unique(err, duplicate))
+    .map_err(|err| AdminError::conflict_on_unique(err, duplicate))?;
+    let change = Change::new("user.create", "user", model.id)
+        .after(json!({"project_id": model.project_id, "email": model.email}));
+    admin_audit::record(&txn, actor, change).await?;
+    txn.commit().await?;
+    Ok(model)
 }
 
 /// A user of `project_id`, or `NotFound`.
@@ -94,4 +106,58 @@ pub async fn get(db: &DatabaseConnection, user_id: i64) -> Result<user::Model, A
         .one(db)
         .await?
         .ok_or(AdminError::NotFound("user", user_id))
+}
+
+/// Users of `project_id` that `text` names, at most `limit`, newest first:
+/// the user whose id or e-mail (compared as stored, lower-cased) it is,
+/// first, then those whose e-mail contains it. Every user when `text` is
+/// blank.
+pub async fn search(
+    db: &DatabaseConnection,
+    project_id: i64,
+    text: &str,
+    limit: u64,
+) -> Result<Vec<user::Model>, DbErr> {
+    use sea_orm::{
+        QueryOrder,
+        sea_query::{Expr, ExprTrait, LikeExpr},
+    };
+    let text = validate::normalize_email(text.trim());
+    let in_project = || {
+        user::Entity::find()
+            .filter(user::Column::ProjectId.eq(project_id))
+            .order_by_desc(user::Column::Id)
+    };
+    if text.is_empty() {
+        return in_project().limit(limit).all(db).await;
+    }
+    let mut exact = Condition::any().add(user::Column::Email.eq(text.as_str()));
+    if let Ok(id) = text.parse::<i64>() {
+        exact = exact.add(user::Column::Id.eq(id));
+    }
+    let mut found = in_project().filter(exact).limit(limit).all(db).await?;
+    // `!` escapes the wildcards (a backslash means different things to
+    // different backends' string literals).
+    let escaped: String = text
+        .chars()
+        .flat_map(|c| match c {
+            '%' | '_' | '!' => vec!['!', c],
+            _ => vec![c],
+        })
+        .collect();
+    let pattern = LikeExpr::new(format!("%{escaped}%")).escape('!');
+    let partial = in_project()
+        .filter(Expr::col((user::Entity, user::Column::Email)).like(pattern))
+        .limit(limit)
+        .all(db)
+        .await?;
+    for user in partial {
+        if found.len() as u64 >= limit {
+            break;
+        }
+        if !found.iter().any(|f| f.id == user.id) {
+            found.push(user);
+        }
+    }
+    Ok(found)
 }

@@ -16,6 +16,10 @@ pub const EMAIL_MAX_LEN: usize = 254;
 pub const PAYMENT_ID_MAX_LEN: usize = 255;
 /// Longest project, server or token name accepted.
 pub const NAME_MAX_LEN: usize = 200;
+/// Longest token description accepted.
+pub const DESCRIPTION_MAX_LEN: usize = 500;
+/// Longest reason for a balance change accepted.
+pub const REASON_MAX_LEN: usize = 500;
 
 /// `Order:` followed by 8 to 11 letters or digits.
 pub fn is_order_id(text: &str) -> bool {
@@ -54,6 +58,38 @@ pub fn check_name(what: &str, name: &str) -> Result<String, String> {
     }
 }
 
+/// A token's description, trimmed: at most [`DESCRIPTION_MAX_LEN`]
+/// characters, no control characters; `None` when blank.
+pub fn check_description(text: &str) -> Result<Option<String>, String> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        Ok(None)
+    } else if trimmed.chars().count() > DESCRIPTION_MAX_LEN {
+        Err(format!(
+            "the description must be at most {DESCRIPTION_MAX_LEN} characters"
+        ))
+    } else if trimmed.chars().any(char::is_control) {
+        Err("the description must not contain control characters".to_owned())
+    } else {
+        Ok(Some(trimmed.to_owned()))
+    }
+}
+
+/// Why a balance is set, trimmed: not blank, at most [`REASON_MAX_LEN`]
+/// characters.
+pub fn check_reason(text: &str) -> Result<String, String> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        Err("a reason must be given".to_owned())
+    } else if trimmed.chars().count() > REASON_MAX_LEN {
+        Err(format!(
+            "the reason must be at most {REASON_MAX_LEN} characters"
+        ))
+    } else {
+        Ok(trimmed.to_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,5 +123,21 @@ mod tests {
         assert!(!is_email("alice@"));
         assert!(!is_email("@example.com"));
         assert!(!is_email(&format!("{}@example.com", "a".repeat(250))));
+    }
+
+    #[test]
+    fn descriptions_and_reasons() {
+        assert_eq!(check_description("  "), Ok(None));
+        assert_eq!(
+            check_description(" for the shop "),
+            Ok(Some("for the shop".into()))
+        );
+        assert!(check_description(&"x".repeat(DESCRIPTION_MAX_LEN)).is_ok());
+        assert!(check_description(&"x".repeat(DESCRIPTION_MAX_LEN + 1)).is_err());
+        assert!(check_description("a\nb").is_err());
+        assert_eq!(check_reason(" refund "), Ok("refund".into()));
+        assert!(check_reason(" \t ").is_err());
+        assert!(check_reason(&"é".repeat(REASON_MAX_LEN)).is_ok());
+        assert!(check_reason(&"é".repeat(REASON_MAX_LEN + 1)).is_err());
     }
 }

@@ -16,6 +16,7 @@ use masterpay::{
     config::{PoolSettings, Settings},
     money::Money,
     service::{
+        admin_audit::Actor,
         balances, orders, projects, servers,
         tokens::{self, Permission},
         users,
@@ -144,6 +145,8 @@ pub fn test_pool() -> PoolSettings {
 pub struct TestApp {
     pub backend: Backend,
     pub base: String,
+    /// The administration panel's address, when the settings turned it on.
+    pub panel_base: Option<String>,
     pub db: DatabaseConnection,
     pub client: reqwest::Client,
     pub project_id: i64,
@@ -171,6 +174,7 @@ impl TestApp {
         let settings = Settings {
             database_url: database.url.clone(),
             listen: "127.0.0.1:0".into(),
+            admin_listen: None,
             pool: test_pool(),
             request_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
@@ -182,6 +186,7 @@ impl TestApp {
             .await
             .expect("bind test server");
         let base = format!("http://127.0.0.1:{}", app.port());
+        let panel_base = app.panel_addr().map(|addr| format!("http://{addr}"));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             app.run_until_stopped(async {
@@ -190,12 +195,13 @@ impl TestApp {
             .await
             .expect("server runs");
         });
-        let project = projects::create(&db, "Test project")
+        let project = projects::create(&db, &Actor::CommandLine, "Test project")
             .await
             .expect("project");
         Some(TestApp {
             backend,
             base,
+            panel_base,
             db,
             client: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
@@ -240,37 +246,42 @@ impl TestApp {
     // ---- seeding through the service layer (the same code the CLI runs) ----
 
     pub async fn user(&self, email: &str) -> i64 {
-        users::create(&self.db, self.project_id, email)
+        users::create(&self.db, &Actor::CommandLine, self.project_id, email)
             .await
             .expect("user")
             .id
     }
 
     pub async fn user_in(&self, project_id: i64, email: &str) -> i64 {
-        users::create(&self.db, project_id, email)
+        users::create(&self.db, &Actor::CommandLine, project_id, email)
             .await
             .expect("user")
             .id
     }
 
     pub async fn server(&self, name: &str) -> i64 {
-        servers::create(&self.db, self.project_id, name)
+        servers::create(&self.db, &Actor::CommandLine, self.project_id, name)
             .await
             .expect("server")
             .id
     }
 
     pub async fn project(&self, name: &str) -> i64 {
-        projects::create(&self.db, name).await.expect("project").id
+        projects::create(&self.db, &Actor::CommandLine, name)
+            .await
+            .expect("project")
+            .id
     }
 
     pub async fn set_balance(&self, user: i64, server: Option<i64>, main: &str, bonus: &str) {
         balances::set(
             &self.db,
+            &Actor::CommandLine,
             user,
             server,
             Some(main.parse().unwrap()),
             Some(bonus.parse().unwrap()),
+            "set by the test",
         )
         .await
         .expect("balance set");
@@ -289,9 +300,16 @@ impl TestApp {
     }
 
     pub async fn token_in(&self, project_id: i64, permissions: &[Permission]) -> (i64, String) {
-        let (info, value) = tokens::create(&self.db, project_id, "test", permissions)
-            .await
-            .expect("token");
+        let (info, value) = tokens::create(
+            &self.db,
+            &Actor::CommandLine,
+            project_id,
+            "test",
+            None,
+            permissions,
+        )
+        .await
+        .expect("token");
         (info.token.id, value.expose().to_owned())
     }
 
@@ -545,6 +563,8 @@ impl ServerProcess {
             .env("MASTERPAY_DATABASE_URL", database_url)
             .env_remove("MASTERPAY_CONFIG")
             .env_remove("MASTERPAY_LISTEN")
+            // Many servers run side by side: the panel only where asked for.
+            .env("MASTERPAY_ADMIN_LISTEN", "off")
             .stdout(std::process::Stdio::null())
             .stderr(log);
         for (k, v) in env {
@@ -829,7 +849,7 @@ impl TestApp {
 impl TestApp {
     /// A server of the project `project_id`; returns its id.
     pub async fn server_in(&self, project_id: i64, name: &str) -> i64 {
-        servers::create(&self.db, project_id, name)
+        servers::create(&self.db, &Actor::CommandLine, project_id, name)
             .await
             .expect("server")
             .id

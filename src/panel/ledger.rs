@@ -1,0 +1,412 @@
+//! The ledger: the operation log of every project, filtered, and the
+//! ledger audit (`masterpay audit`), run from here and recorded in the
+//! admin audit log.
+
+use std::collections::HashMap;
+
+use entity::{admin_audit_entry, operation_log::LogKind, project};
+use maud::{Markup, html};
+use poem::{Response, Route, get, handler, web::Data};
+use sea_orm::{ActiveEnum, DatabaseConnection, DbErr};
+use serde::Deserialize;
+
+use super::{
+    PanelError, PanelState,
+    page::{self, FieldAttrs, FieldErrors, Params},
+    session::{PostForm, SignedIn},
+};
+use crate::service::{
+    admin_audit::{self, AuditFilter},
+    audit,
+    history::{self, LedgerEntry, LedgerFilter},
+    projects,
+};
+
+pub fn routes(route: Route) -> Route {
+    route
+        .at("/ledger", get(list))
+        .at("/ledger/audit", get(show_audit).post(run_audit))
+}
+
+/// Entries the page shows at most.
+const LIMIT: u64 = 100;
+
+/// The filter the query string asks for, and what is wrong with it.
+fn parse_filter(params: &Params, all: &[project::Model]) -> (LedgerFilter, FieldErrors) {
+    let mut errors = FieldErrors::default();
+    let project_id = match params.get("project") {
+        "" => None,
+        text => match text.parse::<i64>() {
+            Ok(id) if all.iter().any(|p| p.id == id) => Some(id),
+            _ => {
+                errors.add("project", "choose a project from the list");
+                None
+            }
+        },
+    };
+    let user_id = match params.get("user") {
+        "" => None,
+        text => match text.parse::<i64>() {
+            Ok(id) if id > 0 => Some(id),
+            _ => {
+                errors.add("user", "a user id is a whole number above 0");
+                None
+            }
+        },
+    };
+    let kind = match params.get("kind") {
+        "" => None,
+        text => match LogKind::try_from_value(&text.to_owned()) {
+            Ok(kind) => Some(kind),
+            Err(_) => {
+                errors.add("kind", "choose a kind from the list");
+                None
+            }
+        },
+    };
+    let (from, until) = page::parse_day_range(params.get("from"), params.get("to"), &mut errors);
+    let filter = LedgerFilter {
+        project_id,
+        user_id,
+        kind,
+        from,
+        until,
+    };
+    (filter, errors)
+}
+
+fn kind_label(kind: LogKind) -> &'static str {
+    match kind {
+        LogKind::OrderCredit => "order credit",
+        LogKind::BalanceSet => "balance set",
+    }
+}
+
+const DATE: FieldAttrs = FieldAttrs {
+    kind: "date",
+    required: false,
+    placeholder: None,
+};
+
+fn filter_form(params: &Params, errors: &FieldErrors, all: &[project::Model]) -> Markup {
+    let project = params.get("project");
+    let kind = params.get("kind");
+    html! {
+        form.filters method="get" action="/ledger" {
+            label.field {
+                span { "Project" }
+                select name="project" aria-invalid=[errors.of("project").map(|_| "true")] {
+                    option value="" { "Every project" }
+                    @for p in all {
+                        @let id = p.id.to_string();
+                        option value=(id) selected[project == id] { (p.name) " (" (p.id) ")" }
+                    }
+                }
+                (errors.show("project"))
+            }
+            (page::text_field("User id", "user", params.get("user"), errors, FieldAttrs::OPTIONAL))
+            label.field {
+                span { "Kind" }
+                select name="kind" aria-invalid=[errors.of("kind").map(|_| "true")] {
+                    option value="" { "Every kind" }
+                    @for k in [LogKind::OrderCredit, LogKind::BalanceSet] {
+                        @let value = k.to_value();
+                        option value=(value) selected[kind == value] { (kind_label(k)) }
+                    }
+                }
+                (errors.show("kind"))
+            }
+            (page::text_field("From (UTC day)", "from", params.get("from"), errors, DATE))
+            (page::text_field("To (UTC day, included)", "to", params.get("to"), errors, DATE))
+            div.actions {
+                button type="submit" { "Filter" }
+                a.button.secondary href="/ledger" { "Clear" }
+            }
+        }
+    }
+}
+
+fn run_form(admin: &SignedIn) -> Markup {
+    html! {
+        form method="post" action="/ledger/audit" {
+            (page::csrf(admin))
+            button type="submit" { "Run audit" }
+        }
+    }
+}
+
+fn list_page(
+    admin: &SignedIn,
+    params: &Params,
+    errors: &FieldErrors,
+    all: &[project::Model],
+    entries: &[LedgerEntry],
+) -> Markup {
+    let names: HashMap<i64, &str> = all.iter().map(|p| (p.id, p.name.as_str())).collect();
+    page::frame(
+        admin,
+        "Ledger",
+        html! {
+            div.actions {
+                (run_form(admin))
+                a.button.secondary href="/ledger/audit" { "Last audit" }
+            }
+            p.muted {
+                "Every balance change: each completed order's credit and each balance set, with the balance before and after. The audit checks that every balance equals the sum of its changes and that every completed order was credited exactly once."
+            }
+            (filter_form(params, errors, all))
+            @if errors.is_empty() {
+                p.muted {
+                    @if entries.len() as u64 >= LIMIT {
+                        "The newest " (LIMIT) " entries; narrow the filters to see older ones."
+                    } @else {
+                        (entries.len()) " entries."
+                    }
+                }
+                div.table-wrap { table {
+                    thead { tr {
+                        th.num { "Id" } th { "When" } th { "Project" } th.num { "User" }
+                        th { "Account" } th { "Kind" } th.num { "Change" } th.num { "Before" }
+                        th.num { "After" } th { "Order" }
+                    } }
+                    tbody {
+                        @for e in entries {
+                            @let row = &e.row;
+                            tr {
+                                td.num { (row.id) }
+                                td.when { (page::when(&row.created_at)) }
+                                td {
+                                    @if let Some(id) = e.project_id {
+                                        a href={ "/projects/" (id) } { (names.get(&id).copied().unwrap_or("?")) }
+                                    }
+                                }
+                                td.num { a href={ "/users/" (row.user_id) } { (row.user_id) } }
+                                td {
+                                    @if row.server_id == 0 { "general" } @else { "server " (row.server_id) }
+                                    " · " (row.balance_type.to_value())
+                                }
+                                td { (kind_label(row.kind)) }
+                                td.num { (page::signed_money(row.amount_cents)) }
+                                td.num { (page::signed_money(row.balance_before_cents)) }
+                                td.num { (page::signed_money(row.balance_after_cents)) }
+                                td {
+                                    @match (&e.order_id, e.project_id) {
+                                        (Some(order), Some(project)) => a href={ "/orders/" (project) "/" (order) } { (order) },
+                                        (Some(order), None) => (order),
+                                        (None, _) => span.muted { "—" },
+                                    }
+                                }
+                            }
+                        }
+                        @if entries.is_empty() {
+                            tr { td colspan="10" .muted { "No entry matches." } }
+                        }
+                    }
+                } }
+            }
+        },
+    )
+}
+
+#[handler]
+async fn list(
+    admin: SignedIn,
+    params: Params,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let all = projects::list(&state.db).await?;
+    let (filter, errors) = parse_filter(&params, &all);
+    if !errors.is_empty() {
+        return Ok(page::invalid(list_page(
+            &admin,
+            &params,
+            &errors,
+            &all,
+            &[],
+        )));
+    }
+    let entries = history::ledger(&state.db, &filter, LIMIT).await?;
+    Ok(page::ok(list_page(
+        &admin, &params, &errors, &all, &entries,
+    )))
+}
+
+#[handler]
+async fn run_audit(
+    admin: SignedIn,
+    _form: PostForm,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    audit::run_recorded(&state.db, &admin.actor()).await?;
+    Ok(page::redirect("/ledger/audit"))
+}
+
+/// What an `audit.run` entry of the admin audit log holds.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct AuditRun {
+    pub accounts: u64,
+    pub completed_orders: i64,
+    pub cancelled_orders: i64,
+    pub log_rows: i64,
+    pub mismatches: u64,
+    /// The first [`audit::RECORDED_FINDINGS`] mismatches, as `masterpay
+    /// audit` prints them.
+    pub findings: Vec<String>,
+}
+
+impl AuditRun {
+    pub fn is_clean(&self) -> bool {
+        self.mismatches == 0
+    }
+
+    /// `ledger consistent`, or how many mismatches.
+    pub fn verdict(&self) -> String {
+        match self.mismatches {
+            0 => "ledger consistent".to_owned(),
+            1 => "1 mismatch".to_owned(),
+            n => format!("{n} mismatches"),
+        }
+    }
+}
+
+/// The newest recorded audit run, with what it found.
+pub(super) async fn latest_audit(
+    db: &DatabaseConnection,
+) -> Result<Option<(admin_audit_entry::Model, AuditRun)>, DbErr> {
+    let filter = AuditFilter {
+        action: Some("audit.run".to_owned()),
+        ..Default::default()
+    };
+    let Some(entry) = admin_audit::list(db, &filter, 1).await?.into_iter().next() else {
+        return Ok(None);
+    };
+    let run = entry
+        .after
+        .as_deref()
+        .and_then(|json| serde_json::from_str::<AuditRun>(json).ok())
+        .unwrap_or_default();
+    Ok(Some((entry, run)))
+}
+
+fn audit_page(admin: &SignedIn, latest: Option<&(admin_audit_entry::Model, AuditRun)>) -> Markup {
+    page::frame(
+        admin,
+        "Ledger audit",
+        html! {
+            div.actions {
+                (run_form(admin))
+                a.button.secondary href="/ledger" { "Ledger" }
+            }
+            @match latest {
+                None => p { "No audit has been run yet." },
+                Some((entry, run)) => {
+                    p {
+                        "Run " (page::when(&entry.at)) " by " (super::audit_log::actor_cell(entry)) "."
+                    }
+                    p class=(if run.is_clean() { "notice" } else { "warning" }) {
+                        "Audited " (run.accounts) " accounts, " (run.completed_orders) " completed and "
+                        (run.cancelled_orders) " cancelled orders, " (run.log_rows) " log rows: "
+                        strong { (run.verdict()) }
+                    }
+                    @if !run.findings.is_empty() {
+                        @if (run.findings.len() as u64) < run.mismatches {
+                            p.muted { "The first " (run.findings.len()) " of them:" }
+                        }
+                        ul.findings {
+                            @for finding in &run.findings {
+                                li { code { (finding) } }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+#[handler]
+async fn show_audit(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
+    let latest = latest_audit(&state.db).await?;
+    Ok(page::ok(audit_page(&admin, latest.as_ref())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+
+    fn project(id: i64) -> project::Model {
+        project::Model {
+            id,
+            name: format!("p{id}"),
+            active: true,
+            created_at: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn filters_are_checked_field_by_field() {
+        let all = [project(1)];
+        let (filter, errors) = parse_filter(
+            &Params::from_pairs(&[
+                ("project", "1"),
+                ("kind", "balance_set"),
+                ("to", "2026-11-25"),
+            ]),
+            &all,
+        );
+        assert!(errors.is_empty());
+        assert_eq!(filter.project_id, Some(1));
+        assert_eq!(filter.kind, Some(LogKind::BalanceSet));
+        assert_eq!(
+            filter.until.map(|t| t.to_rfc3339()),
+            Some("2026-11-26T00:00:00+00:00".to_owned())
+        );
+        let (_, errors) = parse_filter(
+            &Params::from_pairs(&[
+                ("project", "2"),
+                ("user", "-3"),
+                ("kind", "gift"),
+                ("from", "2026-11-25"),
+                ("to", "2026-11-24"),
+            ]),
+            &all,
+        );
+        for name in ["project", "user", "kind", "to"] {
+            assert!(errors.of(name).is_some(), "{name}");
+        }
+        assert!(errors.of("from").is_none());
+    }
+
+    #[test]
+    fn days_are_strict_utc_dates() {
+        let day = page::parse_day("2026-11-25").unwrap().unwrap();
+        assert_eq!(day.to_rfc3339(), "2026-11-25T00:00:00+00:00");
+        assert_eq!(page::parse_day("  ").unwrap(), None);
+        for bad in [
+            "2026-2-05",
+            "+2026-01-01",
+            "2026-02-30",
+            "2026/01/01",
+            "2026-01-01T00",
+        ] {
+            assert!(page::parse_day(bad).is_err(), "{bad}");
+        }
+        let mut errors = FieldErrors::default();
+        let (from, until) = page::parse_day_range("2026-12-31", "2026-12-31", &mut errors);
+        assert!(errors.is_empty());
+        assert_eq!(until.unwrap() - from.unwrap(), chrono::Duration::days(1));
+    }
+
+    #[test]
+    fn a_recorded_run_reads_back() {
+        let run: AuditRun = serde_json::from_str(
+            r#"{"accounts":2,"completed_orders":1,"cancelled_orders":0,"log_rows":3,"mismatches":2,"findings":["a","b"]}"#,
+        )
+        .unwrap();
+        assert!(!run.is_clean());
+        assert_eq!(run.verdict(), "2 mismatches");
+        assert_eq!(AuditRun::default().verdict(), "ledger consistent");
+    }
+}

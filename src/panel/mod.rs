@@ -1,0 +1,154 @@
+//! The administration panel: HTML pages served on a listener of their own
+//! (`admin_listen`), over the same `service` functions the command line
+//! calls, so the panel and the command line share every operation.
+//!
+//! Plain HTML forms, POST-redirect-GET, no build step: pages are written
+//! with `maud` (escaped by construction), styled by one stylesheet, with
+//! one small script for the copy button and confirmations; all three come
+//! from the binary. Each page module adds its routes (full paths) and
+//! holds their handlers; the guards
+//! (session, CSRF, origin) are `session`'s, the shared page parts `page`'s.
+//! Every answer carries a Content-Security-Policy allowing only the panel's
+//! own files, `Cache-Control: no-store`, and no referrer (a sign-in link's
+//! secret is in its path).
+
+mod audit_log;
+mod ledger;
+mod orders;
+mod overview;
+mod page;
+mod projects;
+mod session;
+mod sign_in;
+mod tokens;
+mod users;
+
+use poem::{
+    Endpoint, EndpointExt, IntoResponse, Request, Response, Route, get,
+    http::{StatusCode, header},
+    middleware::SetHeader,
+    post,
+};
+use sea_orm::{DatabaseConnection, DbErr};
+
+pub use self::session::cookie_name;
+
+/// What the panel's handlers share.
+#[derive(Clone)]
+pub struct PanelState {
+    pub db: DatabaseConnection,
+    /// Whether cookies are Secure (the panel is behind TLS).
+    pub cookie_secure: bool,
+}
+
+impl PanelState {
+    fn of(req: &Request) -> Result<&PanelState, PanelError> {
+        req.data::<PanelState>()
+            .ok_or(PanelError::Internal("panel state missing"))
+    }
+}
+
+/// Why a panel request failed; each becomes a page of its own.
+#[derive(Debug, thiserror::Error)]
+pub enum PanelError {
+    #[error("sign in first")]
+    SignInRequired,
+    #[error("{0}")]
+    Forbidden(&'static str),
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Internal(&'static str),
+    #[error("database error: {0}")]
+    Db(#[from] DbErr),
+}
+
+impl From<crate::service::AdminError> for PanelError {
+    fn from(err: crate::service::AdminError) -> PanelError {
+        use crate::service::AdminError;
+        match err {
+            AdminError::NotFound(what, id) => PanelError::NotFound(format!("{what} {id}")),
+            AdminError::Db(err) => PanelError::Db(err),
+            AdminError::Invalid(_) | AdminError::Conflict(_) => {
+                PanelError::Internal("the change was refused")
+            }
+        }
+    }
+}
+
+impl IntoResponse for PanelError {
+    fn into_response(self) -> Response {
+        let (status, title, text) = match &self {
+            PanelError::SignInRequired => {
+                return Response::builder()
+                    .status(StatusCode::SEE_OTHER)
+                    .header(header::LOCATION, "/sign-in")
+                    .finish();
+            }
+            PanelError::Forbidden(text) => (StatusCode::FORBIDDEN, "Refused", (*text).to_owned()),
+            PanelError::NotFound(what) => (
+                StatusCode::NOT_FOUND,
+                "Not found",
+                format!("{what} does not exist."),
+            ),
+            PanelError::Internal(_) | PanelError::Db(_) => {
+                tracing::error!(error = %self, "panel request failed");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Something went wrong",
+                    "The request failed and changed nothing. Try again; the server log has the details."
+                        .to_owned(),
+                )
+            }
+        };
+        page::bare(status, title, &text)
+    }
+}
+
+impl From<PanelError> for poem::Error {
+    fn from(err: PanelError) -> poem::Error {
+        poem::Error::from_response(err.into_response())
+    }
+}
+
+/// The Content-Security-Policy of every answer: the panel's own files only,
+/// no inline script or style, no framing, forms posting only to the panel.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The panel's routes, with its state and security headers.
+pub fn routes(state: PanelState) -> impl Endpoint {
+    let pages = [
+        projects::routes,
+        tokens::routes,
+        users::routes,
+        orders::routes,
+        ledger::routes,
+        audit_log::routes,
+    ]
+    .into_iter()
+    .fold(Route::new(), |route, add| add(route));
+    pages
+        .at("/", get(overview::show))
+        .at("/sign-in", get(sign_in::show).post(sign_in::submit))
+        .at("/sign-in/link/:secret", get(sign_in::link_form))
+        .at("/sign-in/link", post(sign_in::link_submit))
+        .at("/sign-out", post(sign_in::sign_out))
+        .at("/assets/panel.css", get(page::stylesheet))
+        .at("/assets/panel.js", get(page::script))
+        .catch_error(|_: poem::error::NotFoundError| async {
+            PanelError::NotFound("This page".to_owned()).into_response()
+        })
+        .data(state)
+        // Errors (a redirect to the sign-in page, a refused form) become
+        // answers here, so that they too get the headers below.
+        .catch_all_error(|err: poem::Error| async move { err.into_response() })
+        .with(
+            SetHeader::new()
+                .overriding(header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY)
+                .overriding(header::CACHE_CONTROL, "no-store")
+                .overriding(header::REFERRER_POLICY, "no-referrer")
+                .overriding(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
+                .overriding(header::X_FRAME_OPTIONS, "DENY"),
+        )
+}

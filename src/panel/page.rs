@@ -1,0 +1,337 @@
+//! What every page shares: the frame (header, navigation, sign-out), the
+//! one format for dates and money, form fields with their errors next to
+//! them, and the panel's stylesheet and script.
+
+use chrono::{DateTime, Utc};
+use maud::{DOCTYPE, Markup, html};
+use poem::{
+    Response, handler,
+    http::{StatusCode, header},
+};
+
+use super::session::SignedIn;
+
+const STYLESHEET: &str = include_str!("assets/panel.css");
+const SCRIPT: &str = include_str!("assets/panel.js");
+
+#[handler]
+pub fn stylesheet() -> Response {
+    asset(STYLESHEET, "text/css; charset=utf-8")
+}
+
+#[handler]
+pub fn script() -> Response {
+    asset(SCRIPT, "text/javascript; charset=utf-8")
+}
+
+fn asset(body: &'static str, content_type: &'static str) -> Response {
+    Response::builder()
+        .header(header::CONTENT_TYPE, content_type)
+        .body(body)
+}
+
+fn head(title: &str) -> Markup {
+    html! {
+        (DOCTYPE)
+        meta charset="utf-8";
+        meta name="viewport" content="width=device-width, initial-scale=1";
+        title { (title) " · masterpay" }
+        link rel="stylesheet" href="/assets/panel.css";
+        script src="/assets/panel.js" defer {}
+    }
+}
+
+/// A page of a signed-in administrator.
+pub fn frame(admin: &SignedIn, title: &str, body: Markup) -> Markup {
+    html! {
+        html lang="en" {
+            head { (head(title)) }
+            body {
+                header {
+                    a.brand href="/" { "masterpay" }
+                    nav {
+                        a href="/" { "Overview" }
+                        a href="/projects" { "Projects" }
+                        a href="/orders" { "Orders" }
+                        a href="/ledger" { "Ledger" }
+                        a href="/audit-log" { "Audit log" }
+                    }
+                    form.sign-out method="post" action="/sign-out" {
+                        (csrf(admin))
+                        span.who { (admin.name()) }
+                        button type="submit" { "Sign out" }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// A page without the navigation (sign-in, errors).
+pub fn bare(status: StatusCode, title: &str, text: &str) -> Response {
+    let markup = bare_markup(
+        title,
+        html! {
+            p { (text) }
+            p { a href="/" { "Back to the panel" } }
+        },
+    );
+    render(status, markup)
+}
+
+pub fn bare_markup(title: &str, body: Markup) -> Markup {
+    html! {
+        html lang="en" {
+            head { (head(title)) }
+            body.bare {
+                main {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// An HTML answer.
+pub fn render(status: StatusCode, markup: Markup) -> Response {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .body(markup.into_string())
+}
+
+pub fn ok(markup: Markup) -> Response {
+    render(StatusCode::OK, markup)
+}
+
+/// A form sent back with errors: nothing was changed.
+pub fn invalid(markup: Markup) -> Response {
+    render(StatusCode::UNPROCESSABLE_ENTITY, markup)
+}
+
+/// POST-redirect-GET: where the browser goes after a change.
+pub fn redirect(to: &str) -> Response {
+    Response::builder()
+        .status(StatusCode::SEE_OTHER)
+        .header(header::LOCATION, to)
+        .finish()
+}
+
+/// The hidden CSRF field every form carries.
+pub fn csrf(admin: &SignedIn) -> Markup {
+    csrf_field(&admin.csrf)
+}
+
+pub fn csrf_field(token: &str) -> Markup {
+    html! { input type="hidden" name="csrf" value=(token); }
+}
+
+/// The one format of a moment: `2026-11-25 21:07:45 UTC`.
+pub fn when(at: &DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+pub fn when_or(at: Option<&DateTime<Utc>>, none: &str) -> String {
+    at.map_or_else(|| none.to_owned(), when)
+}
+
+/// Field errors of a form, by field name.
+#[derive(Debug, Default)]
+pub struct FieldErrors(Vec<(&'static str, String)>);
+
+impl FieldErrors {
+    pub fn add(&mut self, field: &'static str, message: impl Into<String>) {
+        self.0.push((field, message.into()));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn of(&self, field: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(name, _)| *name == field)
+            .map(|(_, message)| message.as_str())
+    }
+
+    /// The message next to a field, when it has one.
+    pub fn show(&self, field: &str) -> Markup {
+        html! {
+            @if let Some(message) = self.of(field) {
+                p.field-error id={ (field) "-error" } role="alert" { (message) }
+            }
+        }
+    }
+}
+
+/// A labelled text input with its value and error.
+pub fn text_field(
+    label: &str,
+    name: &str,
+    value: &str,
+    errors: &FieldErrors,
+    attrs: FieldAttrs,
+) -> Markup {
+    html! {
+        label.field {
+            span { (label) }
+            input type=(attrs.kind) name=(name) value=(value)
+                required[attrs.required] placeholder=[attrs.placeholder]
+                aria-invalid=[errors.of(name).map(|_| "true")];
+            (errors.show(name))
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct FieldAttrs {
+    pub kind: &'static str,
+    pub required: bool,
+    pub placeholder: Option<&'static str>,
+}
+
+impl FieldAttrs {
+    pub const TEXT: FieldAttrs = FieldAttrs {
+        kind: "text",
+        required: true,
+        placeholder: None,
+    };
+    pub const OPTIONAL: FieldAttrs = FieldAttrs {
+        kind: "text",
+        required: false,
+        placeholder: None,
+    };
+}
+
+/// A small badge (a permission, a state).
+pub fn badge(text: &str, kind: &str) -> Markup {
+    html! { span class={ "badge " (kind) } { (text) } }
+}
+
+/// An active/disabled badge.
+pub fn state_badge(active: bool) -> Markup {
+    if active {
+        badge("active", "ok")
+    } else {
+        badge("disabled", "off")
+    }
+}
+
+/// A signed amount of cents in the one money format: `-0.05`, `1250.50`.
+pub fn signed_money(cents: i64) -> String {
+    let sign = if cents < 0 { "-" } else { "" };
+    let magnitude = cents.unsigned_abs();
+    format!("{sign}{}.{:02}", magnitude / 100, magnitude % 100)
+}
+
+/// A list page's filters: the query string's parameters, read trimmed.
+/// Every value is text, so that a bad one gets its error next to its field
+/// instead of a bare 400.
+#[derive(Debug, Default)]
+pub struct Params(Vec<(String, String)>);
+
+impl Params {
+    #[cfg(test)]
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> Params {
+        Params(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+    }
+
+    /// The trimmed value of `name`; empty when it is missing.
+    pub fn get(&self, name: &str) -> &str {
+        self.0
+            .iter()
+            .find(|(key, _)| key == name)
+            .map_or("", |(_, value)| value.trim())
+    }
+
+    /// A query string (`?a=1&b=2`, or empty) carrying the non-blank values
+    /// of `names`, for links that keep the filters.
+    pub fn query(&self, names: &[&str]) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for name in names {
+            let value = self.get(name);
+            if !value.is_empty() {
+                query.append_pair(name, value);
+            }
+        }
+        let query = query.finish();
+        if query.is_empty() {
+            query
+        } else {
+            format!("?{query}")
+        }
+    }
+}
+
+impl<'a> poem::FromRequest<'a> for Params {
+    async fn from_request(
+        req: &'a poem::Request,
+        _body: &mut poem::RequestBody,
+    ) -> poem::Result<Self> {
+        let pairs = req
+            .uri()
+            .query()
+            .map(|query| {
+                form_urlencoded::parse(query.as_bytes())
+                    .into_owned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Params(pairs))
+    }
+}
+
+/// A day filter, `YYYY-MM-DD`, as the start of that day in UTC; blank is
+/// none.
+pub fn parse_day(text: &str) -> Result<Option<DateTime<Utc>>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let shaped = text.len() == 10
+        && text.bytes().enumerate().all(|(at, b)| match at {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    shaped
+        .then(|| chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").ok())
+        .flatten()
+        .map(|day| Some(day.and_time(chrono::NaiveTime::MIN).and_utc()))
+        .ok_or_else(|| "not a date: write it as YYYY-MM-DD, such as 2026-11-25".to_owned())
+}
+
+/// The `from` and `to` day filters of a list, both days included, as the
+/// moments `[from, until)`: from the start of `from`'s UTC day to the
+/// start of the day after `to`. Errors go next to the fields `from` and
+/// `to`.
+pub fn parse_day_range(
+    from: &str,
+    to: &str,
+    errors: &mut FieldErrors,
+) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+    let start = parse_day(from).unwrap_or_else(|message| {
+        errors.add("from", message);
+        None
+    });
+    let last = parse_day(to).unwrap_or_else(|message| {
+        errors.add("to", message);
+        None
+    });
+    if let (Some(start), Some(last)) = (start, last)
+        && last < start
+    {
+        errors.add("to", "must not be before the first day");
+    }
+    (start, last.map(|day| day + chrono::Days::new(1)))
+}

@@ -1,0 +1,283 @@
+//! The panel's request guards: who is signed in, and whether a POST may
+//! change anything.
+//!
+//! Every browser holds one cookie, HttpOnly and SameSite=Strict (and Secure,
+//! named with the `__Host-` prefix, when the panel is served over TLS): a
+//! random value given before sign-in, replaced by a session's value at
+//! sign-in (so a value planted before sign-in is worth nothing after it).
+//! The CSRF token every form carries is derived from that value
+//! ([`csrf_token`]), so it needs no storage, differs per browser and
+//! session, and cannot be computed without the cookie, which scripts of
+//! other origins cannot read. A POST ([`PostForm`]) is refused before
+//! anything is read from its body when the browser says it comes from
+//! another origin (`Origin`, `Sec-Fetch-Site`), and then unless its token
+//! matches the cookie's.
+
+use poem::{FromRequest, Request, RequestBody, http::header};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::{PanelError, PanelState};
+use crate::service::{
+    admin_audit::Actor,
+    panel_access::{self, Secret, Session},
+};
+
+/// Largest form body the panel reads.
+const MAX_FORM_BYTES: usize = 64 * 1024;
+
+/// The cookie's name: with `Secure`, the `__Host-` prefix makes browsers
+/// refuse it unless it is Secure, host-only and for the whole path.
+pub fn cookie_name(secure: bool) -> &'static str {
+    if secure {
+        "__Host-masterpay_session"
+    } else {
+        "masterpay_session"
+    }
+}
+
+/// A `Set-Cookie` value for the panel's cookie `name`; `max_age` of 0
+/// deletes it, none makes it last until the browser closes.
+pub fn set_cookie(
+    name: &str,
+    value: &str,
+    path: &str,
+    secure: bool,
+    max_age: Option<i64>,
+) -> String {
+    let mut cookie = format!("{name}={value}; Path={path}; HttpOnly; SameSite=Strict");
+    if let Some(seconds) = max_age {
+        cookie.push_str(&format!("; Max-Age={seconds}"));
+    }
+    if secure {
+        cookie.push_str("; Secure");
+    }
+    cookie
+}
+
+/// The value of cookie `name` in the request, if any.
+pub fn read_cookie(req: &Request, name: &str) -> Option<String> {
+    req.headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|line| line.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.to_owned())
+        .filter(|value| !value.is_empty())
+}
+
+/// The CSRF token of the browser holding `cookie`.
+pub fn csrf_token(cookie: &Secret) -> String {
+    let mut digest = Sha256::new();
+    digest.update(b"masterpay panel csrf\0");
+    digest.update(cookie.expose().as_bytes());
+    hex::encode(digest.finalize())
+}
+
+/// The address a request came from (the TCP peer).
+pub fn client_address(req: &Request) -> String {
+    req.remote_addr()
+        .as_socket_addr()
+        .map(|addr| addr.ip().to_string())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The browser's cookie value; a fresh one (to be set by the answer) when
+/// it has none.
+pub struct Visitor {
+    pub cookie: Secret,
+    /// Whether the answer must set the cookie.
+    pub fresh: bool,
+}
+
+impl Visitor {
+    pub fn of(req: &Request, state: &PanelState) -> Visitor {
+        match read_cookie(req, cookie_name(state.cookie_secure)) {
+            Some(value) => Visitor {
+                cookie: Secret::from_client(&value),
+                fresh: false,
+            },
+            None => Visitor {
+                cookie: Secret::generate(),
+                fresh: true,
+            },
+        }
+    }
+
+    pub fn csrf(&self) -> String {
+        csrf_token(&self.cookie)
+    }
+}
+
+/// A signed-in administrator; requests without a live session are sent to
+/// the sign-in page.
+pub struct SignedIn {
+    pub session: Session,
+    pub csrf: String,
+    pub address: String,
+}
+
+impl SignedIn {
+    /// The actor of the changes this request makes.
+    pub fn actor(&self) -> Actor {
+        self.session.actor(Some(self.address.clone()))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.session.administrator.name
+    }
+}
+
+impl<'a> FromRequest<'a> for SignedIn {
+    async fn from_request(req: &'a Request, _body: &mut RequestBody) -> poem::Result<Self> {
+        let state = PanelState::of(req)?;
+        let cookie = read_cookie(req, cookie_name(state.cookie_secure))
+            .map(|value| Secret::from_client(&value))
+            .ok_or(PanelError::SignInRequired)?;
+        let session = panel_access::session(&state.db, &cookie)
+            .await
+            .map_err(PanelError::from)?
+            .ok_or(PanelError::SignInRequired)?;
+        Ok(SignedIn {
+            session,
+            csrf: csrf_token(&cookie),
+            address: client_address(req),
+        })
+    }
+}
+
+/// A POSTed form that passed the origin and CSRF checks, as name/value
+/// pairs in their order (a name may repeat, as checkboxes do).
+pub struct PostForm {
+    pairs: Vec<(String, String)>,
+}
+
+impl PostForm {
+    /// The trimmed value of `name`; empty when it is missing.
+    pub fn get(&self, name: &str) -> &str {
+        self.pairs
+            .iter()
+            .find(|(key, _)| key == name)
+            .map_or("", |(_, value)| value.trim())
+    }
+
+    /// Every value of `name`.
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.pairs
+            .iter()
+            .filter(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+            .collect()
+    }
+
+    #[cfg(test)]
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> PostForm {
+        PostForm {
+            pairs: pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        }
+    }
+}
+
+/// Whether the browser says the request comes from a page of another
+/// origin. Browsers send `Origin` with every POST and `Sec-Fetch-Site`
+/// with every request; a client sending neither is left to the CSRF token.
+fn cross_origin(req: &Request) -> bool {
+    let headers = req.headers();
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = text("sec-fetch-site")
+        && site != "same-origin"
+    {
+        return true;
+    }
+    match (text("origin"), text("host")) {
+        (Some(origin), Some(host)) => {
+            let authority = origin
+                .strip_prefix("https://")
+                .or_else(|| origin.strip_prefix("http://"));
+            authority != Some(host)
+        }
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+impl<'a> FromRequest<'a> for PostForm {
+    async fn from_request(req: &'a Request, body: &mut RequestBody) -> poem::Result<Self> {
+        if cross_origin(req) {
+            return Err(PanelError::Forbidden("cross-origin requests are refused").into());
+        }
+        let state = PanelState::of(req)?;
+        let Some(cookie) = read_cookie(req, cookie_name(state.cookie_secure)) else {
+            return Err(PanelError::Forbidden("the form's security token is missing").into());
+        };
+        let bytes = body
+            .take()?
+            .into_bytes_limit(MAX_FORM_BYTES)
+            .await
+            .map_err(|_| PanelError::Forbidden("the form is too large"))?;
+        let pairs: Vec<(String, String)> = form_urlencoded::parse(&bytes).into_owned().collect();
+        let expected = csrf_token(&Secret::from_client(&cookie));
+        let sent = pairs
+            .iter()
+            .find(|(key, _)| key == "csrf")
+            .map_or("", |(_, value)| value.as_str());
+        if !bool::from(sent.as_bytes().ct_eq(expected.as_bytes())) {
+            return Err(PanelError::Forbidden(
+                "the form's security token does not match; reload the page and try again",
+            )
+            .into());
+        }
+        Ok(PostForm { pairs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_same_origin_posts_pass() {
+        let post = |headers: &[(&str, &str)]| {
+            let mut builder = Request::builder().method(poem::http::Method::POST);
+            for (name, value) in headers {
+                builder = builder.header(*name, *value);
+            }
+            cross_origin(&builder.finish())
+        };
+        assert!(!post(&[("host", "127.0.0.1:8081")]));
+        assert!(!post(&[
+            ("host", "p.example"),
+            ("origin", "https://p.example")
+        ]));
+        assert!(!post(&[
+            ("host", "p.example"),
+            ("sec-fetch-site", "same-origin")
+        ]));
+        assert!(post(&[
+            ("host", "p.example"),
+            ("origin", "https://evil.example")
+        ]));
+        assert!(post(&[("host", "p.example"), ("origin", "null")]));
+        assert!(post(&[
+            ("host", "p.example"),
+            ("sec-fetch-site", "same-site")
+        ]));
+        assert!(post(&[
+            ("host", "p.example"),
+            ("sec-fetch-site", "cross-site")
+        ]));
+    }
+
+    #[test]
+    fn csrf_tokens_differ_per_cookie() {
+        let a = csrf_token(&Secret::from_client("a"));
+        assert_eq!(a, csrf_token(&Secret::from_client("a")));
+        assert_ne!(a, csrf_token(&Secret::from_client("b")));
+        assert_eq!(a.len(), 64);
+    }
+}

@@ -1,0 +1,180 @@
+//! Signing in (by password, or by a single-use link) and out.
+
+use maud::html;
+use poem::{
+    Request, Response, handler,
+    http::{StatusCode, header},
+    web::{Data, Path},
+};
+
+use super::{
+    PanelError, PanelState,
+    page::{self, FieldAttrs, FieldErrors},
+    session::{PostForm, Visitor, client_address, cookie_name, read_cookie, set_cookie},
+};
+use crate::service::panel_access::{self, SESSION_LIFETIME, Secret, SignInError};
+
+/// The answer with the visitor's cookie set when it is new.
+fn with_visitor_cookie(mut response: Response, visitor: &Visitor, state: &PanelState) -> Response {
+    if visitor.fresh {
+        let cookie = set_cookie(
+            cookie_name(state.cookie_secure),
+            visitor.cookie.expose(),
+            "/",
+            state.cookie_secure,
+            None,
+        );
+        if let Ok(value) = cookie.parse() {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    response
+}
+
+/// Signed in: the session's cookie replaces whatever the browser held.
+fn signed_in(secret: &Secret, state: &PanelState) -> Response {
+    let cookie = set_cookie(
+        cookie_name(state.cookie_secure),
+        secret.expose(),
+        "/",
+        state.cookie_secure,
+        Some(SESSION_LIFETIME.num_seconds()),
+    );
+    let mut response = page::redirect("/");
+    if let Ok(value) = cookie.parse() {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+fn sign_in_page(status: StatusCode, csrf: &str, name: &str, errors: &FieldErrors) -> Response {
+    page::render(
+        status,
+        page::bare_markup(
+            "Sign in",
+            html! {
+                form method="post" action="/sign-in" {
+                    (page::csrf_field(csrf))
+                    (errors.show("form"))
+                    (page::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
+                    label.field {
+                        span { "Password" }
+                        input type="password" name="password" required autocomplete="current-password";
+                    }
+                    button type="submit" { "Sign in" }
+                }
+                p.muted { "No password yet, or forgotten? Ask for a sign-in link: "
+                    code { "masterpay admin login-link --name NAME" } }
+            },
+        ),
+    )
+}
+
+#[handler]
+pub async fn show(req: &Request, state: Data<&PanelState>) -> Result<Response, PanelError> {
+    let visitor = Visitor::of(req, &state);
+    if !visitor.fresh
+        && panel_access::session(&state.db, &visitor.cookie)
+            .await?
+            .is_some()
+    {
+        return Ok(page::redirect("/"));
+    }
+    let response = sign_in_page(StatusCode::OK, &visitor.csrf(), "", &FieldErrors::default());
+    Ok(with_visitor_cookie(response, &visitor, &state))
+}
+
+#[handler]
+pub async fn submit(
+    req: &Request,
+    form: PostForm,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let visitor = Visitor::of(req, &state);
+    let name = form.get("name");
+    let mut errors = FieldErrors::default();
+    let status = match panel_access::sign_in(
+        &state.db,
+        name,
+        form.get("password"),
+        &client_address(req),
+    )
+    .await
+    {
+        Ok((secret, _)) => return Ok(signed_in(&secret, &state)),
+        Err(SignInError::Db(err)) => return Err(err.into()),
+        Err(err @ SignInError::RateLimited) => {
+            errors.add("form", format!("{err}. Sign-in is paused after {} failures in {} minutes, for the name and for the address.",
+                panel_access::MAX_FAILURES, panel_access::FAILURE_WINDOW.num_minutes()));
+            StatusCode::TOO_MANY_REQUESTS
+        }
+        Err(err @ SignInError::Refused) => {
+            errors.add("form", err.to_string());
+            StatusCode::UNAUTHORIZED
+        }
+    };
+    Ok(sign_in_page(status, &visitor.csrf(), name, &errors))
+}
+
+fn link_gone() -> Response {
+    page::bare(
+        StatusCode::GONE,
+        "This sign-in link cannot be used",
+        "It was used already, it has expired (links last 15 minutes), or its administrator is disabled. Ask for a new one.",
+    )
+}
+
+#[handler]
+pub async fn link_form(
+    req: &Request,
+    Path(secret): Path<String>,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let link = Secret::from_client(&secret);
+    let Some(admin) = panel_access::login_link_administrator(&state.db, &link).await? else {
+        return Ok(link_gone());
+    };
+    let visitor = Visitor::of(req, &state);
+    let response = page::ok(page::bare_markup(
+        "Sign in with a link",
+        html! {
+            p { "This link signs you in as " strong { (admin.name) } ", once." }
+            form method="post" action="/sign-in/link" {
+                (page::csrf_field(&visitor.csrf()))
+                input type="hidden" name="link" value=(secret);
+                button type="submit" { "Sign in as " (admin.name) }
+            }
+        },
+    ));
+    Ok(with_visitor_cookie(response, &visitor, &state))
+}
+
+#[handler]
+pub async fn link_submit(
+    req: &Request,
+    form: PostForm,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let link = Secret::from_client(form.get("link"));
+    match panel_access::redeem_login_link(&state.db, &link, &client_address(req)).await? {
+        Some((secret, _)) => Ok(signed_in(&secret, &state)),
+        None => Ok(link_gone()),
+    }
+}
+
+#[handler]
+pub async fn sign_out(
+    req: &Request,
+    _form: PostForm,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let name = cookie_name(state.cookie_secure);
+    if let Some(value) = read_cookie(req, name) {
+        panel_access::sign_out(&state.db, &Secret::from_client(&value)).await?;
+    }
+    let mut response = page::redirect("/sign-in");
+    if let Ok(value) = set_cookie(name, "", "/", state.cookie_secure, Some(0)).parse() {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    Ok(response)
+}

@@ -1,0 +1,151 @@
+//! The admin audit log: every change made through the panel or the command
+//! line, with who made it, on which object, and the object before and after.
+//!
+//! [`record`] takes the transaction of the change, so a change and its row
+//! commit together or not at all. What goes into `before` and `after` is the
+//! caller's choice of the object's fields; a secret (a token value, a
+//! password, a hash of either) never does. Changes made through the API
+//! (orders created, completed or cancelled by a game panel) are the
+//! operation log's and the orders', not this log's.
+
+use chrono::{DateTime, Utc};
+use entity::admin_audit_entry;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+};
+use serde_json::Value;
+
+use super::now;
+
+/// What `actor` reads for a change made from the command line.
+pub const COMMAND_LINE: &str = "command line";
+
+/// Who makes a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Actor {
+    /// The `masterpay` command, run by whoever can reach the database.
+    CommandLine,
+    /// An administrator signed in to the panel, from `address`.
+    Administrator {
+        id: i64,
+        name: String,
+        address: Option<String>,
+    },
+}
+
+impl Actor {
+    /// The administrator's name, or [`COMMAND_LINE`].
+    pub fn name(&self) -> &str {
+        match self {
+            Actor::CommandLine => COMMAND_LINE,
+            Actor::Administrator { name, .. } => name,
+        }
+    }
+}
+
+/// One change, as it goes into the log.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// `object.verb`, such as `token.create`.
+    pub action: &'static str,
+    pub object_kind: &'static str,
+    pub object_id: String,
+    pub before: Option<Value>,
+    pub after: Option<Value>,
+}
+
+impl Change {
+    pub fn new(action: &'static str, object_kind: &'static str, object_id: impl ToString) -> Self {
+        Change {
+            action,
+            object_kind,
+            object_id: object_id.to_string(),
+            before: None,
+            after: None,
+        }
+    }
+
+    pub fn before(mut self, before: Value) -> Self {
+        self.before = Some(before);
+        self
+    }
+
+    pub fn after(mut self, after: Value) -> Self {
+        self.after = Some(after);
+        self
+    }
+}
+
+/// Writes `change` by `actor`, on `txn`: the transaction of the change.
+pub async fn record<C: ConnectionTrait>(
+    txn: &C,
+    actor: &Actor,
+    change: Change,
+) -> Result<(), DbErr> {
+    let (administrator_id, address) = match actor {
+        Actor::CommandLine => (None, None),
+        Actor::Administrator { id, address, .. } => (Some(*id), address.clone()),
+    };
+    admin_audit_entry::ActiveModel {
+        at: Set(now()),
+        administrator_id: Set(administrator_id),
+        actor: Set(actor.name().to_owned()),
+        action: Set(change.action.to_owned()),
+        object_kind: Set(change.object_kind.to_owned()),
+        object_id: Set(change.object_id),
+        before: Set(change.before.map(|v| v.to_string())),
+        after: Set(change.after.map(|v| v.to_string())),
+        address: Set(address),
+        ..Default::default()
+    }
+    .insert(txn)
+    .await?;
+    Ok(())
+}
+
+/// Which entries [`list`] keeps; every field narrows.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    /// An administrator's name, or [`COMMAND_LINE`].
+    pub actor: Option<String>,
+    /// An exact action (`token.create`) or an object kind's prefix (`token`).
+    pub action: Option<String>,
+    pub object_kind: Option<String>,
+    pub object_id: Option<String>,
+    pub from: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// The newest `limit` entries `filter` keeps, newest first.
+pub async fn list(
+    db: &DatabaseConnection,
+    filter: &AuditFilter,
+    limit: u64,
+) -> Result<Vec<admin_audit_entry::Model>, DbErr> {
+    use admin_audit_entry::Column;
+    let mut query = admin_audit_entry::Entity::find();
+    if let Some(actor) = &filter.actor {
+        query = query.filter(Column::Actor.eq(actor.as_str()));
+    }
+    if let Some(action) = &filter.action {
+        query = if action.contains('.') {
+            query.filter(Column::Action.eq(action.as_str()))
+        } else {
+            query.filter(Column::Action.starts_with(format!("{action}.")))
+        };
+    }
+    if let Some(kind) = &filter.object_kind {
+        query = query.filter(Column::ObjectKind.eq(kind.as_str()));
+    }
+    if let Some(id) = &filter.object_id {
+        query = query.filter(Column::ObjectId.eq(id.as_str()));
+    }
+    if let Some(from) = filter.from {
+        query = query.filter(Column::At.gte(from));
+    }
+    if let Some(until) = filter.until {
+        query = query.filter(Column::At.lt(until));
+    }
+    query.order_by_desc(Column::Id).limit(limit).all(db).await
+}

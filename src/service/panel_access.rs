@@ -1,0 +1,292 @@
+//! Who may use the administration panel: sign-in by password (rate
+//! limited), single-use sign-in links, and the sessions both start.
+//!
+//! Every secret here (a session's cookie value, a link's secret) is 43
+//! characters from [A-Za-z0-9] drawn from the OS CSPRNG (about 256 bits),
+//! handed out once and stored only as its SHA-256, so a copy of the
+//! database signs no one in. Everything lives in the database, not in an
+//! instance's memory: any instance answers any browser, and the failure
+//! count of the rate limit is the same on all of them.
+//!
+//! A session lasts [`SESSION_LIFETIME`] from its sign-in, never longer
+//! (signing in again starts a new one, with a new cookie); it ends at
+//! sign-out, and at once for every session of an administrator who is
+//! disabled (their rows are deleted, and a session is only found with its
+//! administrator active).
+
+use std::fmt;
+
+use chrono::{DateTime, Duration, Utc};
+use entity::{admin_login_link, admin_session, admin_sign_in_failure, administrator};
+use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
+use sea_orm::{
+    ActiveModelTrait,
+    ActiveValue::Set,
+    ColumnTrait, Condition, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait, QueryFilter,
+    sea_query::{Expr, ExprTrait},
+};
+
+use super::{
+    AdminError,
+    admin_audit::{self, Actor, Change},
+    admins, now,
+    tokens::hash,
+};
+
+/// How long a session lasts from its sign-in.
+pub const SESSION_LIFETIME: Duration = Duration::hours(8);
+/// How long a sign-in link can be used.
+pub const LOGIN_LINK_LIFETIME: Duration = Duration::minutes(15);
+/// Failed sign-ins allowed per name and per address within
+/// [`FAILURE_WINDOW`]; the next attempt is refused without checking.
+pub const MAX_FAILURES: u64 = 5;
+pub const FAILURE_WINDOW: Duration = Duration::minutes(5);
+
+const SECRET_LEN: usize = 43;
+
+/// A session cookie's value or a link's secret. Its `Debug` is redacted.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn generate() -> Secret {
+        Secret(
+            OsRng
+                .unwrap_err()
+                .sample_iter(Alphanumeric)
+                .take(SECRET_LEN)
+                .map(char::from)
+                .collect(),
+        )
+    }
+
+    /// A secret as the browser sent it back.
+    pub fn from_client(text: &str) -> Secret {
+        Secret(text.to_owned())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// A signed-in administrator.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub administrator: administrator::Model,
+    pub expires_at: DateTime<Utc>,
+}
+
+impl Session {
+    /// The actor of the changes made in this session, from `address`.
+    pub fn actor(&self, address: Option<String>) -> Actor {
+        Actor::Administrator {
+            id: self.administrator.id,
+            name: self.administrator.name.clone(),
+            address,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SignInError {
+    #[error("too many failed sign-ins; try again in a few minutes")]
+    RateLimited,
+    #[error("wrong name or password")]
+    Refused,
+    #[error(transparent)]
+    Db(#[from] DbErr),
+}
+
+/// Signs `name` in with `password`, from `address`: a new session and its
+/// cookie value. After [`MAX_FAILURES`] failures within [`FAILURE_WINDOW`]
+/// for the name or for the address, refuses without checking the password.
+pub async fn sign_in(
+    db: &DatabaseConnection,
+    name: &str,
+    password: &str,
+    address: &str,
+) -> Result<(Secret, Session), SignInError> {
+    let name = name.trim();
+    let since = now() - FAILURE_WINDOW;
+    use admin_sign_in_failure::Column;
+    let recent = |condition: Condition| {
+        admin_sign_in_failure::Entity::find()
+            .filter(condition)
+            .filter(Column::FailedAt.gt(since))
+            .count(db)
+    };
+    if recent(Condition::all().add(Column::Name.eq(name))).await? >= MAX_FAILURES
+        || recent(Condition::all().add(Column::Address.eq(address))).await? >= MAX_FAILURES
+    {
+        return Err(SignInError::RateLimited);
+    }
+    let Some(admin) = admins::verify(db, name, password).await? else {
+        admin_sign_in_failure::ActiveModel {
+            name: Set(name.chars().take(200).collect()),
+            address: Set(address.to_owned()),
+            failed_at: Set(now()),
+            ..Default::default()
+        }
+        .insert(db)
+        .await?;
+        return Err(SignInError::Refused);
+    };
+    admin_sign_in_failure::Entity::delete_many()
+        .filter(Column::Name.eq(name).or(Column::FailedAt.lte(since)))
+        .exec(db)
+        .await?;
+    Ok(start_session(db, admin, address).await?)
+}
+
+async fn start_session(
+    db: &DatabaseConnection,
+    administrator: administrator::Model,
+    address: &str,
+) -> Result<(Secret, Session), DbErr> {
+    admin_session::Entity::delete_many()
+        .filter(admin_session::Column::ExpiresAt.lte(now()))
+        .exec(db)
+        .await?;
+    let secret = Secret::generate();
+    let created_at = now();
+    let expires_at = created_at + SESSION_LIFETIME;
+    admin_session::ActiveModel {
+        session_hash: Set(hash(secret.expose())),
+        administrator_id: Set(administrator.id),
+        created_at: Set(created_at),
+        expires_at: Set(expires_at),
+        address: Set(Some(address.to_owned())),
+        ..Default::default()
+    }
+    .insert(db)
+    .await?;
+    tracing::info!(administrator = %administrator.name, %address, "panel sign-in");
+    Ok((
+        secret,
+        Session {
+            administrator,
+            expires_at,
+        },
+    ))
+}
+
+/// The session of a cookie value: unexpired, its administrator active.
+pub async fn session(db: &DatabaseConnection, cookie: &Secret) -> Result<Option<Session>, DbErr> {
+    let found = admin_session::Entity::find()
+        .filter(admin_session::Column::SessionHash.eq(hash(cookie.expose())))
+        .filter(admin_session::Column::ExpiresAt.gt(now()))
+        .find_also_related(administrator::Entity)
+        .one(db)
+        .await?;
+    Ok(match found {
+        Some((session, Some(administrator))) if administrator.active => Some(Session {
+            administrator,
+            expires_at: session.expires_at,
+        }),
+        _ => None,
+    })
+}
+
+/// Ends the session of a cookie value (nothing when there is none).
+pub async fn sign_out(db: &DatabaseConnection, cookie: &Secret) -> Result<(), DbErr> {
+    admin_session::Entity::delete_many()
+        .filter(admin_session::Column::SessionHash.eq(hash(cookie.expose())))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// A new single-use sign-in link's secret for the active administrator
+/// `name`, valid [`LOGIN_LINK_LIFETIME`]; recorded in the admin audit log
+/// (without the secret).
+pub async fn create_login_link(
+    db: &DatabaseConnection,
+    actor: &Actor,
+    name: &str,
+) -> Result<(Secret, DateTime<Utc>), AdminError> {
+    let administrator = administrator::Entity::find()
+        .filter(administrator::Column::Name.eq(name.trim()))
+        .one(db)
+        .await?
+        .ok_or_else(|| AdminError::Invalid(format!("no administrator is named {name:?}")))?;
+    if !administrator.active {
+        return Err(AdminError::Invalid(format!(
+            "administrator {name:?} is disabled; enable them first"
+        )));
+    }
+    let secret = Secret::generate();
+    let expires_at = now() + LOGIN_LINK_LIFETIME;
+    let txn = super::begin_write(db).await?;
+    admin_login_link::ActiveModel {
+        link_hash: Set(hash(secret.expose())),
+        administrator_id: Set(administrator.id),
+        created_at: Set(now()),
+        expires_at: Set(expires_at),
+        used_at: Set(None),
+        ..Default::default()
+    }
+    .insert(&txn)
+    .await?;
+    admin_audit::record(
+        &txn,
+        actor,
+        Change::new(
+            "administrator.login_link",
+            "administrator",
+            &administrator.name,
+        )
+        .after(serde_json::json!({"expires_at": expires_at})),
+    )
+    .await?;
+    txn.commit().await?;
+    Ok((secret, expires_at))
+}
+
+/// The administrator a sign-in link would sign in, while it is unused,
+/// unexpired and its administrator active; nothing is changed.
+pub async fn login_link_administrator(
+    db: &DatabaseConnection,
+    link: &Secret,
+) -> Result<Option<administrator::Model>, DbErr> {
+    let found = admin_login_link::Entity::find()
+        .filter(admin_login_link::Column::LinkHash.eq(hash(link.expose())))
+        .filter(admin_login_link::Column::UsedAt.is_null())
+        .filter(admin_login_link::Column::ExpiresAt.gt(now()))
+        .find_also_related(administrator::Entity)
+        .one(db)
+        .await?;
+    Ok(found.and_then(|(_, admin)| admin).filter(|a| a.active))
+}
+
+/// Uses a sign-in link: of any number of requests with one link, one
+/// marks it used (a guarded update) and gets a session; the others, and
+/// every request after it expired, get `None`.
+pub async fn redeem_login_link(
+    db: &DatabaseConnection,
+    link: &Secret,
+    address: &str,
+) -> Result<Option<(Secret, Session)>, DbErr> {
+    let Some(administrator) = login_link_administrator(db, link).await? else {
+        return Ok(None);
+    };
+    let used = admin_login_link::Entity::update_many()
+        .col_expr(admin_login_link::Column::UsedAt, Expr::value(now()))
+        .filter(admin_login_link::Column::LinkHash.eq(hash(link.expose())))
+        .filter(admin_login_link::Column::UsedAt.is_null())
+        .filter(admin_login_link::Column::ExpiresAt.gt(now()))
+        .exec(db)
+        .await?
+        .rows_affected
+        == 1;
+    if !used {
+        return Ok(None);
+    }
+    Ok(Some(start_session(db, administrator, address).await?))
+}

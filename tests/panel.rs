@@ -1,0 +1,2320 @@
+//! The administration panel over real HTTP, on every backend, driven by a
+//! client that behaves like a browser: redirects are not followed, the
+//! panel's cookie is kept by hand from `Set-Cookie` (so that its attributes
+//! can be checked), every POST carries `Origin` and the form's `csrf` field
+//! taken from the page, as a browser sends them.
+//!
+//! - every page and every form needs a live session;
+//! - sign-in: the cookie renewed at sign-in, its attributes (and the
+//!   `__Host-` name with `Secure` when configured), a wrong password and an
+//!   unknown name answered alike, the rate limit per name and per address
+//!   (429, then sign-in again once the failures are old);
+//! - single-use sign-in links: shown without being used, used once, gone
+//!   when used or expired, stored as their SHA-256 only (as sessions are);
+//! - a POST without the right CSRF token, or from another origin, changes
+//!   nothing;
+//! - the security headers on every answer, and no inline script or style;
+//! - sign-out, expired sessions, disabled administrators;
+//! - each listener answers only its own routes;
+//! - every action writes its admin audit row, who, from where, before and
+//!   after.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use chrono::{Duration, Utc};
+use common::{Backend, TestApp};
+use entity::{
+    admin_audit_entry, admin_login_link, admin_session, admin_sign_in_failure, administrator,
+};
+use masterpay::service::{
+    admin_audit::Actor,
+    admins::{self, Password},
+    panel_access,
+    tokens::Permission,
+};
+use regex::Regex;
+use reqwest::header::HeaderMap;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder,
+    sea_query::Expr,
+};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// One test per backend for each test taking a [`Panel`] (the panel on,
+/// one administrator) and for each taking a [`Backend`] (its own settings).
+macro_rules! panel_tests {
+    (panel: [$($name:ident),* $(,)?], backend: [$($own:ident),* $(,)?] $(,)?) => {
+        panel_tests!(@backend sqlite, Sqlite, [$($name),*], [$($own),*]);
+        panel_tests!(@backend postgres, Postgres, [$($name),*], [$($own),*]);
+        panel_tests!(@backend mysql, MySql, [$($name),*], [$($own),*]);
+    };
+    (@backend $module:ident, $backend:ident, [$($name:ident),*], [$($own:ident),*]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    if let Some(panel) = super::Panel::start(super::Backend::$backend, false).await {
+                        super::$name(panel).await
+                    }
+                }
+            )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $own() {
+                    super::$own(super::Backend::$backend).await
+                }
+            )*
+        }
+    };
+}
+
+panel_tests!(
+    panel: [
+        pages_need_a_session,
+        posts_without_a_session_change_nothing,
+        sign_in_replaces_the_cookie_with_a_session_cookie,
+        a_wrong_password_and_an_unknown_name_get_the_same_refusal,
+        five_failures_for_a_name_pause_its_sign_in,
+        five_failures_from_an_address_pause_every_name,
+        a_login_link_shows_a_button_then_signs_in_once,
+        an_expired_login_link_is_gone,
+        links_and_sessions_are_stored_as_sha256_only,
+        a_post_without_the_right_csrf_token_or_from_another_origin_changes_nothing,
+        every_answer_carries_the_security_headers,
+        sign_out_ends_the_session,
+        an_expired_session_is_signed_out,
+        a_disabled_administrator_cannot_sign_in_and_is_signed_out,
+        the_panel_listener_does_not_answer_the_api,
+        the_api_listener_does_not_answer_the_panel,
+        project_actions_each_write_one_audit_row,
+        an_empty_project_name_is_refused_next_to_its_field,
+        every_page_needs_a_session,
+        every_form_needs_a_session,
+        a_token_value_is_shown_once_after_creation_and_after_reissue,
+        the_value_travels_in_a_short_lived_cookie_of_the_token_page_only,
+        token_changes_hold_from_the_next_api_request,
+        a_token_without_a_permission_or_name_is_refused_next_to_its_field,
+        bad_balance_and_order_forms_are_refused_next_to_their_fields,
+        setting_a_balance_is_exact_and_logged_with_its_reason,
+        cancelling_a_pending_order_from_the_panel,
+        users_and_servers_created_in_the_panel_are_audited,
+    ],
+    backend: [secure_cookies_are_host_prefixed_and_secure],
+);
+
+const ADMIN: &str = "operator";
+const PASSWORD: &str = "correct horse battery staple";
+
+/// A running server with its panel on and the administrator [`ADMIN`].
+struct Panel {
+    app: TestApp,
+    base: String,
+    admin_id: i64,
+    secure: bool,
+}
+
+impl Panel {
+    async fn start(backend: Backend, secure: bool) -> Option<Panel> {
+        let app = TestApp::spawn_with(backend, |s| {
+            s.admin_listen = Some("127.0.0.1:0".into());
+            s.admin_cookie_secure = secure;
+        })
+        .await?;
+        let base = app.panel_base.clone().expect("the panel listens");
+        let mut panel = Panel {
+            app,
+            base,
+            admin_id: 0,
+            secure,
+        };
+        panel.admin_id = panel.administrator(ADMIN).await;
+        Some(panel)
+    }
+
+    /// Creates the administrator `name` with [`PASSWORD`]; returns its id.
+    async fn administrator(&self, name: &str) -> i64 {
+        admins::create(
+            &self.app.db,
+            &Actor::CommandLine,
+            name,
+            Password::new(PASSWORD.into()).expect("password"),
+        )
+        .await
+        .expect("administrator")
+        .id
+    }
+
+    /// A browser that has not visited the panel yet.
+    fn browser(&self) -> Browser {
+        Browser {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+            base: self.base.clone(),
+            cookie_name: if self.secure {
+                "__Host-masterpay_session"
+            } else {
+                "masterpay_session"
+            },
+            cookie: None,
+            others: Vec::new(),
+        }
+    }
+
+    /// A browser signed in as [`ADMIN`].
+    async fn signed_in(&self) -> Browser {
+        let mut browser = self.browser();
+        let page = browser.sign_in(ADMIN, PASSWORD).await;
+        page.assert_redirect("/");
+        browser
+    }
+
+    async fn sessions(&self) -> usize {
+        admin_session::Entity::find()
+            .all(&self.app.db)
+            .await
+            .expect("sessions")
+            .len()
+    }
+
+    async fn projects(&self) -> Vec<entity::project::Model> {
+        entity::project::Entity::find()
+            .order_by_asc(entity::project::Column::Id)
+            .all(&self.app.db)
+            .await
+            .expect("projects")
+    }
+
+    async fn audit_rows(&self) -> Vec<admin_audit_entry::Model> {
+        admin_audit_entry::Entity::find()
+            .order_by_asc(admin_audit_entry::Column::Id)
+            .all(&self.app.db)
+            .await
+            .expect("audit rows")
+    }
+
+    /// The audit rows of `action` on `object_id` made through the panel
+    /// (not the command line's, which seed the tests).
+    async fn audit_of(&self, action: &str, object_id: &str) -> Vec<admin_audit_entry::Model> {
+        admin_audit_entry::Entity::find()
+            .filter(admin_audit_entry::Column::Action.eq(action))
+            .filter(admin_audit_entry::Column::ObjectId.eq(object_id))
+            .filter(
+                admin_audit_entry::Column::Actor.ne(masterpay::service::admin_audit::COMMAND_LINE),
+            )
+            .all(&self.app.db)
+            .await
+            .expect("audit rows")
+    }
+
+    /// Asserts the single audit row of `action` on `object_id`, made by
+    /// [`ADMIN`] from 127.0.0.1, with `before` and `after`.
+    #[track_caller]
+    fn check_row(
+        &self,
+        rows: &[admin_audit_entry::Model],
+        before: Option<Value>,
+        after: Option<Value>,
+    ) {
+        assert_eq!(rows.len(), 1, "exactly one audit row: {rows:?}");
+        let row = &rows[0];
+        assert_eq!(row.actor, ADMIN, "{row:?}");
+        assert_eq!(row.administrator_id, Some(self.admin_id), "{row:?}");
+        assert_eq!(row.address.as_deref(), Some("127.0.0.1"), "{row:?}");
+        let json = |text: &Option<String>| {
+            text.as_deref()
+                .map(|t| serde_json::from_str::<Value>(t).expect("JSON"))
+        };
+        assert_eq!(json(&row.before), before, "before of {row:?}");
+        assert_eq!(json(&row.after), after, "after of {row:?}");
+    }
+
+    /// Every row of the panel's own tables, as text (to look for secrets).
+    async fn panel_tables_text(&self) -> String {
+        let db = &self.app.db;
+        format!(
+            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            administrator::Entity::find().all(db).await.unwrap(),
+            admin_session::Entity::find().all(db).await.unwrap(),
+            admin_login_link::Entity::find().all(db).await.unwrap(),
+            admin_sign_in_failure::Entity::find().all(db).await.unwrap(),
+            admin_audit_entry::Entity::find().all(db).await.unwrap(),
+        )
+    }
+
+    /// Moves every sign-in failure back past the rate limit's window.
+    async fn age_failures(&self) {
+        admin_sign_in_failure::Entity::update_many()
+            .col_expr(
+                admin_sign_in_failure::Column::FailedAt,
+                Expr::value(Utc::now() - Duration::minutes(6)),
+            )
+            .exec(&self.app.db)
+            .await
+            .expect("age failures");
+    }
+
+    async fn login_link(&self, name: &str) -> String {
+        let (secret, _) = panel_access::create_login_link(&self.app.db, &Actor::CommandLine, name)
+            .await
+            .expect("login link");
+        secret.expose().to_owned()
+    }
+}
+
+fn sha256_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// A `Set-Cookie` header: the value and the attributes (lower-case names).
+#[derive(Debug)]
+struct SetCookie {
+    value: String,
+    attributes: BTreeMap<String, String>,
+}
+
+impl SetCookie {
+    fn has(&self, attribute: &str) -> bool {
+        self.attributes.contains_key(attribute)
+    }
+
+    fn attribute(&self, attribute: &str) -> Option<&str> {
+        self.attributes.get(attribute).map(String::as_str)
+    }
+}
+
+/// One answer of the panel.
+#[derive(Debug)]
+struct Page {
+    status: u16,
+    headers: HeaderMap,
+    text: String,
+}
+
+impl Page {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The `Set-Cookie` of the cookie `name`, when the answer sets it.
+    fn set_cookie(&self, name: &str) -> Option<SetCookie> {
+        let all: Vec<SetCookie> = self
+            .headers
+            .get_all(reqwest::header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .filter_map(|line| {
+                let mut parts = line.split(';');
+                let (key, value) = parts.next()?.trim().split_once('=')?;
+                (key == name).then(|| SetCookie {
+                    value: value.to_owned(),
+                    attributes: parts
+                        .map(|part| {
+                            let part = part.trim();
+                            let (k, v) = part.split_once('=').unwrap_or((part, ""));
+                            (k.to_ascii_lowercase(), v.to_owned())
+                        })
+                        .collect(),
+                })
+            })
+            .collect();
+        assert!(all.len() <= 1, "the cookie is set once per answer: {all:?}");
+        all.into_iter().next()
+    }
+
+    /// The form's CSRF token in the page.
+    #[track_caller]
+    fn csrf(&self) -> String {
+        let re = Regex::new(r#"name="csrf" value="([^"]+)""#).unwrap();
+        re.captures(&self.text)
+            .unwrap_or_else(|| panic!("no csrf field in {} {}", self.status, self.text))[1]
+            .to_owned()
+    }
+
+    #[track_caller]
+    fn assert_status(&self, status: u16) -> &Page {
+        assert_eq!(self.status, status, "unexpected answer: {}", self.text);
+        self
+    }
+
+    #[track_caller]
+    fn assert_redirect(&self, to: &str) {
+        assert_eq!(
+            (self.status, self.header("location")),
+            (303, Some(to)),
+            "expected a redirect to {to}: {}",
+            self.text
+        );
+    }
+
+    /// The answer of a page that needs a session, without one.
+    #[track_caller]
+    fn assert_sign_in_required(&self) {
+        self.assert_redirect("/sign-in");
+    }
+
+    /// The message shown next to `field`, when there is one.
+    fn field_error(&self, field: &str) -> Option<String> {
+        let re = Regex::new(&format!(r#"id="{field}-error"[^>]*>([^<]*)<"#)).unwrap();
+        re.captures(&self.text).map(|c| c[1].to_owned())
+    }
+}
+
+/// A browser: the panel's cookie (path `/`) kept by hand, other cookies
+/// (a token's reveal cookie) by name and path; no redirects followed.
+struct Browser {
+    http: reqwest::Client,
+    base: String,
+    cookie_name: &'static str,
+    cookie: Option<String>,
+    /// Other cookies: (name, path, value).
+    others: Vec<(String, String, String)>,
+}
+
+impl Browser {
+    async fn send(&mut self, mut req: reqwest::RequestBuilder) -> Page {
+        let built = req.try_clone().expect("clonable").build().expect("request");
+        let path = built.url().path().to_owned();
+        let mut cookies: Vec<String> = self
+            .cookie
+            .iter()
+            .map(|value| format!("{}={value}", self.cookie_name))
+            .collect();
+        for (name, cookie_path, value) in &self.others {
+            let applies = path == *cookie_path
+                || path.starts_with(&format!("{}/", cookie_path.trim_end_matches('/')));
+            if applies {
+                cookies.push(format!("{name}={value}"));
+            }
+        }
+        if !cookies.is_empty() {
+            req = req.header("cookie", cookies.join("; "));
+        }
+        let res = req.send().await.expect("request");
+        let page = Page {
+            status: res.status().as_u16(),
+            headers: res.headers().clone(),
+            text: res.text().await.expect("body"),
+        };
+        for line in page.headers.get_all(reqwest::header::SET_COOKIE) {
+            let line = line.to_str().expect("text");
+            let name = line.split_once('=').expect("name=value").0.trim();
+            let set = page.set_cookie(name).expect("parsed");
+            let deleted = set.value.is_empty() || set.attribute("max-age") == Some("0");
+            if name == self.cookie_name {
+                self.cookie = (!deleted).then_some(set.value);
+                continue;
+            }
+            let cookie_path = set.attribute("path").unwrap_or("/").to_owned();
+            self.others
+                .retain(|(n, p, _)| !(n == name && *p == cookie_path));
+            if !deleted {
+                self.others.push((name.to_owned(), cookie_path, set.value));
+            }
+        }
+        page
+    }
+
+    async fn get(&mut self, path: &str) -> Page {
+        let req = self.http.get(format!("{}{path}", self.base));
+        self.send(req).await
+    }
+
+    /// POSTs `form` as a browser does from a page of the panel.
+    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
+        let origin = self.base.clone();
+        self.post_with(path, form, &[("origin", &origin)]).await
+    }
+
+    /// POSTs `form` with exactly `headers` besides the cookie.
+    async fn post_with(
+        &mut self,
+        path: &str,
+        form: &[(&str, &str)],
+        headers: &[(&str, &str)],
+    ) -> Page {
+        let mut req = self.http.post(format!("{}{path}", self.base)).form(form);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        self.send(req).await
+    }
+
+    /// Opens `page`, then submits its form to `action` with `fields` and the
+    /// page's CSRF token.
+    async fn submit(&mut self, page: &str, action: &str, fields: &[(&str, &str)]) -> Page {
+        let shown = self.get(page).await;
+        shown.assert_status(200);
+        let csrf = shown.csrf();
+        let mut form = vec![("csrf", csrf.as_str())];
+        form.extend_from_slice(fields);
+        self.post(action, &form).await
+    }
+
+    async fn sign_in(&mut self, name: &str, password: &str) -> Page {
+        self.submit(
+            "/sign-in",
+            "/sign-in",
+            &[("name", name), ("password", password)],
+        )
+        .await
+    }
+
+    /// The CSRF token of this browser, from a page it can see.
+    async fn csrf(&mut self) -> String {
+        let page = self.get("/projects").await;
+        page.assert_status(200);
+        page.csrf()
+    }
+}
+
+// ---- sessions ----
+
+async fn pages_need_a_session(panel: Panel) {
+    let id = panel.app.project_id;
+    let pages = [
+        "/".to_owned(),
+        "/projects".to_owned(),
+        format!("/projects/{id}"),
+    ];
+    // No cookie, a pre-sign-in cookie, a made-up cookie.
+    let mut fresh = panel.browser();
+    let mut visitor = panel.browser();
+    visitor.get("/sign-in").await.assert_status(200);
+    assert!(visitor.cookie.is_some(), "the sign-in page sets a cookie");
+    let mut forger = panel.browser();
+    forger.cookie = Some("a".repeat(43));
+    for page in &pages {
+        for browser in [&mut fresh, &mut visitor, &mut forger] {
+            let answer = browser.get(page).await;
+            answer.assert_sign_in_required();
+            assert!(!answer.text.contains(ADMIN), "{page}: {}", answer.text);
+        }
+    }
+    // The same pages answer once signed in.
+    let mut signed_in = panel.signed_in().await;
+    for page in &pages {
+        signed_in.get(page).await.assert_status(200);
+    }
+}
+
+async fn posts_without_a_session_change_nothing(panel: Panel) {
+    let id = panel.app.project_id;
+    let before = panel.projects().await;
+    let audit_before = panel.audit_rows().await.len();
+    // A browser with the pre-sign-in cookie and that cookie's own CSRF
+    // token, and one without any cookie.
+    let mut visitor = panel.browser();
+    let csrf = visitor.get("/sign-in").await.csrf();
+    let mut fresh = panel.browser();
+    let posts = [
+        ("/projects".to_owned(), vec![("name", "Sneaky")]),
+        (format!("/projects/{id}/rename"), vec![("name", "Renamed")]),
+        (format!("/projects/{id}/active"), vec![("active", "false")]),
+    ];
+    for (path, fields) in &posts {
+        let mut form = vec![("csrf", csrf.as_str())];
+        form.extend_from_slice(fields);
+        visitor.post(path, &form).await.assert_sign_in_required();
+        let answer = fresh.post(path, &form).await;
+        assert!(
+            answer.status == 303 || answer.status == 403,
+            "{path} without a cookie: {} {}",
+            answer.status,
+            answer.text
+        );
+        assert_ne!(answer.header("location"), Some(&*format!("/projects/{id}")));
+    }
+    assert_eq!(panel.projects().await, before);
+    assert_eq!(panel.audit_rows().await.len(), audit_before);
+}
+
+// ---- sign-in ----
+
+async fn sign_in_replaces_the_cookie_with_a_session_cookie(panel: Panel) {
+    let mut browser = panel.browser();
+    let shown = browser.get("/sign-in").await;
+    shown.assert_status(200);
+    let visitor = shown
+        .set_cookie("masterpay_session")
+        .expect("a cookie before sign-in");
+    assert!(visitor.value.len() >= 32, "{visitor:?}");
+    assert_eq!(visitor.attribute("path"), Some("/"));
+    assert!(
+        visitor.has("httponly") && !visitor.has("secure"),
+        "{visitor:?}"
+    );
+    assert_eq!(visitor.attribute("samesite"), Some("Strict"));
+    // Reloading keeps the cookie (and its CSRF token).
+    let again = browser.get("/sign-in").await;
+    assert!(again.set_cookie("masterpay_session").is_none());
+    assert_eq!(again.csrf(), shown.csrf());
+
+    let answer = browser
+        .post(
+            "/sign-in",
+            &[
+                ("csrf", &shown.csrf()),
+                ("name", ADMIN),
+                ("password", PASSWORD),
+            ],
+        )
+        .await;
+    answer.assert_redirect("/");
+    let session = answer
+        .set_cookie("masterpay_session")
+        .expect("a new cookie at sign-in");
+    assert_ne!(
+        session.value, visitor.value,
+        "the cookie is renewed at sign-in"
+    );
+    assert!(session.value.len() >= 32, "{session:?}");
+    assert!(session.has("httponly"), "{session:?}");
+    assert_eq!(session.attribute("samesite"), Some("Strict"), "{session:?}");
+    assert_eq!(session.attribute("path"), Some("/"), "{session:?}");
+    assert_eq!(session.attribute("max-age"), Some("28800"), "{session:?}");
+    assert!(
+        !session.has("secure"),
+        "no Secure unless configured: {session:?}"
+    );
+    assert!(!session.has("domain"), "{session:?}");
+
+    // Signed in: the overview names the administrator.
+    let overview = browser.get("/").await;
+    overview.assert_status(200);
+    assert!(overview.text.contains(ADMIN), "{}", overview.text);
+    // The session lasts 8 hours from its sign-in.
+    let rows = admin_session::Entity::find()
+        .all(&panel.app.db)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    let lifetime = rows[0].expires_at - rows[0].created_at;
+    assert!(
+        (lifetime - Duration::hours(8)).abs() < Duration::seconds(1),
+        "a session lasts 8 hours: {lifetime}"
+    );
+    assert_eq!(rows[0].administrator_id, panel.admin_id);
+    // The pre-sign-in value signs no one in (a planted cookie is worthless).
+    let mut planted = panel.browser();
+    planted.cookie = Some(visitor.value.clone());
+    planted.get("/").await.assert_sign_in_required();
+    // The sign-in page sends a signed-in browser to the overview.
+    browser.get("/sign-in").await.assert_redirect("/");
+}
+
+async fn secure_cookies_are_host_prefixed_and_secure(backend: Backend) {
+    let Some(panel) = Panel::start(backend, true).await else {
+        return;
+    };
+    let mut browser = panel.browser();
+    let shown = browser.get("/sign-in").await;
+    shown.assert_status(200);
+    assert!(shown.set_cookie("masterpay_session").is_none());
+    let visitor = shown
+        .set_cookie("__Host-masterpay_session")
+        .expect("a __Host- cookie before sign-in");
+    assert!(
+        visitor.has("secure") && visitor.has("httponly"),
+        "{visitor:?}"
+    );
+    assert_eq!(visitor.attribute("path"), Some("/"));
+    assert!(!visitor.has("domain"));
+    let answer = browser
+        .post(
+            "/sign-in",
+            &[
+                ("csrf", &shown.csrf()),
+                ("name", ADMIN),
+                ("password", PASSWORD),
+            ],
+        )
+        .await;
+    answer.assert_redirect("/");
+    let session = answer
+        .set_cookie("__Host-masterpay_session")
+        .expect("a session cookie");
+    assert_ne!(session.value, visitor.value);
+    assert!(
+        session.has("secure") && session.has("httponly"),
+        "{session:?}"
+    );
+    assert_eq!(session.attribute("samesite"), Some("Strict"));
+    assert_eq!(session.attribute("path"), Some("/"));
+    assert_eq!(session.attribute("max-age"), Some("28800"));
+    browser.get("/").await.assert_status(200);
+    // The same value under the name without the prefix is not read.
+    let mut plain = panel.browser();
+    plain.cookie_name = "masterpay_session";
+    plain.cookie = Some(session.value.clone());
+    plain.get("/").await.assert_sign_in_required();
+}
+
+async fn a_wrong_password_and_an_unknown_name_get_the_same_refusal(panel: Panel) {
+    let unknown = "nobody-here";
+    let mut browser = panel.browser();
+    let wrong = browser.sign_in(ADMIN, "not the password at all").await;
+    wrong.assert_status(401);
+    assert!(
+        wrong.text.contains("wrong name or password"),
+        "{}",
+        wrong.text
+    );
+    assert!(
+        wrong.set_cookie("masterpay_session").is_none(),
+        "no new cookie"
+    );
+    let no_one = browser.sign_in(unknown, "not the password at all").await;
+    no_one.assert_status(401);
+    assert!(no_one.set_cookie("masterpay_session").is_none());
+    // The same page, but for the name typed in (the form keeps it).
+    assert_eq!(
+        wrong.text.replace(ADMIN, "NAME"),
+        no_one.text.replace(unknown, "NAME"),
+        "a wrong name and a wrong password are answered alike"
+    );
+    // The password is not echoed back.
+    assert!(!wrong.text.contains("not the password at all"));
+    // No session anywhere.
+    assert_eq!(panel.sessions().await, 0);
+    browser.get("/").await.assert_sign_in_required();
+    // An empty form is refused the same way.
+    let empty = browser.sign_in("", "").await;
+    empty.assert_status(401);
+    assert_eq!(panel.sessions().await, 0);
+}
+
+/// The answer of a rate-limited sign-in: 429 and a page that says why.
+#[track_caller]
+fn assert_rate_limited(page: &Page) {
+    page.assert_status(429);
+    let text = page.text.to_lowercase();
+    assert!(text.contains("too many failed sign-ins"), "{}", page.text);
+    assert!(text.contains("5 minutes"), "{}", page.text);
+    assert!(page.set_cookie("masterpay_session").is_none(), "no session");
+}
+
+async fn five_failures_for_a_name_pause_its_sign_in(panel: Panel) {
+    let mut browser = panel.browser();
+    // Four failures, then the right password: still allowed.
+    for _ in 0..4 {
+        browser
+            .sign_in(ADMIN, "wrong password!")
+            .await
+            .assert_status(401);
+    }
+    browser.sign_in(ADMIN, PASSWORD).await.assert_redirect("/");
+    // Five failures: the sixth attempt is refused, right password or not.
+    let mut browser = panel.browser();
+    for _ in 0..5 {
+        browser
+            .sign_in(ADMIN, "wrong password!")
+            .await
+            .assert_status(401);
+    }
+    let sessions = panel.sessions().await;
+    assert_rate_limited(&browser.sign_in(ADMIN, PASSWORD).await);
+    assert_rate_limited(&browser.sign_in(ADMIN, "wrong password!").await);
+    assert_eq!(panel.sessions().await, sessions, "no session while paused");
+    browser.get("/").await.assert_sign_in_required();
+    // Once the failures are older than 5 minutes, sign-in works again.
+    panel.age_failures().await;
+    browser.sign_in(ADMIN, PASSWORD).await.assert_redirect("/");
+    browser.get("/").await.assert_status(200);
+
+    // Counted per name: failures of the name from another address pause
+    // it here too.
+    let db = &panel.app.db;
+    for _ in 0..5 {
+        admin_sign_in_failure::ActiveModel {
+            name: Set(ADMIN.to_owned()),
+            address: Set("203.0.113.7".to_owned()),
+            failed_at: Set(Utc::now()),
+            ..Default::default()
+        }
+        .insert(db)
+        .await
+        .unwrap();
+    }
+    let mut other = panel.browser();
+    assert_rate_limited(&other.sign_in(ADMIN, PASSWORD).await);
+}
+
+async fn five_failures_from_an_address_pause_every_name(panel: Panel) {
+    panel.administrator("second").await;
+    let mut browser = panel.browser();
+    for n in 1..=5 {
+        browser
+            .sign_in(&format!("guess-{n}"), "wrong password!")
+            .await
+            .assert_status(401);
+    }
+    let sessions = panel.sessions().await;
+    assert_rate_limited(&browser.sign_in("second", PASSWORD).await);
+    assert_rate_limited(&panel.browser().sign_in(ADMIN, PASSWORD).await);
+    assert_eq!(panel.sessions().await, sessions);
+    panel.age_failures().await;
+    browser
+        .sign_in("second", PASSWORD)
+        .await
+        .assert_redirect("/");
+    let overview = browser.get("/").await;
+    overview.assert_status(200);
+    assert!(overview.text.contains("second"));
+}
+
+// ---- sign-in links ----
+
+async fn a_login_link_shows_a_button_then_signs_in_once(panel: Panel) {
+    let secret = panel.login_link(ADMIN).await;
+    let path = format!("/sign-in/link/{secret}");
+    let mut browser = panel.browser();
+    // Opening the link only shows a button; it can be opened again.
+    for _ in 0..2 {
+        let shown = browser.get(&path).await;
+        shown.assert_status(200);
+        assert!(shown.text.contains("<button"), "{}", shown.text);
+        assert!(shown.text.contains(ADMIN), "{}", shown.text);
+        assert!(
+            shown.text.contains(r#"action="/sign-in/link""#),
+            "{}",
+            shown.text
+        );
+    }
+    assert_eq!(panel.sessions().await, 0);
+    let link = admin_login_link::Entity::find()
+        .one(&panel.app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(link.used_at, None, "opening the link does not use it");
+    let lifetime = link.expires_at - link.created_at;
+    assert!(
+        (lifetime - Duration::minutes(15)).abs() < Duration::seconds(1),
+        "a link lasts 15 minutes: {lifetime}"
+    );
+
+    let shown = browser.get(&path).await;
+    let visitor = browser.cookie.clone();
+    let answer = browser
+        .post(
+            "/sign-in/link",
+            &[("csrf", &shown.csrf()), ("link", &secret)],
+        )
+        .await;
+    answer.assert_redirect("/");
+    let session = answer
+        .set_cookie("masterpay_session")
+        .expect("a session cookie");
+    assert_ne!(Some(session.value.clone()), visitor, "renewed at sign-in");
+    assert_eq!(session.attribute("max-age"), Some("28800"));
+    assert!(session.has("httponly"));
+    let overview = browser.get("/").await;
+    overview.assert_status(200);
+    assert!(overview.text.contains(ADMIN), "{}", overview.text);
+    assert_eq!(panel.sessions().await, 1);
+
+    // Used: gone, whether opened or posted again, from any browser.
+    let mut again = panel.browser();
+    again.get(&path).await.assert_status(410);
+    let csrf = again.get("/sign-in").await.csrf();
+    let second = again
+        .post("/sign-in/link", &[("csrf", &csrf), ("link", &secret)])
+        .await;
+    second.assert_status(410);
+    assert!(second.set_cookie("masterpay_session").is_none());
+    assert!(second.text.contains("cannot be used"), "{}", second.text);
+    again.get("/").await.assert_sign_in_required();
+    assert_eq!(panel.sessions().await, 1);
+    // A made-up link is gone as well.
+    again
+        .get(&format!("/sign-in/link/{}", "x".repeat(43)))
+        .await
+        .assert_status(410);
+}
+
+async fn an_expired_login_link_is_gone(panel: Panel) {
+    let secret = panel.login_link(ADMIN).await;
+    let path = format!("/sign-in/link/{secret}");
+    let mut browser = panel.browser();
+    let shown = browser.get(&path).await;
+    shown.assert_status(200);
+    admin_login_link::Entity::update_many()
+        .col_expr(
+            admin_login_link::Column::ExpiresAt,
+            Expr::value(Utc::now() - Duration::minutes(1)),
+        )
+        .exec(&panel.app.db)
+        .await
+        .unwrap();
+    browser.get(&path).await.assert_status(410);
+    let answer = browser
+        .post(
+            "/sign-in/link",
+            &[("csrf", &shown.csrf()), ("link", &secret)],
+        )
+        .await;
+    answer.assert_status(410);
+    assert!(answer.set_cookie("masterpay_session").is_none());
+    assert_eq!(panel.sessions().await, 0);
+    browser.get("/").await.assert_sign_in_required();
+}
+
+async fn links_and_sessions_are_stored_as_sha256_only(panel: Panel) {
+    let secret = panel.login_link(ADMIN).await;
+    let links = admin_login_link::Entity::find()
+        .all(&panel.app.db)
+        .await
+        .unwrap();
+    assert_eq!(links.len(), 1);
+    assert_eq!(links[0].link_hash, sha256_hex(&secret));
+    assert_eq!(links[0].administrator_id, panel.admin_id);
+    // Signed in by the link, and once more by password.
+    let mut by_link = panel.browser();
+    let csrf = by_link.get(&format!("/sign-in/link/{secret}")).await.csrf();
+    by_link
+        .post("/sign-in/link", &[("csrf", &csrf), ("link", &secret)])
+        .await
+        .assert_redirect("/");
+    let by_password = panel.signed_in().await;
+    let cookies = [
+        by_link.cookie.clone().unwrap(),
+        by_password.cookie.clone().unwrap(),
+    ];
+    let mut hashes: Vec<String> = admin_session::Entity::find()
+        .all(&panel.app.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.session_hash)
+        .collect();
+    hashes.sort();
+    let mut expected: Vec<String> = cookies.iter().map(|c| sha256_hex(c)).collect();
+    expected.sort();
+    assert_eq!(hashes, expected);
+    // Neither the link's secret, nor a cookie, nor the password is stored.
+    let stored = panel.panel_tables_text().await;
+    assert!(!stored.contains(&secret), "the link's secret is stored");
+    for cookie in &cookies {
+        assert!(!stored.contains(cookie.as_str()), "a cookie is stored");
+    }
+    assert!(!stored.contains(PASSWORD), "the password is stored");
+}
+
+// ---- CSRF and origin ----
+
+async fn a_post_without_the_right_csrf_token_or_from_another_origin_changes_nothing(panel: Panel) {
+    let mut browser = panel.signed_in().await;
+    let csrf = browser.csrf().await;
+    // Another browser's token, signed in as the same administrator.
+    let mut other = panel.signed_in().await;
+    let others = other.csrf().await;
+    assert_ne!(csrf, others, "tokens differ per browser");
+    let count = panel.projects().await.len();
+    let audit = panel.audit_rows().await.len();
+    let origin = panel.base.clone();
+    let zeros = "0".repeat(64);
+    let refused: Vec<(&str, Fields, Fields)> = vec![
+        (
+            "no token",
+            vec![("name", "Forged")],
+            vec![("origin", &origin)],
+        ),
+        (
+            "an empty token",
+            vec![("csrf", ""), ("name", "Forged")],
+            vec![("origin", &origin)],
+        ),
+        (
+            "a wrong token",
+            vec![("csrf", &zeros), ("name", "Forged")],
+            vec![("origin", &origin)],
+        ),
+        (
+            "another browser's token",
+            vec![("csrf", &others), ("name", "Forged")],
+            vec![("origin", &origin)],
+        ),
+        (
+            "another origin",
+            vec![("csrf", &csrf), ("name", "Forged")],
+            vec![("origin", "http://evil.example")],
+        ),
+        (
+            "an opaque origin",
+            vec![("csrf", &csrf), ("name", "Forged")],
+            vec![("origin", "null")],
+        ),
+        (
+            "a cross-site fetch",
+            vec![("csrf", &csrf), ("name", "Forged")],
+            vec![("sec-fetch-site", "cross-site")],
+        ),
+        (
+            "a same-site fetch from another origin",
+            vec![("csrf", &csrf), ("name", "Forged")],
+            vec![("origin", &origin), ("sec-fetch-site", "same-site")],
+        ),
+    ];
+    for (what, form, headers) in &refused {
+        let answer = browser.post_with("/projects", form, headers).await;
+        assert_eq!(answer.status, 403, "{what}: {}", answer.text);
+        assert!(answer.text.contains("Refused"), "{what}: {}", answer.text);
+        assert_eq!(
+            panel.projects().await.len(),
+            count,
+            "{what} created a project"
+        );
+    }
+    // The token is also checked on rename and disable.
+    let id = panel.app.project_id;
+    for (path, field) in [
+        (format!("/projects/{id}/rename"), ("name", "Forged")),
+        (format!("/projects/{id}/active"), ("active", "false")),
+    ] {
+        let answer = browser.post(&path, &[("csrf", &others), field]).await;
+        answer.assert_status(403);
+    }
+    let projects = panel.projects().await;
+    assert!(projects.iter().all(|p| p.name != "Forged" && p.active));
+    assert_eq!(panel.audit_rows().await.len(), audit);
+    // With the right token and origin: created.
+    let answer = browser
+        .post_with(
+            "/projects",
+            &[("csrf", &csrf), ("name", "Genuine")],
+            &[("origin", &origin), ("sec-fetch-site", "same-origin")],
+        )
+        .await;
+    assert_eq!(answer.status, 303, "{}", answer.text);
+    let after = panel.projects().await;
+    assert_eq!(after.len(), count + 1);
+    let created = after.last().unwrap();
+    assert_eq!(created.name, "Genuine");
+    assert_eq!(
+        answer.header("location"),
+        Some(&*format!("/projects/{}", created.id))
+    );
+}
+
+/// Form fields or headers, as name/value pairs.
+type Fields<'a> = Vec<(&'a str, &'a str)>;
+
+// ---- headers ----
+
+/// Asserts the security headers every answer of the panel carries, and that
+/// an HTML page holds no inline script or style (which the policy forbids).
+#[track_caller]
+fn assert_secure_answer(what: &str, page: &Page) {
+    let csp = page
+        .header("content-security-policy")
+        .unwrap_or_else(|| panic!("{what}: no Content-Security-Policy"));
+    assert!(!csp.contains("unsafe-inline"), "{what}: {csp}");
+    assert!(!csp.contains("unsafe-eval"), "{what}: {csp}");
+    assert!(!csp.contains('*') && !csp.contains("http"), "{what}: {csp}");
+    for directive in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "frame-ancestors 'none'",
+        "form-action 'self'",
+    ] {
+        assert!(csp.contains(directive), "{what}: {csp} lacks {directive}");
+    }
+    assert_eq!(page.header("cache-control"), Some("no-store"), "{what}");
+    assert_eq!(page.header("x-frame-options"), Some("DENY"), "{what}");
+    assert_eq!(
+        page.header("referrer-policy"),
+        Some("no-referrer"),
+        "{what}"
+    );
+    assert_eq!(
+        page.header("x-content-type-options"),
+        Some("nosniff"),
+        "{what}"
+    );
+    if page
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/html"))
+    {
+        let html = page.text.to_lowercase();
+        let scripts = Regex::new(r"<script[^>]*>").unwrap();
+        for tag in scripts.find_iter(&html) {
+            assert!(
+                tag.as_str().contains("src="),
+                "{what}: inline script {}",
+                tag.as_str()
+            );
+        }
+        assert!(!html.contains("<style"), "{what}: inline style element");
+        assert!(!html.contains(" style="), "{what}: inline style attribute");
+        let handlers = Regex::new(r#"\son[a-z]+\s*="#).unwrap();
+        assert!(!handlers.is_match(&html), "{what}: inline event handler");
+        assert!(!html.contains("javascript:"), "{what}: javascript: URL");
+    }
+}
+
+async fn every_answer_carries_the_security_headers(panel: Panel) {
+    let id = panel.app.project_id;
+    let mut anonymous = panel.browser();
+    for path in [
+        "/sign-in",
+        "/",
+        "/projects",
+        "/no-such-page",
+        "/assets/panel.css",
+        "/assets/panel.js",
+    ] {
+        let page = anonymous.get(path).await;
+        assert_secure_answer(path, &page);
+    }
+    let wrong = anonymous.sign_in(ADMIN, "wrong password!").await;
+    assert_secure_answer("a refused sign-in", &wrong);
+    let secret = panel.login_link(ADMIN).await;
+    let link = anonymous.get(&format!("/sign-in/link/{secret}")).await;
+    link.assert_status(200);
+    assert_secure_answer("a sign-in link", &link);
+
+    let mut browser = panel.signed_in().await;
+    for path in [
+        "/".to_owned(),
+        "/projects".to_owned(),
+        format!("/projects/{id}"),
+        "/projects/999999".to_owned(),
+        "/sign-in".to_owned(),
+    ] {
+        let page = browser.get(&path).await;
+        assert!(page.status < 500, "{path}: {}", page.status);
+        assert_secure_answer(&path, &page);
+    }
+    let csrf = browser.csrf().await;
+    let invalid = browser
+        .post("/projects", &[("csrf", &csrf), ("name", "")])
+        .await;
+    invalid.assert_status(422);
+    assert_secure_answer("a refused form", &invalid);
+    let forbidden = browser.post("/projects", &[("name", "x")]).await;
+    forbidden.assert_status(403);
+    assert_secure_answer("a refused POST", &forbidden);
+    let created = browser
+        .post("/projects", &[("csrf", &csrf), ("name", "Headers")])
+        .await;
+    created.assert_status(303);
+    assert_secure_answer("a redirect", &created);
+}
+
+// ---- ending sessions ----
+
+async fn sign_out_ends_the_session(panel: Panel) {
+    let mut browser = panel.signed_in().await;
+    let cookie = browser.cookie.clone().unwrap();
+    let csrf = browser.csrf().await;
+    // Signing out is a form like any other: not without its token.
+    browser.post("/sign-out", &[]).await.assert_status(403);
+    browser.get("/").await.assert_status(200);
+    let answer = browser.post("/sign-out", &[("csrf", &csrf)]).await;
+    answer.assert_redirect("/sign-in");
+    let cleared = answer
+        .set_cookie("masterpay_session")
+        .expect("the cookie is cleared");
+    assert_eq!(cleared.attribute("max-age"), Some("0"), "{cleared:?}");
+    assert_eq!(panel.sessions().await, 0);
+    browser.get("/").await.assert_sign_in_required();
+    // The old cookie, kept by someone, is worth nothing.
+    let mut kept = panel.browser();
+    kept.cookie = Some(cookie);
+    for path in ["/", "/projects"] {
+        kept.get(path).await.assert_sign_in_required();
+    }
+    let count = panel.projects().await.len();
+    kept.post("/projects", &[("csrf", &csrf), ("name", "After sign-out")])
+        .await
+        .assert_sign_in_required();
+    assert_eq!(panel.projects().await.len(), count);
+}
+
+async fn an_expired_session_is_signed_out(panel: Panel) {
+    let mut browser = panel.signed_in().await;
+    let mut other = panel.signed_in().await;
+    let csrf = browser.csrf().await;
+    // Only the first browser's session expires.
+    let hash = sha256_hex(browser.cookie.as_deref().unwrap());
+    admin_session::Entity::update_many()
+        .col_expr(
+            admin_session::Column::ExpiresAt,
+            Expr::value(Utc::now() - Duration::seconds(1)),
+        )
+        .filter(admin_session::Column::SessionHash.eq(hash))
+        .exec(&panel.app.db)
+        .await
+        .unwrap();
+    browser.get("/").await.assert_sign_in_required();
+    browser.get("/projects").await.assert_sign_in_required();
+    let count = panel.projects().await.len();
+    browser
+        .post("/projects", &[("csrf", &csrf), ("name", "Expired")])
+        .await
+        .assert_sign_in_required();
+    assert_eq!(panel.projects().await.len(), count);
+    // The sign-in page offers to sign in again.
+    browser.get("/sign-in").await.assert_status(200);
+    other.get("/").await.assert_status(200);
+}
+
+async fn a_disabled_administrator_cannot_sign_in_and_is_signed_out(panel: Panel) {
+    let mut browser = panel.signed_in().await;
+    let csrf = browser.csrf().await;
+    let link = panel.login_link(ADMIN).await;
+    panel.administrator("colleague").await;
+    let mut colleague = panel.browser();
+    colleague
+        .sign_in("colleague", PASSWORD)
+        .await
+        .assert_redirect("/");
+
+    admins::set_active(&panel.app.db, &Actor::CommandLine, ADMIN, false)
+        .await
+        .expect("disable");
+    // The open session ends at once.
+    browser.get("/").await.assert_sign_in_required();
+    let count = panel.projects().await.len();
+    browser
+        .post("/projects", &[("csrf", &csrf), ("name", "Disabled")])
+        .await
+        .assert_sign_in_required();
+    assert_eq!(panel.projects().await.len(), count);
+    // Signing in again is refused, like a wrong password.
+    let mut again = panel.browser();
+    let answer = again.sign_in(ADMIN, PASSWORD).await;
+    answer.assert_status(401);
+    assert!(
+        answer.text.contains("wrong name or password"),
+        "{}",
+        answer.text
+    );
+    assert!(answer.set_cookie("masterpay_session").is_none());
+    again.get("/").await.assert_sign_in_required();
+    // So is a sign-in link made before.
+    again
+        .get(&format!("/sign-in/link/{link}"))
+        .await
+        .assert_status(410);
+    let csrf_again = again.get("/sign-in").await.csrf();
+    again
+        .post("/sign-in/link", &[("csrf", &csrf_again), ("link", &link)])
+        .await
+        .assert_status(410);
+    // Only the colleague's session is left.
+    let sessions = admin_session::Entity::find()
+        .all(&panel.app.db)
+        .await
+        .unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_ne!(sessions[0].administrator_id, panel.admin_id);
+    colleague.get("/").await.assert_status(200);
+    // Enabled again, the administrator signs in (the refusal was theirs).
+    admins::set_active(&panel.app.db, &Actor::CommandLine, ADMIN, true)
+        .await
+        .expect("enable");
+    again.sign_in(ADMIN, PASSWORD).await.assert_redirect("/");
+}
+
+// ---- listeners ----
+
+async fn the_panel_listener_does_not_answer_the_api(panel: Panel) {
+    let app = &panel.app;
+    let user = app.user("player@example.com").await;
+    app.set_balance(user, None, "12.34", "0").await;
+    let token = app.full_token().await;
+    let query = format!("server_id=0&user_id={user}");
+    // The API listener answers it...
+    let api = app.get_balance(Some(&token), &query).await;
+    assert_eq!(api.status, 200, "{}", api.text);
+    // ...the panel's does not, signed in or not.
+    let mut anonymous = panel.browser();
+    let mut browser = panel.signed_in().await;
+    for b in [&mut anonymous, &mut browser] {
+        let path = format!("/v2/master-account/balance?{query}");
+        let req = b.http.get(format!("{}{path}", b.base)).bearer_auth(&token);
+        let answer = b.send(req).await;
+        assert_eq!(answer.status, 404, "{}", answer.text);
+        assert!(
+            answer
+                .header("content-type")
+                .is_some_and(|t| t.starts_with("text/html")),
+            "{:?}",
+            answer.header("content-type")
+        );
+        assert!(!answer.text.contains("12.34"), "{}", answer.text);
+        assert!(serde_json::from_str::<Value>(&answer.text).is_err());
+        let req = b
+            .http
+            .post(format!("{}/v2/payment/order/create", b.base))
+            .bearer_auth(&token)
+            .json(&json!({"user_id": user, "server_id": 0, "amount": "1.00", "payment_system": "card"}));
+        let answer = b.send(req).await;
+        assert_eq!(answer.status, 404, "{}", answer.text);
+        let req = b.http.get(format!("{}/openapi.json", b.base));
+        assert_eq!(b.send(req).await.status, 404);
+    }
+    assert_eq!(app.count("SELECT COUNT(*) FROM payment_orders").await, 0);
+}
+
+async fn the_api_listener_does_not_answer_the_panel(panel: Panel) {
+    let app = &panel.app;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    for path in [
+        "/",
+        "/sign-in",
+        "/projects",
+        "/audit-log",
+        "/assets/panel.css",
+    ] {
+        let res = client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(res.status(), 404, "{path} on the API listener");
+        assert!(res.headers().get("set-cookie").is_none(), "{path}");
+        let text = res.text().await.unwrap();
+        assert!(
+            !text.contains("<form") && !text.contains("csrf"),
+            "{path}: {text}"
+        );
+    }
+    let res = client
+        .post(app.url("/sign-in"))
+        .form(&[("name", ADMIN), ("password", PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404);
+    assert!(res.headers().get("set-cookie").is_none());
+    assert_eq!(panel.sessions().await, 0);
+}
+
+// ---- the admin audit log ----
+
+async fn project_actions_each_write_one_audit_row(panel: Panel) {
+    let mut browser = panel.signed_in().await;
+    let created = browser
+        .submit("/projects", "/projects", &[("name", "Audited")])
+        .await;
+    assert_eq!(created.status, 303, "{}", created.text);
+    let id = panel.projects().await.last().unwrap().id;
+    assert_eq!(
+        created.header("location"),
+        Some(&*format!("/projects/{id}"))
+    );
+    let object = id.to_string();
+    panel.check_row(
+        &panel.audit_of("project.create", &object).await,
+        None,
+        Some(json!({"name": "Audited", "active": true})),
+    );
+    let page = format!("/projects/{id}");
+    browser
+        .submit(
+            &page,
+            &format!("/projects/{id}/rename"),
+            &[("name", "Audited twice")],
+        )
+        .await
+        .assert_redirect(&page);
+    panel.check_row(
+        &panel.audit_of("project.rename", &object).await,
+        Some(json!({"name": "Audited", "active": true})),
+        Some(json!({"name": "Audited twice", "active": true})),
+    );
+    browser
+        .submit(
+            &page,
+            &format!("/projects/{id}/active"),
+            &[("active", "false")],
+        )
+        .await
+        .assert_redirect(&page);
+    panel.check_row(
+        &panel.audit_of("project.disable", &object).await,
+        Some(json!({"name": "Audited twice", "active": true})),
+        Some(json!({"name": "Audited twice", "active": false})),
+    );
+    browser
+        .submit(
+            &page,
+            &format!("/projects/{id}/active"),
+            &[("active", "true")],
+        )
+        .await
+        .assert_redirect(&page);
+    panel.check_row(
+        &panel.audit_of("project.enable", &object).await,
+        Some(json!({"name": "Audited twice", "active": false})),
+        Some(json!({"name": "Audited twice", "active": true})),
+    );
+    let project = panel
+        .projects()
+        .await
+        .into_iter()
+        .find(|p| p.id == id)
+        .unwrap();
+    assert_eq!(
+        (project.name.as_str(), project.active),
+        ("Audited twice", true)
+    );
+    // Four changes, four rows by the administrator (besides the command
+    // line's own).
+    let mine = panel
+        .audit_rows()
+        .await
+        .into_iter()
+        .filter(|r| r.administrator_id == Some(panel.admin_id))
+        .count();
+    assert_eq!(mine, 4);
+}
+
+async fn an_empty_project_name_is_refused_next_to_its_field(panel: Panel) {
+    let mut browser = panel.signed_in().await;
+    let count = panel.projects().await.len();
+    let audit = panel.audit_rows().await.len();
+    let answer = browser
+        .submit("/projects", "/projects", &[("name", "   ")])
+        .await;
+    answer.assert_status(422);
+    let error = answer
+        .field_error("name")
+        .expect("an error next to the name");
+    assert!(!error.trim().is_empty());
+    assert!(answer.text.contains(r#"aria-invalid="true""#));
+    assert_eq!(panel.projects().await.len(), count);
+    let id = panel.app.project_id;
+    let page = format!("/projects/{id}");
+    let answer = browser
+        .submit(&page, &format!("/projects/{id}/rename"), &[("name", "")])
+        .await;
+    answer.assert_status(422);
+    assert!(answer.field_error("name").is_some(), "{}", answer.text);
+    assert_eq!(
+        panel
+            .projects()
+            .await
+            .into_iter()
+            .find(|p| p.id == id)
+            .unwrap()
+            .name,
+        "Test project"
+    );
+    assert_eq!(panel.audit_rows().await.len(), audit);
+}
+
+// ---- what the pages need: seeded data and snapshots ----
+
+/// Objects of the test project, made through the service (the command
+/// line's code), for the pages that show them.
+struct Seeded {
+    token_id: i64,
+    user_id: i64,
+    order_id: String,
+}
+
+impl Panel {
+    async fn seed(&self) -> Seeded {
+        let app = &self.app;
+        let (token_id, _) = app.token(&[Permission::Balance]).await;
+        let user_id = app.user("seeded@example.com").await;
+        let order_id = app.order(user_id, None, "10.00", "cstm:paygate").await;
+        Seeded {
+            token_id,
+            user_id,
+            order_id,
+        }
+    }
+
+    /// Every row a panel action could change, as text: equal snapshots
+    /// mean nothing changed.
+    async fn snapshot(&self) -> String {
+        use entity::{
+            app_token, balance, operation_log, payment_order, project, server, token_permission,
+            user,
+        };
+        let db = &self.app.db;
+        format!(
+            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            project::Entity::find().all(db).await.unwrap(),
+            app_token::Entity::find().all(db).await.unwrap(),
+            token_permission::Entity::find().all(db).await.unwrap(),
+            user::Entity::find().all(db).await.unwrap(),
+            server::Entity::find().all(db).await.unwrap(),
+            balance::Entity::find().all(db).await.unwrap(),
+            payment_order::Entity::find().all(db).await.unwrap(),
+            operation_log::Entity::find().all(db).await.unwrap(),
+            admin_audit_entry::Entity::find().all(db).await.unwrap(),
+        )
+    }
+
+    async fn token_row(&self, id: i64) -> Option<entity::app_token::Model> {
+        entity::app_token::Entity::find_by_id(id)
+            .one(&self.app.db)
+            .await
+            .unwrap()
+    }
+
+    /// Every page of the panel that needs a session, for `seeded`.
+    fn pages(&self, seeded: &Seeded) -> Vec<String> {
+        let id = self.app.project_id;
+        let Seeded {
+            token_id,
+            user_id,
+            order_id,
+        } = seeded;
+        vec![
+            "/".to_owned(),
+            "/projects".to_owned(),
+            format!("/projects/{id}"),
+            format!("/projects/{id}/tokens"),
+            format!("/projects/{id}/tokens/new"),
+            format!("/projects/{id}/tokens/new?like={token_id}"),
+            format!("/tokens/{token_id}"),
+            format!("/projects/{id}/users"),
+            format!("/projects/{id}/users?q=seeded"),
+            format!("/users/{user_id}"),
+            "/orders".to_owned(),
+            format!("/orders?project={id}&status=pending"),
+            format!("/orders/{id}/{order_id}"),
+            "/ledger".to_owned(),
+            "/ledger/audit".to_owned(),
+            "/audit-log".to_owned(),
+            "/audit-log?action=project".to_owned(),
+            "/audit-log.csv".to_owned(),
+        ]
+    }
+}
+
+/// The token value a token's page shows, when it shows one.
+fn shown_value(page: &Page) -> Option<String> {
+    let re = Regex::new(r#"id="token-value"[^>]*>\s*([A-Za-z0-9]{64})\s*<"#).unwrap();
+    re.captures(&page.text).map(|c| c[1].to_owned())
+}
+
+/// Opens a token's page right after its creation or reissue: the value is
+/// on it exactly once, and a reload no longer shows it.
+async fn value_shown_once(browser: &mut Browser, token_id: i64) -> String {
+    let path = format!("/tokens/{token_id}");
+    let shown = browser.get(&path).await;
+    shown.assert_status(200);
+    let value = shown_value(&shown).unwrap_or_else(|| panic!("no value shown: {}", shown.text));
+    assert_eq!(
+        shown.text.matches(&value).count(),
+        1,
+        "shown once on the page"
+    );
+    assert_eq!(
+        shown.header("cache-control"),
+        Some("no-store"),
+        "the page with the value is not cached"
+    );
+    let reloaded = browser.get(&path).await;
+    reloaded.assert_status(200);
+    assert!(!reloaded.text.contains(&value), "a reload shows the value");
+    assert!(shown_value(&reloaded).is_none());
+    assert!(
+        reloaded.text.contains("cannot be shown again"),
+        "a reload says the value is gone: {}",
+        reloaded.text
+    );
+    value
+}
+
+// ---- pages and forms of every kind need a session ----
+
+async fn every_page_needs_a_session(panel: Panel) {
+    let seeded = panel.seed().await;
+    let mut fresh = panel.browser();
+    let mut visitor = panel.browser();
+    visitor.get("/sign-in").await.assert_status(200);
+    for page in panel.pages(&seeded) {
+        for browser in [&mut fresh, &mut visitor] {
+            let answer = browser.get(&page).await;
+            answer.assert_sign_in_required();
+            assert!(!answer.text.contains("seeded@example.com"), "{page}");
+        }
+    }
+    let mut browser = panel.signed_in().await;
+    for page in panel.pages(&seeded) {
+        let answer = browser.get(&page).await;
+        assert_eq!(answer.status, 200, "{page}: {}", answer.text);
+        assert_secure_answer(&page, &answer);
+    }
+}
+
+async fn every_form_needs_a_session(panel: Panel) {
+    let seeded = panel.seed().await;
+    let id = panel.app.project_id;
+    let Seeded {
+        token_id,
+        user_id,
+        order_id,
+    } = &seeded;
+    let before = panel.snapshot().await;
+    let mut visitor = panel.browser();
+    let csrf = visitor.get("/sign-in").await.csrf();
+    let posts: Vec<(String, Vec<(&str, &str)>)> = vec![
+        (
+            format!("/projects/{id}/tokens"),
+            vec![("name", "Sneaky"), ("permission", "master-account/balance")],
+        ),
+        (
+            format!("/tokens/{token_id}/edit"),
+            vec![("name", "Sneaky"), ("permission", "payment/order/complete")],
+        ),
+        (
+            format!("/tokens/{token_id}/active"),
+            vec![("active", "false")],
+        ),
+        (format!("/tokens/{token_id}/reissue"), vec![]),
+        (
+            format!("/tokens/{token_id}/delete"),
+            vec![("confirm_name", "test")],
+        ),
+        (
+            format!("/projects/{id}/users"),
+            vec![("email", "sneaky@example.com")],
+        ),
+        (
+            format!("/projects/{id}/servers"),
+            vec![("server_name", "Sneaky")],
+        ),
+        (
+            format!("/users/{user_id}/balance"),
+            vec![("server", "0"), ("main", "999.00"), ("reason", "sneaky")],
+        ),
+        (
+            "/orders".to_owned(),
+            vec![
+                ("project", "1"),
+                ("user", "1"),
+                ("server", "0"),
+                ("amount", "5"),
+                ("payment_system", "cstm:panel"),
+            ],
+        ),
+        (format!("/orders/{id}/{order_id}/cancel"), vec![]),
+        ("/ledger/audit".to_owned(), vec![]),
+    ];
+    for (path, fields) in &posts {
+        let mut form = vec![("csrf", csrf.as_str())];
+        form.extend_from_slice(fields);
+        visitor.post(path, &form).await.assert_sign_in_required();
+    }
+    assert_eq!(
+        panel.snapshot().await,
+        before,
+        "a form without a session changed something"
+    );
+}
+
+// ---- tokens ----
+
+async fn a_token_value_is_shown_once_after_creation_and_after_reissue(panel: Panel) {
+    let app = &panel.app;
+    let pid = app.project_id;
+    let user = app.user("player@example.com").await;
+    app.set_balance(user, None, "7.25", "0").await;
+    let balance_query = format!("server_id=0&user_id={user}");
+    let mut browser = panel.signed_in().await;
+    let created = browser
+        .submit(
+            &format!("/projects/{pid}/tokens/new"),
+            &format!("/projects/{pid}/tokens"),
+            &[
+                ("name", "Shop"),
+                ("description", "the shop's game panel"),
+                ("permission", "master-account/balance"),
+            ],
+        )
+        .await;
+    assert_eq!(created.status, 303, "{}", created.text);
+    let token = entity::app_token::Entity::find()
+        .filter(entity::app_token::Column::Name.eq("Shop"))
+        .one(&app.db)
+        .await
+        .unwrap()
+        .expect("the token");
+    let tid = token.id;
+    let page = format!("/tokens/{tid}");
+    created.assert_redirect(&page);
+    assert_eq!(token.created_by.as_deref(), Some(ADMIN));
+    assert!(!created.text.contains(&token.token_hash));
+
+    let value = value_shown_once(&mut browser, tid).await;
+    assert_eq!(value.len(), 64);
+    assert_eq!(sha256_hex(&value), token.token_hash);
+    // Another browser of the same administrator never sees it.
+    let mut other = panel.signed_in().await;
+    assert!(!other.get(&page).await.text.contains(&value));
+
+    // The value works with exactly its one permission.
+    let balance = app.get_balance(Some(&value), &balance_query).await;
+    assert_eq!(balance.status, 200, "{}", balance.text);
+    assert_eq!(
+        balance.body["main_balance"],
+        json!("7.25"),
+        "{}",
+        balance.text
+    );
+    app.complete_order(&value, "Order:abcdefgh", "cstm:paygate")
+        .await
+        .assert_error(403, "ACCESS_DENIED");
+
+    // The value is on no other page, in no export, in no stored row.
+    let seeded = Seeded {
+        token_id: tid,
+        user_id: user,
+        order_id: app.order(user, None, "1.00", "cstm:paygate").await,
+    };
+    for path in panel.pages(&seeded) {
+        let answer = browser.get(&path).await;
+        assert_eq!(answer.status, 200, "{path}");
+        assert!(!answer.text.contains(&value), "{path} shows the value");
+    }
+    let stored = format!(
+        "{}{}",
+        panel.panel_tables_text().await,
+        panel.snapshot().await
+    );
+    assert!(!stored.contains(&value), "the value is stored");
+    let audit = panel.audit_of("token.create", &tid.to_string()).await;
+    panel.check_row(
+        &audit,
+        None,
+        Some(json!({
+            "project_id": pid,
+            "name": "Shop",
+            "permissions": ["master-account/balance"],
+            "active": true,
+            "description": "the shop's game panel",
+        })),
+    );
+
+    // Reissue: a new value, shown once; the old one stops working at once.
+    let reissued = browser.submit(&page, &format!("{page}/reissue"), &[]).await;
+    reissued.assert_redirect(&page);
+    let new_value = value_shown_once(&mut browser, tid).await;
+    assert_ne!(new_value, value);
+    assert_eq!(
+        sha256_hex(&new_value),
+        panel.token_row(tid).await.unwrap().token_hash
+    );
+    app.get_balance(Some(&value), &balance_query)
+        .await
+        .assert_error(403, "TOKEN_NOT_FOUND");
+    assert_eq!(
+        app.get_balance(Some(&new_value), &balance_query)
+            .await
+            .status,
+        200
+    );
+    for path in panel.pages(&seeded) {
+        let answer = browser.get(&path).await;
+        assert!(
+            !answer.text.contains(&new_value),
+            "{path} shows the new value"
+        );
+        assert!(!answer.text.contains(&value), "{path} shows the old value");
+    }
+    let stored = format!(
+        "{}{}",
+        panel.panel_tables_text().await,
+        panel.snapshot().await
+    );
+    assert!(!stored.contains(&new_value), "the new value is stored");
+    let same = json!({
+        "project_id": pid,
+        "name": "Shop",
+        "permissions": ["master-account/balance"],
+        "active": true,
+        "description": "the shop's game panel",
+    });
+    panel.check_row(
+        &panel.audit_of("token.reissue", &tid.to_string()).await,
+        Some(same.clone()),
+        Some(same),
+    );
+}
+
+async fn the_value_travels_in_a_short_lived_cookie_of_the_token_page_only(panel: Panel) {
+    let pid = panel.app.project_id;
+    let mut browser = panel.signed_in().await;
+    let created = browser
+        .submit(
+            &format!("/projects/{pid}/tokens/new"),
+            &format!("/projects/{pid}/tokens"),
+            &[("name", "Reveal"), ("permission", "master-account/balance")],
+        )
+        .await;
+    assert_eq!(created.status, 303, "{}", created.text);
+    let location = created.header("location").unwrap().to_owned();
+    // Never in the URL.
+    assert!(!location.contains('?'), "{location}");
+    let cookie = created
+        .set_cookie("masterpay_reveal")
+        .expect("the value's cookie");
+    assert_eq!(cookie.attribute("path"), Some(location.as_str()));
+    assert!(cookie.has("httponly"), "{cookie:?}");
+    assert_eq!(cookie.attribute("samesite"), Some("Strict"));
+    let max_age: i64 = cookie.attribute("max-age").unwrap().parse().unwrap();
+    assert!((1..=600).contains(&max_age), "{cookie:?}");
+    // The page shows it and clears it in the same answer.
+    let shown = browser.get(&location).await;
+    assert!(shown_value(&shown).is_some());
+    let cleared = shown.set_cookie("masterpay_reveal").expect("cleared");
+    assert_eq!(cleared.attribute("max-age"), Some("0"));
+    assert!(browser.others.is_empty(), "{:?}", browser.others);
+    // A value's cookie made stale by a reissue (another browser reissued
+    // meanwhile) shows nothing.
+    let tid: i64 = location.rsplit('/').next().unwrap().parse().unwrap();
+    let mut other = panel.signed_in().await;
+    let again = other
+        .submit(&location, &format!("{location}/reissue"), &[])
+        .await;
+    again.assert_redirect(&location);
+    let stale = again.set_cookie("masterpay_reveal").unwrap().value;
+    let mut third = panel.signed_in().await;
+    let csrf = third.csrf().await;
+    third
+        .post(&format!("{location}/reissue"), &[("csrf", &csrf)])
+        .await
+        .assert_redirect(&location);
+    other.others = vec![("masterpay_reveal".into(), location.clone(), stale.clone())];
+    let page = other.get(&location).await;
+    assert!(!page.text.contains(&stale));
+    assert!(shown_value(&page).is_none());
+    assert_ne!(
+        sha256_hex(&stale),
+        panel.token_row(tid).await.unwrap().token_hash,
+        "the cookie is stale"
+    );
+}
+
+async fn token_changes_hold_from_the_next_api_request(panel: Panel) {
+    let app = &panel.app;
+    let pid = app.project_id;
+    let user = app.user("player@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    let mut browser = panel.signed_in().await;
+    browser
+        .submit(
+            &format!("/projects/{pid}/tokens/new"),
+            &format!("/projects/{pid}/tokens"),
+            &[("name", "Shop"), ("permission", "master-account/balance")],
+        )
+        .await
+        .assert_status(303);
+    let tid = entity::app_token::Entity::find()
+        .filter(entity::app_token::Column::Name.eq("Shop"))
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+    let page = format!("/tokens/{tid}");
+    let value = value_shown_once(&mut browser, tid).await;
+    let object = tid.to_string();
+    let state = |name: &str, permissions: &[&str], active: bool| json!({"project_id": pid, "name": name, "permissions": permissions, "active": active, "description": null});
+
+    // Edit: a second permission, a new name.
+    browser
+        .submit(
+            &page,
+            &format!("{page}/edit"),
+            &[
+                ("name", "Shop v2"),
+                ("permission", "master-account/balance"),
+                ("permission", "payment/order/complete"),
+            ],
+        )
+        .await
+        .assert_redirect(&page);
+    app.complete_order(&value, "Order:abcdefgh", "cstm:paygate")
+        .await
+        .assert_error(404, "ORDER_NOT_FOUND");
+    panel.check_row(
+        &panel.audit_of("token.edit", &object).await,
+        Some(state("Shop", &["master-account/balance"], true)),
+        Some(state(
+            "Shop v2",
+            &["master-account/balance", "payment/order/complete"],
+            true,
+        )),
+    );
+    let both = ["master-account/balance", "payment/order/complete"];
+    let listed = browser.get(&format!("/projects/{pid}/tokens")).await;
+    assert!(listed.text.contains("Shop v2") && listed.text.contains("payment/order/complete"));
+
+    // Disable, enable.
+    browser
+        .submit(&page, &format!("{page}/active"), &[("active", "false")])
+        .await
+        .assert_redirect(&page);
+    app.get_balance(Some(&value), &query)
+        .await
+        .assert_error(403, "TOKEN_DISABLED");
+    panel.check_row(
+        &panel.audit_of("token.disable", &object).await,
+        Some(state("Shop v2", &both, true)),
+        Some(state("Shop v2", &both, false)),
+    );
+    browser
+        .submit(&page, &format!("{page}/active"), &[("active", "true")])
+        .await
+        .assert_redirect(&page);
+    assert_eq!(app.get_balance(Some(&value), &query).await.status, 200);
+    panel.check_row(
+        &panel.audit_of("token.enable", &object).await,
+        Some(state("Shop v2", &both, false)),
+        Some(state("Shop v2", &both, true)),
+    );
+
+    // Delete: refused unless the name is typed exactly.
+    let before = panel.snapshot().await;
+    for typed in ["", "Shop", "shop v2", "Shop v2x"] {
+        let answer = browser
+            .submit(&page, &format!("{page}/delete"), &[("confirm_name", typed)])
+            .await;
+        answer.assert_status(422);
+        assert!(
+            answer.field_error("confirm_name").is_some(),
+            "{typed:?}: {}",
+            answer.text
+        );
+    }
+    assert_eq!(
+        panel.snapshot().await,
+        before,
+        "a refused delete changed something"
+    );
+    assert_eq!(app.get_balance(Some(&value), &query).await.status, 200);
+    browser
+        .submit(
+            &page,
+            &format!("{page}/delete"),
+            &[("confirm_name", "Shop v2")],
+        )
+        .await
+        .assert_redirect(&format!("/projects/{pid}/tokens"));
+    assert!(panel.token_row(tid).await.is_none());
+    app.get_balance(Some(&value), &query)
+        .await
+        .assert_error(403, "TOKEN_NOT_FOUND");
+    panel.check_row(
+        &panel.audit_of("token.delete", &object).await,
+        Some(state("Shop v2", &both, true)),
+        None,
+    );
+    browser.get(&page).await.assert_status(404);
+    let listed = browser.get(&format!("/projects/{pid}/tokens")).await;
+    assert!(!listed.text.contains("Shop v2"));
+}
+
+async fn a_token_without_a_permission_or_name_is_refused_next_to_its_field(panel: Panel) {
+    let pid = panel.app.project_id;
+    let mut browser = panel.signed_in().await;
+    let before = panel.snapshot().await;
+    let form = format!("/projects/{pid}/tokens/new");
+    let action = format!("/projects/{pid}/tokens");
+    let answer = browser
+        .submit(&form, &action, &[("name", "No access")])
+        .await;
+    answer.assert_status(422);
+    assert!(
+        answer.field_error("permissions").is_some(),
+        "{}",
+        answer.text
+    );
+    assert!(
+        answer.text.contains("No access"),
+        "the form keeps what was typed"
+    );
+    let answer = browser
+        .submit(
+            &form,
+            &action,
+            &[("name", ""), ("permission", "master-account/balance")],
+        )
+        .await;
+    answer.assert_status(422);
+    assert!(answer.field_error("name").is_some(), "{}", answer.text);
+    let answer = browser
+        .submit(
+            &form,
+            &action,
+            &[("name", "x"), ("permission", "everything")],
+        )
+        .await;
+    answer.assert_status(422);
+    assert!(
+        answer.field_error("permissions").is_some(),
+        "{}",
+        answer.text
+    );
+    assert_eq!(panel.snapshot().await, before);
+    // Nothing is revealed by a refused form.
+    assert!(shown_value(&answer).is_none());
+    assert!(answer.set_cookie("masterpay_reveal").is_none());
+}
+
+// ---- users, balances, orders ----
+
+async fn bad_balance_and_order_forms_are_refused_next_to_their_fields(panel: Panel) {
+    let app = &panel.app;
+    let pid = app.project_id;
+    let user = app.user("player@example.com").await;
+    app.set_balance(user, None, "3.00", "1.00").await;
+    let mut browser = panel.signed_in().await;
+    let before = panel.snapshot().await;
+    let page = format!("/users/{user}");
+    let action = format!("{page}/balance");
+    for (fields, field) in [
+        (
+            vec![("server", "0"), ("main", "1.234"), ("reason", "refund")],
+            "main",
+        ),
+        (
+            vec![("server", "0"), ("main", "-1"), ("reason", "refund")],
+            "main",
+        ),
+        (
+            vec![("server", "0"), ("bonus", "abc"), ("reason", "refund")],
+            "bonus",
+        ),
+        (
+            vec![("server", "0"), ("main", "10.00"), ("reason", "")],
+            "reason",
+        ),
+        (
+            vec![("server", "0"), ("main", "10.00"), ("reason", "   ")],
+            "reason",
+        ),
+        (vec![("server", "0"), ("main", "10.00")], "reason"),
+        (vec![("server", "0"), ("reason", "refund")], "main"),
+        (
+            vec![
+                ("server", "999999"),
+                ("main", "10.00"),
+                ("reason", "refund"),
+            ],
+            "server",
+        ),
+    ] {
+        let answer = browser.submit(&page, &action, &fields).await;
+        answer.assert_status(422);
+        assert!(
+            answer.field_error(field).is_some(),
+            "{fields:?}: no error next to {field}: {}",
+            answer.text
+        );
+    }
+    let answer = browser
+        .submit(
+            &format!("/projects/{pid}/users"),
+            &format!("/projects/{pid}/users"),
+            &[("email", "not an e-mail")],
+        )
+        .await;
+    answer.assert_status(422);
+    assert!(answer.field_error("email").is_some(), "{}", answer.text);
+    let answer = browser
+        .submit(
+            &format!("/projects/{pid}/users"),
+            &format!("/projects/{pid}/servers"),
+            &[("server_name", "")],
+        )
+        .await;
+    answer.assert_status(422);
+    assert!(
+        answer.field_error("server_name").is_some(),
+        "{}",
+        answer.text
+    );
+    let user_text = user.to_string();
+    let pid_text = pid.to_string();
+    for (amount, field) in [
+        ("1.234", "amount"),
+        ("", "amount"),
+        ("0", "amount"),
+        ("ten", "amount"),
+    ] {
+        let answer = browser
+            .submit(
+                "/orders",
+                "/orders",
+                &[
+                    ("project", &pid_text),
+                    ("user", &user_text),
+                    ("server", "0"),
+                    ("amount", amount),
+                    ("payment_system", "cstm:panel"),
+                ],
+            )
+            .await;
+        answer.assert_status(422);
+        assert!(
+            answer.field_error(field).is_some(),
+            "{amount:?}: {}",
+            answer.text
+        );
+    }
+    assert_eq!(
+        panel.snapshot().await,
+        before,
+        "a refused form changed something"
+    );
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "3.00");
+}
+
+async fn setting_a_balance_is_exact_and_logged_with_its_reason(panel: Panel) {
+    let app = &panel.app;
+    let user = app.user("player@example.com").await;
+    let server = app.server("Europe").await;
+    app.set_balance(user, None, "3.00", "1.00").await;
+    let mut browser = panel.signed_in().await;
+    let page = format!("/users/{user}");
+    let reason = "refund of ticket 4521, approved by support";
+    browser
+        .submit(
+            &page,
+            &format!("{page}/balance"),
+            &[
+                ("server", "0"),
+                ("main", "12345678901.99"),
+                ("reason", reason),
+            ],
+        )
+        .await
+        .assert_redirect(&page);
+    let balances = masterpay::service::balances::get(&app.db, user, 0)
+        .await
+        .unwrap();
+    assert_eq!(balances.main.to_string(), "12345678901.99");
+    assert_eq!(
+        balances.bonus.to_string(),
+        "1.00",
+        "a blank balance is kept"
+    );
+    let shown = browser.get(&page).await;
+    assert!(shown.text.contains("12345678901.99"), "{}", shown.text);
+    panel.check_row(
+        &panel.audit_of("balance.set", &format!("{user}:0")).await,
+        Some(json!({"main": "3.00", "bonus": "1.00"})),
+        Some(json!({"main": "12345678901.99", "bonus": "1.00", "reason": reason})),
+    );
+    // A server's account, the bonus only.
+    let server_text = server.to_string();
+    browser
+        .submit(
+            &page,
+            &format!("{page}/balance"),
+            &[
+                ("server", &server_text),
+                ("bonus", "0.01"),
+                ("reason", "goodwill"),
+            ],
+        )
+        .await
+        .assert_redirect(&page);
+    let on_server = masterpay::service::balances::get(&app.db, user, server)
+        .await
+        .unwrap();
+    assert_eq!(
+        (on_server.main.to_string(), on_server.bonus.to_string()),
+        ("0.00".to_owned(), "0.01".to_owned())
+    );
+    panel.check_row(
+        &panel
+            .audit_of("balance.set", &format!("{user}:{server}"))
+            .await,
+        Some(json!({"main": "0.00", "bonus": "0.00"})),
+        Some(json!({"main": "0.00", "bonus": "0.01", "reason": "goodwill"})),
+    );
+    // The ledger holds the changes.
+    assert_eq!(
+        app.count(&format!(
+            "SELECT COUNT(*) FROM operation_log WHERE user_id = {user} AND kind = 'balance_set'"
+        ))
+        .await,
+        // main and bonus set by the test, main by the panel, bonus by the panel
+        4
+    );
+    // The CSV export has both rows, with the reasons.
+    let csv = browser.get("/audit-log.csv").await;
+    csv.assert_status(200);
+    assert!(csv.header("content-type").unwrap().starts_with("text/csv"));
+    assert!(
+        csv.text
+            .starts_with("id,at,actor,address,action,object_kind,object_id,before,after"),
+        "{}",
+        csv.text
+    );
+    let lines: Vec<&str> = csv
+        .text
+        .lines()
+        .filter(|l| l.contains("balance.set") && l.contains(ADMIN))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", csv.text);
+    assert!(csv.text.contains(reason) && csv.text.contains("goodwill"));
+    assert!(lines.iter().all(|l| l.contains("127.0.0.1")));
+}
+
+async fn cancelling_a_pending_order_from_the_panel(panel: Panel) {
+    let app = &panel.app;
+    let pid = app.project_id;
+    let user = app.user("player@example.com").await;
+    let mut browser = panel.signed_in().await;
+    // An order created in the panel...
+    let user_text = user.to_string();
+    let pid_text = pid.to_string();
+    let created = browser
+        .submit(
+            "/orders",
+            "/orders",
+            &[
+                ("project", &pid_text),
+                ("user", &user_text),
+                ("server", "0"),
+                ("amount", "25.50"),
+                ("payment_system", "cstm:panel"),
+            ],
+        )
+        .await;
+    assert_eq!(created.status, 303, "{}", created.text);
+    let order = entity::payment_order::Entity::find()
+        .one(&app.db)
+        .await
+        .unwrap()
+        .expect("the order");
+    let page = format!("/orders/{pid}/{}", order.order_id);
+    created.assert_redirect(&page);
+    let rows = panel.audit_of("order.create", &order.order_id).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].actor.as_str(), rows[0].address.as_deref()),
+        (ADMIN, Some("127.0.0.1"))
+    );
+    let after: Value = serde_json::from_str(rows[0].after.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        (after["amount"].clone(), after["status"].clone()),
+        (json!("25.50"), json!("pending"))
+    );
+    // ...found by its id, and cancelled.
+    let found = browser
+        .get(&format!("/orders?order_id={}", order.order_id))
+        .await;
+    found.assert_status(200);
+    assert!(found.text.contains(&order.order_id));
+    browser
+        .submit(&page, &format!("{page}/cancel"), &[])
+        .await
+        .assert_redirect(&page);
+    let token = app.full_token().await;
+    let read = app
+        .read_order(Some(&token), &format!("order_id={}", order.order_id))
+        .await;
+    assert_eq!(read.body["status"], json!("cancelled"), "{}", read.text);
+    let rows = panel.audit_of("order.cancel", &order.order_id).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].administrator_id, Some(panel.admin_id));
+    assert_eq!(rows[0].address.as_deref(), Some("127.0.0.1"));
+    let before: Value = serde_json::from_str(rows[0].before.as_deref().unwrap()).unwrap();
+    let after: Value = serde_json::from_str(rows[0].after.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        (before["status"].clone(), after["status"].clone()),
+        (json!("pending"), json!("cancelled"))
+    );
+    // A cancelled order stays cancelled and cannot be completed.
+    let snapshot = panel.snapshot().await;
+    let csrf = browser.csrf().await;
+    let again = browser
+        .post(&format!("{page}/cancel"), &[("csrf", &csrf)])
+        .await;
+    again.assert_status(409);
+    assert!(again.text.contains("already cancelled"), "{}", again.text);
+    assert_eq!(panel.snapshot().await, snapshot);
+    app.complete_order(&token, &order.order_id, "cstm:panel")
+        .await
+        .assert_error(409, "ORDER_CANCELLED");
+    // The audit log page and its export show both actions.
+    let log = browser.get("/audit-log").await;
+    assert!(log.text.contains("order.create") && log.text.contains("order.cancel"));
+    let csv = browser
+        .get(&format!("/audit-log.csv?object_id={}", order.order_id))
+        .await;
+    csv.assert_status(200);
+    assert_eq!(
+        csv.text.lines().count(),
+        3,
+        "a header and two rows: {}",
+        csv.text
+    );
+    assert!(csv.text.contains("order.create") && csv.text.contains("order.cancel"));
+}
+
+async fn users_and_servers_created_in_the_panel_are_audited(panel: Panel) {
+    let pid = panel.app.project_id;
+    let mut browser = panel.signed_in().await;
+    let users_page = format!("/projects/{pid}/users");
+    let created = browser
+        .submit(
+            &users_page,
+            &users_page,
+            &[("email", "new.player@example.com")],
+        )
+        .await;
+    assert_eq!(created.status, 303, "{}", created.text);
+    let user = entity::user::Entity::find()
+        .filter(entity::user::Column::Email.eq("new.player@example.com"))
+        .one(&panel.app.db)
+        .await
+        .unwrap()
+        .expect("the user");
+    created.assert_redirect(&format!("/users/{}", user.id));
+    panel.check_row(
+        &panel.audit_of("user.create", &user.id.to_string()).await,
+        None,
+        Some(json!({"project_id": pid, "email": "new.player@example.com"})),
+    );
+    browser
+        .submit(
+            &users_page,
+            &format!("/projects/{pid}/servers"),
+            &[("server_name", "Asia")],
+        )
+        .await
+        .assert_redirect(&users_page);
+    let server = entity::server::Entity::find()
+        .one(&panel.app.db)
+        .await
+        .unwrap()
+        .expect("the server");
+    panel.check_row(
+        &panel
+            .audit_of("server.create", &server.id.to_string())
+            .await,
+        None,
+        Some(json!({"project_id": pid, "name": "Asia"})),
+    );
+    // Found by id and by e-mail.
+    for q in [user.id.to_string(), "new.player@example.com".to_owned()] {
+        let found = browser.get(&format!("{users_page}?q={q}")).await;
+        assert!(found.text.contains("new.player@example.com"), "{q}");
+    }
+    // Running the ledger audit is recorded too.
+    let ran = browser.submit("/ledger/audit", "/ledger/audit", &[]).await;
+    ran.assert_redirect("/ledger/audit");
+    let rows = panel.audit_of("audit.run", "ledger").await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].administrator_id, Some(panel.admin_id));
+}
