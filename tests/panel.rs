@@ -999,6 +999,29 @@ async fn a_post_without_the_right_csrf_token_or_from_another_origin_changes_noth
         answer.header("location"),
         Some(&*format!("/projects/{}", created.id))
     );
+    // Chromium's own forms under `Referrer-Policy: no-referrer` send
+    // `Origin: null` with `Sec-Fetch-Site: same-origin`: accepted with the
+    // right token, refused with another browser's.
+    let chromium = [("origin", "null"), ("sec-fetch-site", "same-origin")];
+    let answer = browser
+        .post_with(
+            "/projects",
+            &[("csrf", &others), ("name", "Forged")],
+            &chromium,
+        )
+        .await;
+    answer.assert_status(403);
+    let answer = browser
+        .post_with(
+            "/projects",
+            &[("csrf", &csrf), ("name", "From Chromium")],
+            &chromium,
+        )
+        .await;
+    assert_eq!(answer.status, 303, "{}", answer.text);
+    let names: Vec<String> = panel.projects().await.into_iter().map(|p| p.name).collect();
+    assert_eq!(names.len(), count + 2);
+    assert!(names.contains(&"From Chromium".to_owned()) && !names.contains(&"Forged".to_owned()));
 }
 
 /// Form fields or headers, as name/value pairs.

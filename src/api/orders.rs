@@ -492,7 +492,7 @@ impl OrdersApi {
                 StoreFailure::Unavailable(body) => CreateReply::Unavailable(body),
             },
             // The request was validated above, and names no order id.
-            Err(err @ (CreateError::Invalid(_) | CreateError::OrderIdTaken(_))) => {
+            Err(err @ (CreateError::Invalid(..) | CreateError::OrderIdTaken(_))) => {
                 tracing::error!(error = %err, "order creation refused a validated request");
                 CreateReply::Internal(Json(InternalErrorBody::new(
                     InternalErrorCode::InternalError,

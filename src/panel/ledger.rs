@@ -305,7 +305,7 @@ fn audit_page(admin: &SignedIn, latest: Option<&(admin_audit_entry::Model, Audit
                         "Run " (page::when(&entry.at)) " by " (super::audit_log::actor_cell(entry)) "."
                     }
                     p class=(if run.is_clean() { "notice" } else { "warning" }) {
-                        "Audited " (run.accounts) " accounts, " (run.completed_orders) " completed and "
+                        "Checked: " (run.accounts) " balance accounts, " (run.completed_orders) " completed orders, "
                         (run.cancelled_orders) " cancelled orders, " (run.log_rows) " log rows: "
                         strong { (run.verdict()) }
                     }

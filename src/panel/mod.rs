@@ -23,6 +23,8 @@ mod sign_in;
 mod tokens;
 mod users;
 
+use std::{sync::Arc, time::Instant};
+
 use poem::{
     Endpoint, EndpointExt, IntoResponse, Request, Response, Route, get,
     http::{StatusCode, header},
@@ -61,6 +63,8 @@ pub enum PanelError {
     Internal(&'static str),
     #[error("database error: {0}")]
     Db(#[from] DbErr),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 impl From<crate::service::AdminError> for PanelError {
@@ -91,7 +95,7 @@ impl IntoResponse for PanelError {
                 "Not found",
                 format!("{what} does not exist."),
             ),
-            PanelError::Internal(_) | PanelError::Db(_) => {
+            PanelError::Internal(_) | PanelError::Db(_) | PanelError::Store(_) => {
                 tracing::error!(error = %self, "panel request failed");
                 (
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -143,6 +147,7 @@ pub fn routes(state: PanelState) -> impl Endpoint {
         // Errors (a redirect to the sign-in page, a refused form) become
         // answers here, so that they too get the headers below.
         .catch_all_error(|err: poem::Error| async move { err.into_response() })
+        .around(access_log)
         .with(
             SetHeader::new()
                 .overriding(header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY)
@@ -151,4 +156,27 @@ pub fn routes(state: PanelState) -> impl Endpoint {
                 .overriding(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
                 .overriding(header::X_FRAME_OPTIONS, "DENY"),
         )
+}
+
+/// One log line per panel request: method, path (a sign-in link's secret
+/// left out), status and duration; never a cookie or a form value.
+async fn access_log<E: Endpoint>(next: Arc<E>, req: Request) -> poem::Result<Response> {
+    let method = req.method().clone();
+    let path = match req.uri().path() {
+        link if link.starts_with("/sign-in/link/") => "/sign-in/link/[redacted]".to_owned(),
+        path => path.to_owned(),
+    };
+    let started = Instant::now();
+    let response = match next.call(req).await {
+        Ok(output) => output.into_response(),
+        Err(err) => err.into_response(),
+    };
+    tracing::info!(
+        %method,
+        path,
+        status = response.status().as_u16(),
+        ms = started.elapsed().as_secs_f64() * 1000.0,
+        "panel request"
+    );
+    Ok(response)
 }

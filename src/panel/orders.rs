@@ -18,7 +18,7 @@ use super::{
     PanelError, PanelState,
     page::{self, FieldAttrs, FieldErrors, Params},
     session::{PostForm, SignedIn},
-    users::{account_name, entries_table, parse_money, store_failed},
+    users::{account_name, entries_table, parse_money},
 };
 use crate::service::{
     AdminError,
@@ -275,7 +275,7 @@ async fn list_view(
     let (orders, total) = match filter {
         Some(filter) => orders::list(&state.db, filter, LIST_LIMIT)
             .await
-            .map_err(store_failed)?,
+            .map_err(PanelError::from)?,
         None => (Vec::new(), 0),
     };
     Ok(ListView {
@@ -308,19 +308,6 @@ async fn list(
     } else {
         page::invalid(markup)
     })
-}
-
-/// The field of the create form a refusal of the service is about.
-fn field_of(message: &str) -> &'static str {
-    if message.starts_with("payment system") {
-        "payment_system"
-    } else if message.starts_with("amount") {
-        "amount"
-    } else if message.starts_with("server") {
-        "server"
-    } else {
-        "order"
-    }
 }
 
 #[handler]
@@ -417,11 +404,20 @@ async fn create(
                     "no such server in this project (0 is the general account)",
                 );
             }
-            Err(CreateError::Invalid(message)) => errors.add(field_of(&message), message),
+            Err(CreateError::Invalid(field, message)) => {
+                // The form names the server `server`; an order id is never typed.
+                let field = match field {
+                    "server_id" => "server",
+                    "payment_system" => "payment_system",
+                    "amount" => "amount",
+                    _ => "order",
+                };
+                errors.add(field, message)
+            }
             Err(err @ (CreateError::KeyReused | CreateError::OrderIdTaken(_))) => {
                 errors.add("order", err.to_string());
             }
-            Err(CreateError::Store(err)) => return Err(store_failed(err)),
+            Err(CreateError::Store(err)) => return Err(err.into()),
         }
     }
     let view = list_view(&state, Some(&OrderFilter::default())).await?;
@@ -453,7 +449,7 @@ async fn order_view(
     let not_found = || PanelError::NotFound(format!("order {order_id} of project {project_id}"));
     let order = orders::get(db, Some(project_id), order_id)
         .await
-        .map_err(store_failed)?
+        .map_err(PanelError::from)?
         .ok_or_else(not_found)?;
     let project = projects::get(db, project_id).await?;
     let user = match users::get(db, order.user_id).await {
@@ -470,7 +466,7 @@ async fn order_view(
     let audit = admin_audit::list(db, &audit_filter, AUDIT_LIMIT).await?;
     let log = history::of_order(db, project_id, &order.order_id)
         .await
-        .map_err(store_failed)?;
+        .map_err(PanelError::from)?;
     Ok(OrderView {
         order,
         project,
@@ -596,7 +592,7 @@ async fn cancel(
                 "order {order_id} of project {project_id}"
             )));
         }
-        Err(CancelError::Store(err)) => return Err(store_failed(err)),
+        Err(CancelError::Store(err)) => return Err(err.into()),
     };
     let view = order_view(&state, project_id, &request.order_id).await?;
     Ok(page::render(
@@ -616,16 +612,5 @@ mod tests {
         assert_eq!(parse_status("cancelled"), Ok(OrderStatus::Cancelled));
         assert!(parse_status("Pending").is_err());
         assert!(parse_status("done").is_err());
-    }
-
-    #[test]
-    fn refusals_go_next_to_their_field() {
-        assert_eq!(
-            field_of("payment system \"x\" must be cstm:"),
-            "payment_system"
-        );
-        assert_eq!(field_of("amount must be at least 0.01"), "amount");
-        assert_eq!(field_of("server id must be >= 0"), "server");
-        assert_eq!(field_of("something else"), "order");
     }
 }

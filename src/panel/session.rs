@@ -184,15 +184,16 @@ impl PostForm {
 }
 
 /// Whether the browser says the request comes from a page of another
-/// origin. Browsers send `Origin` with every POST and `Sec-Fetch-Site`
-/// with every request; a client sending neither is left to the CSRF token.
+/// origin. `Sec-Fetch-Site` decides when the browser sends it (every
+/// current one does): under the panel's `Referrer-Policy: no-referrer`,
+/// Chromium sends `Origin: null` even with its own forms. Without it,
+/// `Origin` must name the panel's host; a client sending neither is left to
+/// the CSRF token.
 fn cross_origin(req: &Request) -> bool {
     let headers = req.headers();
     let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(site) = text("sec-fetch-site")
-        && site != "same-origin"
-    {
-        return true;
+    if let Some(site) = text("sec-fetch-site") {
+        return site != "same-origin";
     }
     match (text("origin"), text("host")) {
         (Some(origin), Some(host)) => {
@@ -269,6 +270,17 @@ mod tests {
         ]));
         assert!(post(&[
             ("host", "p.example"),
+            ("sec-fetch-site", "cross-site")
+        ]));
+        // Chromium's own forms under Referrer-Policy: no-referrer.
+        assert!(!post(&[
+            ("host", "p.example"),
+            ("origin", "null"),
+            ("sec-fetch-site", "same-origin")
+        ]));
+        assert!(post(&[
+            ("host", "p.example"),
+            ("origin", "https://p.example"),
             ("sec-fetch-site", "cross-site")
         ]));
     }

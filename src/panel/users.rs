@@ -13,7 +13,6 @@ use poem::{
     Response, Route, get, handler, post,
     web::{Data, Path, Query},
 };
-use sea_orm::DbErr;
 use serde::Deserialize;
 
 use super::{
@@ -31,7 +30,6 @@ use crate::{
         users::{self, UserRef},
         validate,
     },
-    store::StoreError,
 };
 
 /// Users listed at most by a search (or without one, the newest).
@@ -56,12 +54,6 @@ pub(super) fn parse_money(text: &str) -> Result<Option<Money>, String> {
     text.parse::<Money>()
         .map(Some)
         .map_err(|err| format!("{text:?} {err}"))
-}
-
-/// A store failure, as the panel reports it (a failed request; the log has
-/// the details).
-pub(super) fn store_failed(err: StoreError) -> PanelError {
-    PanelError::Db(DbErr::Custom(err.to_string()))
 }
 
 /// The name of account `server_id` of a project with `servers`.
@@ -385,7 +377,7 @@ async fn user_view(
                 bad_cursor = true;
                 request.cursor = None;
             }
-            Err(HistoryError::Store(err)) => return Err(store_failed(err)),
+            Err(HistoryError::Store(err)) => return Err(err.into()),
             Err(
                 HistoryError::UserNotFound | HistoryError::ServerNotFound | HistoryError::BadCursor,
             ) => {

@@ -132,8 +132,9 @@ pub struct Created {
 #[derive(Debug, thiserror::Error)]
 pub enum CreateError {
     /// The request breaks a format rule (the API checks them first).
-    #[error("{0}")]
-    Invalid(String),
+    /// A field's value breaks a rule: the field, and why.
+    #[error("{1}")]
+    Invalid(&'static str, String),
     #[error("user not found in the project")]
     UserNotFound,
     #[error("server not found in the project")]
@@ -349,23 +350,33 @@ async fn replay(
 
 fn check_request(request: &OrderRequest) -> Result<(), CreateError> {
     if !validate::is_payment_system(&request.payment_system) {
-        return Err(CreateError::Invalid(format!(
-            "payment system {:?} must be cstm: followed by 4 to 20 lower-case letters",
-            request.payment_system
-        )));
+        return Err(CreateError::Invalid(
+            "payment_system",
+            format!(
+                "payment system {:?} must be cstm: followed by 4 to 20 lower-case letters",
+                request.payment_system
+            ),
+        ));
     }
     if let Some(order_id) = &request.order_id
         && !validate::is_order_id(order_id)
     {
-        return Err(CreateError::Invalid(format!(
-            "order id {order_id:?} must be Order: followed by 8 to 11 letters or digits"
-        )));
+        return Err(CreateError::Invalid(
+            "order_id",
+            format!("order id {order_id:?} must be Order: followed by 8 to 11 letters or digits"),
+        ));
     }
     if request.amount == Money::ZERO {
-        return Err(CreateError::Invalid("amount must be at least 0.01".into()));
+        return Err(CreateError::Invalid(
+            "amount",
+            "amount must be at least 0.01".into(),
+        ));
     }
     if request.server_id < 0 {
-        return Err(CreateError::Invalid("server id must be >= 0".into()));
+        return Err(CreateError::Invalid(
+            "server_id",
+            "server id must be >= 0".into(),
+        ));
     }
     Ok(())
 }
