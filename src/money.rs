@@ -79,6 +79,14 @@ impl Money {
     }
 }
 
+/// A signed amount of minor units (a change, a difference) in the money
+/// format: `-0.05`, `1250.50`. Unlike [`Money`], any `i64`.
+pub fn signed_cents(cents: i64) -> String {
+    let sign = if cents < 0 { "-" } else { "" };
+    let magnitude = cents.unsigned_abs();
+    format!("{sign}{}.{:02}", magnitude / 100, magnitude % 100)
+}
+
 /// Parses the strict decimal notation people and scripts write:
 /// digits, optionally a point and one or two digits (`10`, `10.5`, `0.01`).
 /// No sign, exponent, separators or surrounding spaces.
@@ -159,6 +167,15 @@ mod tests {
             assert_eq!(money.to_string().parse::<Money>().unwrap(), money);
         }
         assert_eq!(format!("{:>8}", Money::from_cents(5).unwrap()), "    0.05");
+    }
+
+    #[test]
+    fn signed_amounts_keep_their_sign() {
+        assert_eq!(signed_cents(0), "0.00");
+        assert_eq!(signed_cents(-5), "-0.05");
+        assert_eq!(signed_cents(125_050), "1250.50");
+        assert_eq!(signed_cents(-100), "-1.00");
+        assert_eq!(signed_cents(i64::MIN), "-92233720368547758.08");
     }
 
     #[test]

@@ -353,7 +353,7 @@ async fn bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
         ),
         (
             vec!["balance", "set", "--user", &user, "--reason", "r"],
-            "--main, --bonus",
+            "give a main or a bonus amount (or both)",
         ),
         (
             vec!["balance", "set", "--user", &user, "--main", "1"],
@@ -364,6 +364,12 @@ async fn bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
                 "balance", "set", "--user", &user, "--main", "1", "--reason", "  ",
             ],
             "a reason must be given",
+        ),
+        (
+            vec![
+                "balance", "set", "--user", &user, "--main", "1", "--reason", "a\nb",
+            ],
+            "the reason must not contain control characters",
         ),
         (
             vec![

@@ -101,6 +101,7 @@ panel_tests!(
         setting_a_balance_is_exact_and_logged_with_its_reason,
         cancelling_a_pending_order_from_the_panel,
         users_and_servers_created_in_the_panel_are_audited,
+        changing_ones_password_ends_the_other_sessions,
     ],
     backend: [secure_cookies_are_host_prefixed_and_secure],
 );
@@ -419,6 +420,14 @@ impl Browser {
         page
     }
 
+    /// The value of a cookie other than the session's.
+    fn other_cookie(&self, name: &str) -> Option<String> {
+        self.others
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, value)| value.clone())
+    }
+
     async fn get(&mut self, path: &str) -> Page {
         let req = self.http.get(format!("{}{path}", self.base));
         self.send(req).await
@@ -481,15 +490,21 @@ async fn pages_need_a_session(panel: Panel) {
         "/projects".to_owned(),
         format!("/projects/{id}"),
     ];
-    // No cookie, a pre-sign-in cookie, a made-up cookie.
+    // No cookie, the sign-in page's cookie, a made-up session cookie, the
+    // sign-in page's value sent as a session cookie.
     let mut fresh = panel.browser();
     let mut visitor = panel.browser();
     visitor.get("/sign-in").await.assert_status(200);
-    assert!(visitor.cookie.is_some(), "the sign-in page sets a cookie");
+    let sign_in_value = visitor
+        .other_cookie("masterpay_sign_in")
+        .expect("the sign-in page sets its cookie");
+    assert!(visitor.cookie.is_none(), "no session cookie before sign-in");
     let mut forger = panel.browser();
     forger.cookie = Some("a".repeat(43));
+    let mut planter = panel.browser();
+    planter.cookie = Some(sign_in_value);
     for page in &pages {
-        for browser in [&mut fresh, &mut visitor, &mut forger] {
+        for browser in [&mut fresh, &mut visitor, &mut forger, &mut planter] {
             let answer = browser.get(page).await;
             answer.assert_sign_in_required();
             assert!(!answer.text.contains(ADMIN), "{page}: {}", answer.text);
@@ -537,10 +552,16 @@ async fn posts_without_a_session_change_nothing(panel: Panel) {
 
 async fn sign_in_replaces_the_cookie_with_a_session_cookie(panel: Panel) {
     let mut browser = panel.browser();
+    // A session cookie value planted before sign-in (by a script of a
+    // related site, say) is replaced at sign-in and worth nothing.
+    let planted = "p".repeat(43);
+    browser.cookie = Some(planted.clone());
     let shown = browser.get("/sign-in").await;
     shown.assert_status(200);
+    // The sign-in page's cookie: its own name, never the session's.
+    assert!(shown.set_cookie("masterpay_session").is_none());
     let visitor = shown
-        .set_cookie("masterpay_session")
+        .set_cookie("masterpay_sign_in")
         .expect("a cookie before sign-in");
     assert!(visitor.value.len() >= 32, "{visitor:?}");
     assert_eq!(visitor.attribute("path"), Some("/"));
@@ -551,7 +572,7 @@ async fn sign_in_replaces_the_cookie_with_a_session_cookie(panel: Panel) {
     assert_eq!(visitor.attribute("samesite"), Some("Strict"));
     // Reloading keeps the cookie (and its CSRF token).
     let again = browser.get("/sign-in").await;
-    assert!(again.set_cookie("masterpay_session").is_none());
+    assert!(again.set_cookie("masterpay_sign_in").is_none());
     assert_eq!(again.csrf(), shown.csrf());
 
     let answer = browser
@@ -568,10 +589,8 @@ async fn sign_in_replaces_the_cookie_with_a_session_cookie(panel: Panel) {
     let session = answer
         .set_cookie("masterpay_session")
         .expect("a new cookie at sign-in");
-    assert_ne!(
-        session.value, visitor.value,
-        "the cookie is renewed at sign-in"
-    );
+    assert_ne!(session.value, planted, "the cookie is renewed at sign-in");
+    assert_ne!(session.value, visitor.value);
     assert!(session.value.len() >= 32, "{session:?}");
     assert!(session.has("httponly"), "{session:?}");
     assert_eq!(session.attribute("samesite"), Some("Strict"), "{session:?}");
@@ -599,12 +618,33 @@ async fn sign_in_replaces_the_cookie_with_a_session_cookie(panel: Panel) {
         "a session lasts 8 hours: {lifetime}"
     );
     assert_eq!(rows[0].administrator_id, panel.admin_id);
-    // The pre-sign-in value signs no one in (a planted cookie is worthless).
-    let mut planted = panel.browser();
-    planted.cookie = Some(visitor.value.clone());
-    planted.get("/").await.assert_sign_in_required();
+    // Neither the planted value nor the sign-in page's signs anyone in.
+    for value in [planted, visitor.value.clone()] {
+        let mut other = panel.browser();
+        other.cookie = Some(value);
+        other.get("/").await.assert_sign_in_required();
+    }
     // The sign-in page sends a signed-in browser to the overview.
     browser.get("/sign-in").await.assert_redirect("/");
+    // Signing in again from the same browser replaces its session.
+    let first = browser.cookie.clone().unwrap();
+    let answer = browser
+        .post(
+            "/sign-in",
+            &[
+                ("csrf", &shown.csrf()),
+                ("name", ADMIN),
+                ("password", PASSWORD),
+            ],
+        )
+        .await;
+    answer.assert_redirect("/");
+    assert_ne!(browser.cookie.as_deref(), Some(first.as_str()));
+    assert_eq!(panel.sessions().await, 1, "the previous session ended");
+    let mut old = panel.browser();
+    old.cookie = Some(first);
+    old.get("/").await.assert_sign_in_required();
+    browser.get("/").await.assert_status(200);
 }
 
 async fn secure_cookies_are_host_prefixed_and_secure(backend: Backend) {
@@ -614,9 +654,10 @@ async fn secure_cookies_are_host_prefixed_and_secure(backend: Backend) {
     let mut browser = panel.browser();
     let shown = browser.get("/sign-in").await;
     shown.assert_status(200);
-    assert!(shown.set_cookie("masterpay_session").is_none());
+    assert!(shown.set_cookie("masterpay_sign_in").is_none());
+    assert!(shown.set_cookie("__Host-masterpay_session").is_none());
     let visitor = shown
-        .set_cookie("__Host-masterpay_session")
+        .set_cookie("__Host-masterpay_sign_in")
         .expect("a __Host- cookie before sign-in");
     assert!(
         visitor.has("secure") && visitor.has("httponly"),
@@ -647,6 +688,28 @@ async fn secure_cookies_are_host_prefixed_and_secure(backend: Backend) {
     assert_eq!(session.attribute("path"), Some("/"));
     assert_eq!(session.attribute("max-age"), Some("28800"));
     browser.get("/").await.assert_status(200);
+    // A token's value travels in a `__Secure-` cookie.
+    let pid = panel.app.project_id;
+    let created = browser
+        .submit(
+            &format!("/projects/{pid}/tokens/new"),
+            &format!("/projects/{pid}/tokens"),
+            &[("name", "Secure"), ("permission", "master-account/balance")],
+        )
+        .await;
+    assert_eq!(created.status, 303, "{}", created.text);
+    assert!(created.set_cookie("masterpay_reveal").is_none());
+    let reveal = created
+        .set_cookie("__Secure-masterpay_reveal")
+        .expect("a __Secure- cookie");
+    assert!(reveal.has("secure") && reveal.has("httponly"), "{reveal:?}");
+    let location = created.header("location").unwrap().to_owned();
+    let shown = browser.get(&location).await;
+    assert!(shown_value(&shown).is_some(), "{}", shown.text);
+    let cleared = shown
+        .set_cookie("__Secure-masterpay_reveal")
+        .expect("cleared");
+    assert_eq!(cleared.attribute("max-age"), Some("0"));
     // The same value under the name without the prefix is not read.
     let mut plain = panel.browser();
     plain.cookie_name = "masterpay_session";
@@ -799,7 +862,8 @@ async fn a_login_link_shows_a_button_then_signs_in_once(panel: Panel) {
     );
 
     let shown = browser.get(&path).await;
-    let visitor = browser.cookie.clone();
+    let visitor = browser.other_cookie("masterpay_sign_in");
+    assert!(visitor.is_some() && browser.cookie.is_none());
     let answer = browser
         .post(
             "/sign-in/link",
@@ -1244,6 +1308,16 @@ async fn a_disabled_administrator_cannot_sign_in_and_is_signed_out(panel: Panel)
         .await
         .expect("enable");
     again.sign_in(ADMIN, PASSWORD).await.assert_redirect("/");
+    // A link made before the administrator was disabled stays dead.
+    let mut late = panel.browser();
+    late.get(&format!("/sign-in/link/{link}"))
+        .await
+        .assert_status(410);
+    let csrf_late = late.get("/sign-in").await.csrf();
+    late.post("/sign-in/link", &[("csrf", &csrf_late), ("link", &link)])
+        .await
+        .assert_status(410);
+    late.get("/").await.assert_sign_in_required();
 }
 
 // ---- listeners ----
@@ -1466,7 +1540,7 @@ impl Panel {
         };
         let db = &self.app.db;
         format!(
-            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
             project::Entity::find().all(db).await.unwrap(),
             app_token::Entity::find().all(db).await.unwrap(),
             token_permission::Entity::find().all(db).await.unwrap(),
@@ -1476,6 +1550,7 @@ impl Panel {
             payment_order::Entity::find().all(db).await.unwrap(),
             operation_log::Entity::find().all(db).await.unwrap(),
             admin_audit_entry::Entity::find().all(db).await.unwrap(),
+            administrator::Entity::find().all(db).await.unwrap(),
         )
     }
 
@@ -1513,6 +1588,7 @@ impl Panel {
             "/audit-log".to_owned(),
             "/audit-log?action=project".to_owned(),
             "/audit-log.csv".to_owned(),
+            "/account".to_owned(),
         ]
     }
 }
@@ -1627,6 +1703,13 @@ async fn every_form_needs_a_session(panel: Panel) {
         ),
         (format!("/orders/{id}/{order_id}/cancel"), vec![]),
         ("/ledger/audit".to_owned(), vec![]),
+        (
+            "/account/password".to_owned(),
+            vec![
+                ("password", "a sneaky new password"),
+                ("password_again", "a sneaky new password"),
+            ],
+        ),
     ];
     for (path, fields) in &posts {
         let mut form = vec![("csrf", csrf.as_str())];
@@ -1789,14 +1872,38 @@ async fn the_value_travels_in_a_short_lived_cookie_of_the_token_page_only(panel:
     assert_eq!(cookie.attribute("path"), Some(location.as_str()));
     assert!(cookie.has("httponly"), "{cookie:?}");
     assert_eq!(cookie.attribute("samesite"), Some("Strict"));
-    let max_age: i64 = cookie.attribute("max-age").unwrap().parse().unwrap();
-    assert!((1..=600).contains(&max_age), "{cookie:?}");
-    // The page shows it and clears it in the same answer.
+    // A session cookie: never kept on disk as a persistent one.
+    assert!(
+        !cookie.has("max-age") && !cookie.has("expires"),
+        "{cookie:?}"
+    );
+    // Bound to the session that made the value.
+    let csrf = browser.csrf().await;
+    let (binding, _) = cookie.value.split_once('.').expect("binding.value");
+    assert_eq!(binding, &csrf[..16]);
+    // Another session in the same browser (another administrator signing
+    // in later) is shown nothing, and the cookie is cleared all the same.
+    let mut later = panel.signed_in().await;
+    let reveal = |others: &[(String, String, String)]| -> Vec<(String, String, String)> {
+        others
+            .iter()
+            .filter(|(name, ..)| name == "masterpay_reveal")
+            .cloned()
+            .collect()
+    };
+    later.others.extend(reveal(&browser.others));
+    let page = later.get(&location).await;
+    page.assert_status(200);
+    assert!(shown_value(&page).is_none(), "{}", page.text);
+    let cleared = page.set_cookie("masterpay_reveal").expect("cleared");
+    assert_eq!(cleared.attribute("max-age"), Some("0"));
+    assert!(reveal(&later.others).is_empty(), "{:?}", later.others);
+    // The page shows it to its session and clears it in the same answer.
     let shown = browser.get(&location).await;
     assert!(shown_value(&shown).is_some());
     let cleared = shown.set_cookie("masterpay_reveal").expect("cleared");
     assert_eq!(cleared.attribute("max-age"), Some("0"));
-    assert!(browser.others.is_empty(), "{:?}", browser.others);
+    assert!(reveal(&browser.others).is_empty(), "{:?}", browser.others);
     // A value's cookie made stale by a reissue (another browser reissued
     // meanwhile) shows nothing.
     let tid: i64 = location.rsplit('/').next().unwrap().parse().unwrap();
@@ -1806,6 +1913,7 @@ async fn the_value_travels_in_a_short_lived_cookie_of_the_token_page_only(panel:
         .await;
     again.assert_redirect(&location);
     let stale = again.set_cookie("masterpay_reveal").unwrap().value;
+    let stale_value = stale.split_once('.').expect("binding.value").1.to_owned();
     let mut third = panel.signed_in().await;
     let csrf = third.csrf().await;
     third
@@ -1814,10 +1922,10 @@ async fn the_value_travels_in_a_short_lived_cookie_of_the_token_page_only(panel:
         .assert_redirect(&location);
     other.others = vec![("masterpay_reveal".into(), location.clone(), stale.clone())];
     let page = other.get(&location).await;
-    assert!(!page.text.contains(&stale));
+    assert!(!page.text.contains(&stale_value));
     assert!(shown_value(&page).is_none());
     assert_ne!(
-        sha256_hex(&stale),
+        sha256_hex(&stale_value),
         panel.token_row(tid).await.unwrap().token_hash,
         "the cookie is stale"
     );
@@ -2340,4 +2448,83 @@ async fn users_and_servers_created_in_the_panel_are_audited(panel: Panel) {
     let rows = panel.audit_of("audit.run", "ledger").await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].administrator_id, Some(panel.admin_id));
+}
+
+// ---- one's own account ----
+
+async fn changing_ones_password_ends_the_other_sessions(panel: Panel) {
+    let mut browser = panel.signed_in().await;
+    let mut elsewhere = panel.signed_in().await;
+    let account = browser.get("/account").await;
+    account.assert_status(200);
+    assert!(account.text.contains(ADMIN));
+    // Refused, next to the field, changing nothing.
+    let before = panel.snapshot().await;
+    let new_password = "  a brand new passphrase ";
+    for (fields, field) in [
+        (
+            vec![("password", "short"), ("password_again", "short")],
+            "password",
+        ),
+        (
+            vec![
+                ("password", new_password),
+                ("password_again", "a brand new passphrase"),
+            ],
+            "password_again",
+        ),
+        (vec![("password", ""), ("password_again", "")], "password"),
+    ] {
+        let answer = browser
+            .submit("/account", "/account/password", &fields)
+            .await;
+        answer.assert_status(422);
+        assert!(
+            answer.field_error(field).is_some(),
+            "{fields:?}: {}",
+            answer.text
+        );
+        assert!(
+            !answer.text.contains("brand new"),
+            "a password is echoed back"
+        );
+    }
+    assert_eq!(panel.snapshot().await, before);
+    elsewhere.get("/").await.assert_status(200);
+
+    let changed = browser
+        .submit(
+            "/account",
+            "/account/password",
+            &[("password", new_password), ("password_again", new_password)],
+        )
+        .await;
+    assert_eq!(changed.status, 303, "{}", changed.text);
+    // This browser stays signed in; the other one is signed out.
+    browser.get("/").await.assert_status(200);
+    elsewhere.get("/").await.assert_sign_in_required();
+    assert_eq!(panel.sessions().await, 1);
+    // The old password no longer signs in; the new one, as typed, does.
+    let mut fresh = panel.browser();
+    fresh.sign_in(ADMIN, PASSWORD).await.assert_status(401);
+    fresh
+        .sign_in(ADMIN, new_password.trim())
+        .await
+        .assert_status(401);
+    fresh
+        .sign_in(ADMIN, new_password)
+        .await
+        .assert_redirect("/");
+    let stored = panel.panel_tables_text().await;
+    assert!(
+        !stored.contains("brand new"),
+        "the password is stored in clear"
+    );
+    panel.check_row(
+        &panel
+            .audit_of("administrator.password", &panel.admin_id.to_string())
+            .await,
+        None,
+        Some(json!({"name": ADMIN, "other_sessions_ended": 1})),
+    );
 }

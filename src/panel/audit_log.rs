@@ -144,7 +144,7 @@ pub(super) fn actor_cell(entry: &admin_audit_entry::Model) -> Markup {
 }
 
 /// Stored JSON, indented; as stored when it is not JSON.
-fn pretty(json: Option<&str>) -> Markup {
+fn json_cell(json: Option<&str>) -> Markup {
     html! {
         @if let Some(json) = json {
             @let text = serde_json::from_str::<Value>(json)
@@ -158,11 +158,51 @@ fn pretty(json: Option<&str>) -> Markup {
     }
 }
 
-const DATE: FieldAttrs = FieldAttrs {
-    kind: "date",
-    required: false,
-    placeholder: None,
-};
+/// Which entries an [`entries_table`] lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Listing {
+    /// Of any object: each row names its object, linked to its page.
+    AnyObject,
+    /// Of the one object whose page shows the table.
+    OneObject,
+}
+
+/// Admin-audit entries as a table: when, who, from which address, the
+/// action, the object (unless the table is one object's) and its state
+/// before and after; `empty` in the one row when there is no entry.
+pub(super) fn entries_table(
+    entries: &[admin_audit_entry::Model],
+    listing: Listing,
+    empty: &str,
+) -> Markup {
+    let objects = listing == Listing::AnyObject;
+    let columns = if objects { 7 } else { 6 };
+    html! {
+        div.table-wrap { table {
+            thead { tr {
+                th { "When" } th { "Who" } th { "From" } th { "Action" }
+                @if objects { th { "Object" } }
+                th { "Before" } th { "After" }
+            } }
+            tbody {
+                @for entry in entries {
+                    tr {
+                        td.when { (page::when(&entry.at)) }
+                        td { (actor_cell(entry)) }
+                        td { (entry.address.as_deref().unwrap_or("—")) }
+                        td { code { (entry.action) } }
+                        @if objects { td { (object_cell(entry)) } }
+                        td.json { (json_cell(entry.before.as_deref())) }
+                        td.json { (json_cell(entry.after.as_deref())) }
+                    }
+                }
+                @if entries.is_empty() {
+                    tr { td colspan=(columns) .muted { (empty) } }
+                }
+            }
+        } }
+    }
+}
 
 fn filter_form(params: &Params, errors: &FieldErrors) -> Markup {
     let field = |label: &str, name: &str, placeholder: &'static str| {
@@ -183,8 +223,8 @@ fn filter_form(params: &Params, errors: &FieldErrors) -> Markup {
             (field("Action", "action", "token or token.create"))
             (field("Object kind", "object_kind", "token"))
             (field("Object id", "object_id", "42"))
-            (page::text_field("From (UTC day)", "from", params.get("from"), errors, DATE))
-            (page::text_field("To (UTC day, included)", "to", params.get("to"), errors, DATE))
+            (page::text_field("From (UTC day)", "from", params.get("from"), errors, FieldAttrs::DATE))
+            (page::text_field("To (UTC day, included)", "to", params.get("to"), errors, FieldAttrs::DATE))
             div.actions {
                 button type="submit" { "Filter" }
                 a.button.secondary href="/audit-log" { "Clear" }
@@ -220,28 +260,7 @@ fn list_page(
                         (entries.len()) " entries."
                     }
                 }
-                div.table-wrap { table {
-                    thead { tr {
-                        th { "When" } th { "Who" } th { "From" } th { "Action" } th { "Object" }
-                        th { "Before" } th { "After" }
-                    } }
-                    tbody {
-                        @for entry in entries {
-                            tr {
-                                td.when { (page::when(&entry.at)) }
-                                td { (actor_cell(entry)) }
-                                td { (entry.address.as_deref().unwrap_or("—")) }
-                                td { code { (entry.action) } }
-                                td { (object_cell(entry)) }
-                                td.json { (pretty(entry.before.as_deref())) }
-                                td.json { (pretty(entry.after.as_deref())) }
-                            }
-                        }
-                        @if entries.is_empty() {
-                            tr { td colspan="7" .muted { "No entry matches." } }
-                        }
-                    }
-                } }
+                (entries_table(entries, Listing::AnyObject, "No entry matches."))
             }
         },
     )

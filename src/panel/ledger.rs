@@ -7,19 +7,20 @@ use std::collections::HashMap;
 use entity::{admin_audit_entry, operation_log::LogKind, project};
 use maud::{Markup, html};
 use poem::{Response, Route, get, handler, web::Data};
-use sea_orm::{ActiveEnum, DatabaseConnection, DbErr};
-use serde::Deserialize;
+use sea_orm::ActiveEnum;
 
 use super::{
     PanelError, PanelState,
     page::{self, FieldAttrs, FieldErrors, Params},
     session::{PostForm, SignedIn},
 };
-use crate::service::{
-    admin_audit::{self, AuditFilter},
-    audit,
-    history::{self, LedgerEntry, LedgerFilter},
-    projects,
+use crate::{
+    money::signed_cents,
+    service::{
+        audit::{self, RecordedAudit},
+        history::{self, LedgerEntry, LedgerFilter},
+        projects,
+    },
 };
 
 pub fn routes(route: Route) -> Route {
@@ -75,19 +76,6 @@ fn parse_filter(params: &Params, all: &[project::Model]) -> (LedgerFilter, Field
     (filter, errors)
 }
 
-fn kind_label(kind: LogKind) -> &'static str {
-    match kind {
-        LogKind::OrderCredit => "order credit",
-        LogKind::BalanceSet => "balance set",
-    }
-}
-
-const DATE: FieldAttrs = FieldAttrs {
-    kind: "date",
-    required: false,
-    placeholder: None,
-};
-
 fn filter_form(params: &Params, errors: &FieldErrors, all: &[project::Model]) -> Markup {
     let project = params.get("project");
     let kind = params.get("kind");
@@ -111,13 +99,13 @@ fn filter_form(params: &Params, errors: &FieldErrors, all: &[project::Model]) ->
                     option value="" { "Every kind" }
                     @for k in [LogKind::OrderCredit, LogKind::BalanceSet] {
                         @let value = k.to_value();
-                        option value=(value) selected[kind == value] { (kind_label(k)) }
+                        option value=(value) selected[kind == value] { (page::kind_label(k)) }
                     }
                 }
                 (errors.show("kind"))
             }
-            (page::text_field("From (UTC day)", "from", params.get("from"), errors, DATE))
-            (page::text_field("To (UTC day, included)", "to", params.get("to"), errors, DATE))
+            (page::text_field("From (UTC day)", "from", params.get("from"), errors, FieldAttrs::DATE))
+            (page::text_field("To (UTC day, included)", "to", params.get("to"), errors, FieldAttrs::DATE))
             div.actions {
                 button type="submit" { "Filter" }
                 a.button.secondary href="/ledger" { "Clear" }
@@ -185,10 +173,10 @@ fn list_page(
                                     @if row.server_id == 0 { "general" } @else { "server " (row.server_id) }
                                     " · " (row.balance_type.to_value())
                                 }
-                                td { (kind_label(row.kind)) }
-                                td.num { (page::signed_money(row.amount_cents)) }
-                                td.num { (page::signed_money(row.balance_before_cents)) }
-                                td.num { (page::signed_money(row.balance_after_cents)) }
+                                td { (page::kind_label(row.kind)) }
+                                td.num { (signed_cents(row.amount_cents)) }
+                                td.num { (signed_cents(row.balance_before_cents)) }
+                                td.num { (signed_cents(row.balance_after_cents)) }
                                 td {
                                     @match (&e.order_id, e.project_id) {
                                         (Some(order), Some(project)) => a href={ "/orders/" (project) "/" (order) } { (order) },
@@ -241,55 +229,10 @@ async fn run_audit(
     Ok(page::redirect("/ledger/audit"))
 }
 
-/// What an `audit.run` entry of the admin audit log holds.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(super) struct AuditRun {
-    pub accounts: u64,
-    pub completed_orders: i64,
-    pub cancelled_orders: i64,
-    pub log_rows: i64,
-    pub mismatches: u64,
-    /// The first [`audit::RECORDED_FINDINGS`] mismatches, as `masterpay
-    /// audit` prints them.
-    pub findings: Vec<String>,
-}
-
-impl AuditRun {
-    pub fn is_clean(&self) -> bool {
-        self.mismatches == 0
-    }
-
-    /// `ledger consistent`, or how many mismatches.
-    pub fn verdict(&self) -> String {
-        match self.mismatches {
-            0 => "ledger consistent".to_owned(),
-            1 => "1 mismatch".to_owned(),
-            n => format!("{n} mismatches"),
-        }
-    }
-}
-
-/// The newest recorded audit run, with what it found.
-pub(super) async fn latest_audit(
-    db: &DatabaseConnection,
-) -> Result<Option<(admin_audit_entry::Model, AuditRun)>, DbErr> {
-    let filter = AuditFilter {
-        action: Some("audit.run".to_owned()),
-        ..Default::default()
-    };
-    let Some(entry) = admin_audit::list(db, &filter, 1).await?.into_iter().next() else {
-        return Ok(None);
-    };
-    let run = entry
-        .after
-        .as_deref()
-        .and_then(|json| serde_json::from_str::<AuditRun>(json).ok())
-        .unwrap_or_default();
-    Ok(Some((entry, run)))
-}
-
-fn audit_page(admin: &SignedIn, latest: Option<&(admin_audit_entry::Model, AuditRun)>) -> Markup {
+fn audit_page(
+    admin: &SignedIn,
+    latest: Option<&(admin_audit_entry::Model, RecordedAudit)>,
+) -> Markup {
     page::frame(
         admin,
         "Ledger audit",
@@ -327,7 +270,7 @@ fn audit_page(admin: &SignedIn, latest: Option<&(admin_audit_entry::Model, Audit
 
 #[handler]
 async fn show_audit(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let latest = latest_audit(&state.db).await?;
+    let latest = audit::latest_run(&state.db).await?;
     Ok(page::ok(audit_page(&admin, latest.as_ref())))
 }
 
@@ -397,16 +340,5 @@ mod tests {
         let (from, until) = page::parse_day_range("2026-12-31", "2026-12-31", &mut errors);
         assert!(errors.is_empty());
         assert_eq!(until.unwrap() - from.unwrap(), chrono::Duration::days(1));
-    }
-
-    #[test]
-    fn a_recorded_run_reads_back() {
-        let run: AuditRun = serde_json::from_str(
-            r#"{"accounts":2,"completed_orders":1,"cancelled_orders":0,"log_rows":3,"mismatches":2,"findings":["a","b"]}"#,
-        )
-        .unwrap();
-        assert!(!run.is_clean());
-        assert_eq!(run.verdict(), "2 mismatches");
-        assert_eq!(AuditRun::default().verdict(), "ledger consistent");
     }
 }

@@ -12,6 +12,7 @@
 //! own files, `Cache-Control: no-store`, and no referrer (a sign-in link's
 //! secret is in its path).
 
+mod account;
 mod audit_log;
 mod ledger;
 mod orders;
@@ -59,6 +60,9 @@ pub enum PanelError {
     Forbidden(&'static str),
     #[error("{0} not found")]
     NotFound(String),
+    /// A change the rules refused where no form field is to blame.
+    #[error("{0}")]
+    Refused(String),
     #[error("{0}")]
     Internal(&'static str),
     #[error("database error: {0}")]
@@ -73,8 +77,8 @@ impl From<crate::service::AdminError> for PanelError {
         match err {
             AdminError::NotFound(what, id) => PanelError::NotFound(format!("{what} {id}")),
             AdminError::Db(err) => PanelError::Db(err),
-            AdminError::Invalid(_) | AdminError::Conflict(_) => {
-                PanelError::Internal("the change was refused")
+            AdminError::Invalid(message) | AdminError::Conflict(message) => {
+                PanelError::Refused(message)
             }
         }
     }
@@ -90,6 +94,11 @@ impl IntoResponse for PanelError {
                     .finish();
             }
             PanelError::Forbidden(text) => (StatusCode::FORBIDDEN, "Refused", (*text).to_owned()),
+            PanelError::Refused(message) => (
+                StatusCode::CONFLICT,
+                "Refused",
+                format!("{message}. Nothing was changed."),
+            ),
             PanelError::NotFound(what) => (
                 StatusCode::NOT_FOUND,
                 "Not found",
@@ -123,6 +132,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
 /// The panel's routes, with its state and security headers.
 pub fn routes(state: PanelState) -> impl Endpoint {
     let pages = [
+        account::routes,
         projects::routes,
         tokens::routes,
         users::routes,

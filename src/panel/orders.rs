@@ -16,9 +16,10 @@ use sea_orm::ActiveEnum;
 
 use super::{
     PanelError, PanelState,
+    audit_log::{self, Listing},
     page::{self, FieldAttrs, FieldErrors, Params},
     session::{PostForm, SignedIn},
-    users::{account_name, entries_table, parse_money},
+    users::{account_name, entries_table, parse_money, parse_server},
 };
 use crate::service::{
     AdminError,
@@ -209,8 +210,8 @@ fn list_page(
                         (filter_errors.show("status"))
                     }
                     (page::text_field("User id", "user", params.get("user"), filter_errors, FieldAttrs::OPTIONAL))
-                    (page::text_field("From (UTC day)", "from", params.get("from"), filter_errors, FieldAttrs { kind: "date", ..FieldAttrs::OPTIONAL }))
-                    (page::text_field("To (UTC day, included)", "to", params.get("to"), filter_errors, FieldAttrs { kind: "date", ..FieldAttrs::OPTIONAL }))
+                    (page::text_field("From (UTC day)", "from", params.get("from"), filter_errors, FieldAttrs::DATE))
+                    (page::text_field("To (UTC day, included)", "to", params.get("to"), filter_errors, FieldAttrs::DATE))
                     button type="submit" { "Filter" }
                     a.button.secondary href="/orders" { "Clear" }
                 }
@@ -356,10 +357,7 @@ async fn create(
         errors.add("user", "not a user id (a number) or an e-mail address");
         None
     };
-    let server_id = match sent.server {
-        "" => Some(GENERAL_ACCOUNT),
-        text => text.parse::<i64>().ok().filter(|&id| id >= 0),
-    };
+    let server_id = parse_server(sent.server);
     if server_id.is_none() {
         errors.add(
             "server",
@@ -477,16 +475,6 @@ async fn order_view(
     })
 }
 
-/// A JSON object of the audit log, indented for reading.
-fn pretty(json: Option<&str>) -> String {
-    json.map(|text| {
-        serde_json::from_str::<serde_json::Value>(text)
-            .and_then(|value| serde_json::to_string_pretty(&value))
-            .unwrap_or_else(|_| text.to_owned())
-    })
-    .unwrap_or_default()
-}
-
 fn order_page(admin: &SignedIn, view: &OrderView, notice: Option<&str>) -> Markup {
     let o = &view.order;
     let p = &view.project;
@@ -539,22 +527,7 @@ fn order_page(admin: &SignedIn, view: &OrderView, notice: Option<&str>) -> Marku
             section {
                 h2 { "Admin audit log" }
                 p.muted { "Changes made through the panel or the command line; creations, completions and cancellations through the API are in the order's times above." }
-                div.table-wrap { table {
-                    thead { tr { th { "When" } th { "Who" } th { "Action" } th { "Address" } th { "Before" } th { "After" } } }
-                    tbody {
-                        @for e in &view.audit {
-                            tr {
-                                td { (page::when(&e.at)) }
-                                td { (e.actor) }
-                                td { (e.action) }
-                                td { (e.address.as_deref().unwrap_or("—")) }
-                                td { @if e.before.is_some() { pre { (pretty(e.before.as_deref())) } } }
-                                td { @if e.after.is_some() { pre { (pretty(e.after.as_deref())) } } }
-                            }
-                        }
-                        @if view.audit.is_empty() { tr { td colspan="6" .muted { "No change made through the panel or the command line." } } }
-                    }
-                } }
+                (audit_log::entries_table(&view.audit, Listing::OneObject, "No change made through the panel or the command line."))
             }
         },
     )

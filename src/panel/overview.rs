@@ -8,10 +8,10 @@ use entity::{app_token, payment_order::OrderStatus, project};
 use maud::{Markup, html};
 use poem::{Response, handler, web::Data};
 
-use super::{PanelError, PanelState, audit_log, ledger, page, session::SignedIn};
+use super::{PanelError, PanelState, audit_log, page, session::SignedIn};
 use crate::service::{
     admin_audit::{self, AuditFilter},
-    now, orders, projects, tokens,
+    audit, now, orders, projects, tokens,
 };
 
 /// Admin actions shown.
@@ -46,14 +46,14 @@ pub async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response,
     }
     let actions = admin_audit::list(db, &AuditFilter::default(), LATEST_ACTIONS).await?;
     let unused = tokens::unused_since(db, now - Duration::days(UNUSED_DAYS), UNUSED_TOKENS).await?;
-    let audit = ledger::latest_audit(db).await?;
+    let last_audit = audit::latest_run(db).await?;
     let body = html! {
         (orders_today(&all, &counts, &today.format("%Y-%m-%d").to_string()))
         (latest_actions(&actions))
         (unused_tokens(&all, &unused))
         section {
             h2 { "Last audit" }
-            @match &audit {
+            @match &last_audit {
                 None => p { "No audit has been run yet. " a href="/ledger/audit" { "Run one" } },
                 Some((entry, run)) => p {
                     (page::when(&entry.at)) " by " (audit_log::actor_cell(entry)) ": "

@@ -3,6 +3,7 @@
 //! them, and the panel's stylesheet and script.
 
 use chrono::{DateTime, Utc};
+use entity::operation_log::LogKind;
 use maud::{DOCTYPE, Markup, html};
 use poem::{
     Response, handler,
@@ -58,7 +59,7 @@ pub fn frame(admin: &SignedIn, title: &str, body: Markup) -> Markup {
                     }
                     form.sign-out method="post" action="/sign-out" {
                         (csrf(admin))
-                        span.who { (admin.name()) }
+                        a.who href="/account" { (admin.name()) }
                         button type="submit" { "Sign out" }
                     }
                 }
@@ -207,6 +208,12 @@ impl FieldAttrs {
         required: false,
         placeholder: None,
     };
+    /// A day filter (`YYYY-MM-DD`, see [`parse_day`]).
+    pub const DATE: FieldAttrs = FieldAttrs {
+        kind: "date",
+        required: false,
+        placeholder: None,
+    };
 }
 
 /// A small badge (a permission, a state).
@@ -223,11 +230,12 @@ pub fn state_badge(active: bool) -> Markup {
     }
 }
 
-/// A signed amount of cents in the one money format: `-0.05`, `1250.50`.
-pub fn signed_money(cents: i64) -> String {
-    let sign = if cents < 0 { "-" } else { "" };
-    let magnitude = cents.unsigned_abs();
-    format!("{sign}{}.{:02}", magnitude / 100, magnitude % 100)
+/// What kind of balance change an operation-log entry is.
+pub fn kind_label(kind: LogKind) -> &'static str {
+    match kind {
+        LogKind::OrderCredit => "order credit",
+        LogKind::BalanceSet => "balance set",
+    }
 }
 
 /// A list page's filters: the query string's parameters, read trimmed.

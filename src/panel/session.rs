@@ -1,11 +1,12 @@
 //! The panel's request guards: who is signed in, and whether a POST may
 //! change anything.
 //!
-//! Every browser holds one cookie, HttpOnly and SameSite=Strict (and Secure,
-//! named with the `__Host-` prefix, when the panel is served over TLS): a
-//! random value given before sign-in, replaced by a session's value at
-//! sign-in (so a value planted before sign-in is worth nothing after it).
-//! The CSRF token every form carries is derived from that value
+//! A signed-in browser holds the session cookie, HttpOnly and
+//! SameSite=Strict (and Secure, named with the `__Host-` prefix, when the
+//! panel is served over TLS), set at sign-in with a new value each time (so
+//! a value planted before sign-in is worth nothing after it). The sign-in
+//! pages give a cookie of their own, a random value with no session. The
+//! CSRF token every form carries is derived from the cookie's value
 //! ([`csrf_token`]), so it needs no storage, differs per browser and
 //! session, and cannot be computed without the cookie, which scripts of
 //! other origins cannot read. A POST ([`PostForm`]) is refused before
@@ -26,13 +27,26 @@ use crate::service::{
 /// Largest form body the panel reads.
 const MAX_FORM_BYTES: usize = 64 * 1024;
 
-/// The cookie's name: with `Secure`, the `__Host-` prefix makes browsers
-/// refuse it unless it is Secure, host-only and for the whole path.
+/// The session cookie's name: with `Secure`, the `__Host-` prefix makes
+/// browsers refuse it unless it is Secure, host-only and for the whole
+/// path.
 pub fn cookie_name(secure: bool) -> &'static str {
     if secure {
         "__Host-masterpay_session"
     } else {
         "masterpay_session"
+    }
+}
+
+/// The name of the cookie the sign-in forms' CSRF token comes from. It is
+/// not the session's: a page opened from another site arrives without the
+/// SameSite=Strict session cookie and is sent to sign in, and a cookie set
+/// there must not replace a live session's.
+pub fn sign_in_cookie_name(secure: bool) -> &'static str {
+    if secure {
+        "__Host-masterpay_sign_in"
+    } else {
+        "masterpay_sign_in"
     }
 }
 
@@ -84,8 +98,8 @@ pub fn client_address(req: &Request) -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// The browser's cookie value; a fresh one (to be set by the answer) when
-/// it has none.
+/// A browser on the sign-in pages: its sign-in cookie's value, a fresh one
+/// (to be set by the answer) when it has none.
 pub struct Visitor {
     pub cookie: Secret,
     /// Whether the answer must set the cookie.
@@ -94,7 +108,7 @@ pub struct Visitor {
 
 impl Visitor {
     pub fn of(req: &Request, state: &PanelState) -> Visitor {
-        match read_cookie(req, cookie_name(state.cookie_secure)) {
+        match read_cookie(req, sign_in_cookie_name(state.cookie_secure)) {
             Some(value) => Visitor {
                 cookie: Secret::from_client(&value),
                 fresh: false,
@@ -117,6 +131,8 @@ pub struct SignedIn {
     pub session: Session,
     pub csrf: String,
     pub address: String,
+    /// The SHA-256 of the session's cookie, as stored.
+    pub cookie_hash: String,
 }
 
 impl SignedIn {
@@ -144,6 +160,7 @@ impl<'a> FromRequest<'a> for SignedIn {
             session,
             csrf: csrf_token(&cookie),
             address: client_address(req),
+            cookie_hash: panel_access::cookie_hash(&cookie),
         })
     }
 }
@@ -161,6 +178,14 @@ impl PostForm {
             .iter()
             .find(|(key, _)| key == name)
             .map_or("", |(_, value)| value.trim())
+    }
+
+    /// The value of `name` as sent, untrimmed (passwords).
+    pub fn raw(&self, name: &str) -> &str {
+        self.pairs
+            .iter()
+            .find(|(key, _)| key == name)
+            .map_or("", |(_, value)| value.as_str())
     }
 
     /// Every value of `name`.
@@ -213,21 +238,32 @@ impl<'a> FromRequest<'a> for PostForm {
             return Err(PanelError::Forbidden("cross-origin requests are refused").into());
         }
         let state = PanelState::of(req)?;
-        let Some(cookie) = read_cookie(req, cookie_name(state.cookie_secure)) else {
+        // The session's token, or on the sign-in pages the sign-in cookie's.
+        let expected: Vec<String> = [
+            cookie_name(state.cookie_secure),
+            sign_in_cookie_name(state.cookie_secure),
+        ]
+        .into_iter()
+        .filter_map(|name| read_cookie(req, name))
+        .map(|value| csrf_token(&Secret::from_client(&value)))
+        .collect();
+        if expected.is_empty() {
             return Err(PanelError::Forbidden("the form's security token is missing").into());
-        };
+        }
         let bytes = body
             .take()?
             .into_bytes_limit(MAX_FORM_BYTES)
             .await
             .map_err(|_| PanelError::Forbidden("the form is too large"))?;
         let pairs: Vec<(String, String)> = form_urlencoded::parse(&bytes).into_owned().collect();
-        let expected = csrf_token(&Secret::from_client(&cookie));
         let sent = pairs
             .iter()
             .find(|(key, _)| key == "csrf")
             .map_or("", |(_, value)| value.as_str());
-        if !bool::from(sent.as_bytes().ct_eq(expected.as_bytes())) {
+        let matches = expected
+            .iter()
+            .any(|token| bool::from(sent.as_bytes().ct_eq(token.as_bytes())));
+        if !matches {
             return Err(PanelError::Forbidden(
                 "the form's security token does not match; reload the page and try again",
             )

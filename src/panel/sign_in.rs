@@ -10,7 +10,10 @@ use poem::{
 use super::{
     PanelError, PanelState,
     page::{self, FieldAttrs, FieldErrors},
-    session::{PostForm, Visitor, client_address, cookie_name, read_cookie, set_cookie},
+    session::{
+        PostForm, Visitor, client_address, cookie_name, read_cookie, set_cookie,
+        sign_in_cookie_name,
+    },
 };
 use crate::service::panel_access::{self, SESSION_LIFETIME, Secret, SignInError};
 
@@ -18,7 +21,7 @@ use crate::service::panel_access::{self, SESSION_LIFETIME, Secret, SignInError};
 fn with_visitor_cookie(mut response: Response, visitor: &Visitor, state: &PanelState) -> Response {
     if visitor.fresh {
         let cookie = set_cookie(
-            cookie_name(state.cookie_secure),
+            sign_in_cookie_name(state.cookie_secure),
             visitor.cookie.expose(),
             "/",
             state.cookie_secure,
@@ -31,8 +34,21 @@ fn with_visitor_cookie(mut response: Response, visitor: &Visitor, state: &PanelS
     response
 }
 
-/// Signed in: the session's cookie replaces whatever the browser held.
-fn signed_in(secret: &Secret, state: &PanelState) -> Response {
+/// The session cookie the browser sent, if any.
+fn session_cookie(req: &Request, state: &PanelState) -> Option<Secret> {
+    read_cookie(req, cookie_name(state.cookie_secure)).map(|value| Secret::from_client(&value))
+}
+
+/// Signed in: the new session's cookie replaces the browser's, whose
+/// session (if it had one) ends.
+async fn signed_in(
+    req: &Request,
+    secret: &Secret,
+    state: &PanelState,
+) -> Result<Response, PanelError> {
+    if let Some(previous) = session_cookie(req, state) {
+        panel_access::sign_out(&state.db, &previous).await?;
+    }
     let cookie = set_cookie(
         cookie_name(state.cookie_secure),
         secret.expose(),
@@ -44,7 +60,7 @@ fn signed_in(secret: &Secret, state: &PanelState) -> Response {
     if let Ok(value) = cookie.parse() {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
-    response
+    Ok(response)
 }
 
 fn sign_in_page(status: StatusCode, csrf: &str, name: &str, errors: &FieldErrors) -> Response {
@@ -63,6 +79,8 @@ fn sign_in_page(status: StatusCode, csrf: &str, name: &str, errors: &FieldErrors
                     }
                     button type="submit" { "Sign in" }
                 }
+                p.muted { "Signed in already? A link from another site opens this page; "
+                    a href="/" { "go to the overview" } "." }
                 p.muted { "No password yet, or forgotten? Ask for a sign-in link: "
                     code { "masterpay admin login-link --name NAME" } }
             },
@@ -72,14 +90,12 @@ fn sign_in_page(status: StatusCode, csrf: &str, name: &str, errors: &FieldErrors
 
 #[handler]
 pub async fn show(req: &Request, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let visitor = Visitor::of(req, &state);
-    if !visitor.fresh
-        && panel_access::session(&state.db, &visitor.cookie)
-            .await?
-            .is_some()
+    if let Some(cookie) = session_cookie(req, &state)
+        && panel_access::session(&state.db, &cookie).await?.is_some()
     {
         return Ok(page::redirect("/"));
     }
+    let visitor = Visitor::of(req, &state);
     let response = sign_in_page(StatusCode::OK, &visitor.csrf(), "", &FieldErrors::default());
     Ok(with_visitor_cookie(response, &visitor, &state))
 }
@@ -96,12 +112,13 @@ pub async fn submit(
     let status = match panel_access::sign_in(
         &state.db,
         name,
-        form.get("password"),
+        // As typed: spaces at either end are part of a password.
+        form.raw("password"),
         &client_address(req),
     )
     .await
     {
-        Ok((secret, _)) => return Ok(signed_in(&secret, &state)),
+        Ok((secret, _)) => return signed_in(req, &secret, &state).await,
         Err(SignInError::Db(err)) => return Err(err.into()),
         Err(err @ SignInError::RateLimited) => {
             errors.add("form", format!("{err}. Sign-in is paused after {} failures in {} minutes, for the name and for the address.",
@@ -157,7 +174,7 @@ pub async fn link_submit(
 ) -> Result<Response, PanelError> {
     let link = Secret::from_client(form.get("link"));
     match panel_access::redeem_login_link(&state.db, &link, &client_address(req)).await? {
-        Some((secret, _)) => Ok(signed_in(&secret, &state)),
+        Some((secret, _)) => signed_in(req, &secret, &state).await,
         None => Ok(link_gone()),
     }
 }

@@ -2,11 +2,13 @@
 //! disable and enable, reissue, delete, and "new token like this one".
 //!
 //! A token's value exists only in the answer to its creation or reissue: the
-//! POST hands it to the browser in a short-lived HttpOnly cookie whose path
-//! is the token's page, and that page shows it once and clears the cookie
-//! in the same answer. The value never appears in a URL, and a cookie that
-//! no longer matches the token's stored hash (a reissue since) shows
-//! nothing.
+//! POST hands it to the browser in an HttpOnly session cookie (never kept
+//! on disk as a persistent one) whose path is the token's page, and that
+//! page shows it once and clears the cookie in the same answer. The value
+//! never appears in a URL. The cookie is bound to the signed-in session
+//! that made the value: one read in another session (another administrator
+//! signing in later in the same browser), or that no longer matches the
+//! token's stored hash (a reissue since), shows nothing.
 
 use entity::{admin_audit_entry, app_token, project};
 use maud::{Markup, html};
@@ -17,9 +19,11 @@ use poem::{
     web::{Data, Path, Query},
 };
 use serde::Deserialize;
+use subtle::ConstantTimeEq;
 
 use super::{
     PanelError, PanelState,
+    audit_log::{self, Listing},
     page::{self, FieldAttrs, FieldErrors},
     session::{self, PostForm, SignedIn},
 };
@@ -31,10 +35,9 @@ use crate::service::{
     validate,
 };
 
-/// The cookie carrying a new value from its POST to the page showing it.
-const REVEAL_COOKIE: &str = "masterpay_reveal";
-/// How long that cookie lives if its page is never loaded.
-const REVEAL_SECONDS: i64 = 300;
+/// How many leading characters of the session's CSRF token bind a reveal
+/// cookie to that session.
+const REVEAL_BINDING_LEN: usize = 16;
 /// How many admin-audit entries a token's page lists.
 const HISTORY_LIMIT: u64 = 100;
 
@@ -121,28 +124,53 @@ fn refused(err: AdminError) -> Result<FieldErrors, PanelError> {
     }
 }
 
-/// A `Set-Cookie` for the reveal cookie of token `id`: the value, or its
-/// removal when `value` is none.
-fn reveal_cookie(id: i64, value: Option<&TokenValue>, secure: bool) -> Option<HeaderValue> {
-    let (text, max_age) = match value {
-        Some(value) => (value.expose(), REVEAL_SECONDS),
-        None => ("", 0),
-    };
-    session::set_cookie(
-        REVEAL_COOKIE,
-        text,
-        &format!("/tokens/{id}"),
-        secure,
-        Some(max_age),
-    )
+/// The cookie carrying a new value from its POST to the page showing it:
+/// with `Secure`, the `__Secure-` prefix makes browsers refuse it unless it
+/// is Secure.
+fn reveal_cookie_name(secure: bool) -> &'static str {
+    if secure {
+        "__Secure-masterpay_reveal"
+    } else {
+        "masterpay_reveal"
+    }
+}
+
+/// What binds a reveal cookie to `admin`'s session: the start of its CSRF
+/// token (derived from the session's cookie, so another session's differs).
+fn reveal_binding(admin: &SignedIn) -> &str {
+    admin.csrf.get(..REVEAL_BINDING_LEN).unwrap_or(&admin.csrf)
+}
+
+/// A `Set-Cookie` for the reveal cookie of token `id`: `<binding>.<value>`
+/// until the browser closes, or its removal when `value` is none.
+fn reveal_cookie(id: i64, value: Option<(&str, &str)>, secure: bool) -> Option<HeaderValue> {
+    let path = format!("/tokens/{id}");
+    let name = reveal_cookie_name(secure);
+    match value {
+        Some((binding, value)) => {
+            let text = format!("{binding}.{value}");
+            session::set_cookie(name, &text, &path, secure, None)
+        }
+        None => session::set_cookie(name, "", &path, secure, Some(0)),
+    }
     .parse()
     .ok()
 }
 
-/// Off to the token's page, which shows `value` once.
-fn show_value_once(id: i64, value: &TokenValue, secure: bool) -> Response {
+/// The value a reveal cookie `sent` carries, when it was made in the
+/// session whose binding is `ours` and is still the value of the token
+/// whose hash is `token_hash`.
+fn revealed(sent: &str, ours: &str, token_hash: &str) -> Option<String> {
+    let (binding, value) = sent.split_once('.')?;
+    let same_session =
+        binding.len() == ours.len() && bool::from(binding.as_bytes().ct_eq(ours.as_bytes()));
+    (same_session && tokens::hash(value) == token_hash).then(|| value.to_owned())
+}
+
+/// Off to the token's page, which shows `value` once to `admin`'s session.
+fn show_value_once(admin: &SignedIn, id: i64, value: &TokenValue, secure: bool) -> Response {
     let mut response = page::redirect(&format!("/tokens/{id}"));
-    if let Some(cookie) = reveal_cookie(id, Some(value), secure) {
+    if let Some(cookie) = reveal_cookie(id, Some((reveal_binding(admin), value.expose())), secure) {
         response.headers_mut().append(header::SET_COOKIE, cookie);
     }
     response
@@ -336,7 +364,12 @@ async fn create(
         .await
         {
             Ok((info, value)) => {
-                return Ok(show_value_once(info.token.id, &value, state.cookie_secure));
+                return Ok(show_value_once(
+                    &admin,
+                    info.token.id,
+                    &value,
+                    state.cookie_secure,
+                ));
             }
             Err(err) => errors = refused(err)?,
         }
@@ -466,20 +499,7 @@ fn token_page(
             }
             section {
                 h2 { "Changes" }
-                div.table-wrap { table {
-                    thead { tr { th { "When" } th { "Who" } th { "Action" } th { "From" } } }
-                    tbody {
-                        @for entry in history {
-                            tr {
-                                td { (page::when(&entry.at)) }
-                                td { (entry.actor) }
-                                td { code { (entry.action) } }
-                                td { @if let Some(address) = &entry.address { (address) } }
-                            }
-                        }
-                        @if history.is_empty() { tr { td colspan="4" .muted { "No change recorded." } } }
-                    }
-                } }
+                (audit_log::entries_table(history, Listing::OneObject, "No change recorded."))
             }
         }))
     }
@@ -524,12 +544,16 @@ async fn show(
     let info = tokens::get_info(&state.db, id).await?;
     let p = projects::get(&state.db, info.token.project_id).await?;
     let history = history(&state, id).await?;
-    let sent = session::read_cookie(req, REVEAL_COOKIE);
+    let sent = session::read_cookie(req, reveal_cookie_name(state.cookie_secure));
     let was_sent = sent.is_some();
-    // A value from before a reissue (or of another token) shows nothing.
-    let reveal = match sent {
-        Some(value) if tokens::hash(&value) == info.token.token_hash => Reveal::Now(value),
-        _ => Reveal::Gone,
+    // A value of another session, from before a reissue or of another token
+    // shows nothing.
+    let reveal = match sent
+        .as_deref()
+        .and_then(|sent| revealed(sent, reveal_binding(&admin), &info.token.token_hash))
+    {
+        Some(value) => Reveal::Now(value),
+        None => Reveal::Gone,
     };
     let mut response = page::ok(token_page(
         &admin,
@@ -601,7 +625,12 @@ async fn reissue(
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     let (token, value) = tokens::reissue(&state.db, &admin.actor(), id).await?;
-    Ok(show_value_once(token.id, &value, state.cookie_secure))
+    Ok(show_value_once(
+        &admin,
+        token.id,
+        &value,
+        state.cookie_secure,
+    ))
 }
 
 #[handler]
@@ -660,6 +689,31 @@ mod tests {
             ("permission", "everything"),
         ]));
         assert!(errors.of("permissions").unwrap().contains("everything"));
+    }
+
+    #[test]
+    fn a_reveal_cookie_shows_its_value_only_to_its_session() {
+        let value = "a".repeat(64);
+        let hash = tokens::hash(&value);
+        let ours = "0123456789abcdef";
+        let sent = format!("{ours}.{value}");
+        assert_eq!(revealed(&sent, ours, &hash), Some(value.clone()));
+        // Another session's, a stale value, no binding, an empty binding.
+        assert_eq!(revealed(&sent, "fedcba9876543210", &hash), None);
+        assert_eq!(revealed(&sent, ours, &tokens::hash("other")), None);
+        assert_eq!(revealed(&value, ours, &hash), None);
+        assert_eq!(revealed(&format!(".{value}"), ours, &hash), None);
+        assert_eq!(revealed(&format!("{ours}0.{value}"), ours, &hash), None);
+        // The cookie is a session cookie, named for Secure when it is.
+        let cookie = reveal_cookie(7, Some((ours, &value)), true).unwrap();
+        let cookie = cookie.to_str().unwrap();
+        assert!(cookie.starts_with(&format!("__Secure-masterpay_reveal={sent};")));
+        assert!(cookie.contains("Path=/tokens/7") && cookie.contains("Secure"));
+        assert!(!cookie.contains("Max-Age") && !cookie.contains("Expires"));
+        let cleared = reveal_cookie(7, None, false).unwrap();
+        let cleared = cleared.to_str().unwrap();
+        assert!(cleared.starts_with("masterpay_reveal=;"), "{cleared}");
+        assert!(cleared.contains("Max-Age=0"));
     }
 
     #[test]

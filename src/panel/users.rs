@@ -3,11 +3,7 @@
 
 use std::collections::HashMap;
 
-use entity::{
-    balance::GENERAL_ACCOUNT,
-    operation_log::{BalanceType, LogKind},
-    project, server, user,
-};
+use entity::{balance::GENERAL_ACCOUNT, operation_log::BalanceType, project, server, user};
 use maud::{Markup, html};
 use poem::{
     Response, Route, get, handler, post,
@@ -21,7 +17,7 @@ use super::{
     session::{PostForm, SignedIn},
 };
 use crate::{
-    money::Money,
+    money::{Money, signed_cents},
     service::{
         AdminError,
         balances::{self, AccountBalance},
@@ -56,6 +52,15 @@ pub(super) fn parse_money(text: &str) -> Result<Option<Money>, String> {
         .map_err(|err| format!("{text:?} {err}"))
 }
 
+/// An account typed or chosen in a form: a server id, or blank or 0 for
+/// the general account; `None` when it is not one.
+pub(super) fn parse_server(text: &str) -> Option<i64> {
+    match text {
+        "" => Some(GENERAL_ACCOUNT),
+        text => text.parse::<i64>().ok().filter(|&id| id >= 0),
+    }
+}
+
 /// The name of account `server_id` of a project with `servers`.
 pub(super) fn account_name(server_id: i64, servers: &[server::Model]) -> String {
     if server_id == GENERAL_ACCOUNT {
@@ -64,13 +69,6 @@ pub(super) fn account_name(server_id: i64, servers: &[server::Model]) -> String 
     match servers.iter().find(|s| s.id == server_id) {
         Some(s) => format!("{} (server {})", s.name, s.id),
         None => format!("Server {server_id}"),
-    }
-}
-
-fn kind_text(kind: LogKind) -> &'static str {
-    match kind {
-        LogKind::OrderCredit => "order credit",
-        LogKind::BalanceSet => "balance set",
     }
 }
 
@@ -97,10 +95,10 @@ pub(super) fn entries_table(
                 @for e in entries {
                     tr {
                         td { (page::when(&e.created_at)) }
-                        td { (kind_text(e.kind)) }
+                        td { (page::kind_label(e.kind)) }
                         td { (account_name(e.server_id, servers)) }
                         td { (balance_type_text(e.balance_type)) }
-                        td.num { (page::signed_money(e.amount_cents)) }
+                        td.num { (signed_cents(e.amount_cents)) }
                         td.num { (e.balance_before) }
                         td.num { (e.balance_after) }
                         td {
@@ -503,10 +501,7 @@ async fn set_balance(
         errors: FieldErrors::default(),
     };
     let errors = &mut sent.errors;
-    let server = match sent.server {
-        "" => Some(GENERAL_ACCOUNT),
-        text => text.parse::<i64>().ok().filter(|&id| id >= 0),
-    };
+    let server = parse_server(sent.server);
     if server.is_none() {
         errors.add(
             "server",
@@ -521,8 +516,11 @@ async fn set_balance(
     };
     let main = money("main", sent.main);
     let bonus = money("bonus", sent.bonus);
-    if sent.main.is_empty() && sent.bonus.is_empty() {
-        errors.add("main", "give a main balance, a bonus balance or both");
+    if errors.of("main").is_none()
+        && errors.of("bonus").is_none()
+        && let Err(message) = balances::check_amounts(main, bonus)
+    {
+        errors.add("main", message);
     }
     if let Err(message) = validate::check_reason(sent.reason) {
         errors.add("reason", message);

@@ -15,7 +15,7 @@ use argon2::{
     Argon2, PasswordHash, PasswordHasher, PasswordVerifier,
     password_hash::{SaltString, rand_core::OsRng},
 };
-use entity::{admin_session, administrator};
+use entity::{admin_login_link, admin_session, administrator};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait,
     QueryFilter, QueryOrder, QuerySelect, Select,
@@ -66,17 +66,39 @@ impl fmt::Debug for Password {
     }
 }
 
+/// How many argon2 computations run at once: each takes 19 MiB and a core
+/// for a while, and sign-in attempts come from anyone who reaches the
+/// panel, so the rest wait their turn instead of piling up threads and
+/// memory.
+static HASHING: LazyLock<tokio::sync::Semaphore> = LazyLock::new(|| {
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    tokio::sync::Semaphore::new(cores.max(2))
+});
+
+/// Runs `work` (an argon2 computation) on a blocking thread, when its turn
+/// comes (see [`HASHING`]).
+async fn argon2_work<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, AdminError> {
+    let _turn = HASHING
+        .acquire()
+        .await
+        .map_err(|err| AdminError::Invalid(format!("hashing failed: {err}")))?;
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| AdminError::Invalid(format!("hashing failed: {err}")))
+}
+
 /// Hashes `password` with a fresh salt from the OS CSPRNG.
 async fn hash(password: Password) -> Result<String, AdminError> {
-    tokio::task::spawn_blocking(move || {
+    argon2_work(move || {
         let salt = SaltString::generate(&mut OsRng);
         Argon2::default()
             .hash_password(password.0.as_bytes(), &salt)
             .map(|hash| hash.to_string())
             .map_err(|err| AdminError::Invalid(format!("the password cannot be hashed: {err}")))
     })
-    .await
-    .map_err(|err| AdminError::Invalid(format!("hashing failed: {err}")))?
+    .await?
 }
 
 /// What an unknown name's password is checked against.
@@ -158,6 +180,12 @@ pub async fn set_active(
             .await?
             .rows_affected;
         after["sessions_ended"] = ended.into();
+        // An older link must not work again once they are enabled.
+        admin_login_link::Entity::delete_many()
+            .filter(admin_login_link::Column::AdministratorId.eq(admin.id))
+            .filter(admin_login_link::Column::UsedAt.is_null())
+            .exec(&txn)
+            .await?;
     }
     let action = if active {
         "administrator.enable"
@@ -172,6 +200,40 @@ pub async fn set_active(
     Ok(admin)
 }
 
+/// Replaces the password of administrator `id` (hashed before the write
+/// transaction opens, as in [`create`]) and ends their other sessions:
+/// every session but `keep`, the SHA-256 of the cookie of the one that
+/// changed it, so that whoever knew the old password is signed out.
+pub async fn set_password(
+    db: &DatabaseConnection,
+    actor: &Actor,
+    id: i64,
+    password: Password,
+    keep: Option<&str>,
+) -> Result<(), AdminError> {
+    let password_hash = hash(password).await?;
+    let txn = begin_write(db).await?;
+    let admin = administrator::Entity::find_by_id(id)
+        .lock_exclusive()
+        .one(&txn)
+        .await?
+        .ok_or(AdminError::NotFound("administrator", id))?;
+    let mut row: administrator::ActiveModel = admin.clone().into();
+    row.password_hash = Set(password_hash);
+    row.update(&txn).await?;
+    let mut others =
+        admin_session::Entity::delete_many().filter(admin_session::Column::AdministratorId.eq(id));
+    if let Some(keep) = keep {
+        others = others.filter(admin_session::Column::SessionHash.ne(keep));
+    }
+    let ended = others.exec(&txn).await?.rows_affected;
+    let change = Change::new("administrator.password", "administrator", id)
+        .after(json!({"name": admin.name, "other_sessions_ended": ended}));
+    admin_audit::record(&txn, actor, change).await?;
+    txn.commit().await?;
+    Ok(())
+}
+
 /// The active administrator `name` whose password is `password`; `None`
 /// for a wrong password, an unknown name or a disabled administrator, in
 /// the same time (see the module docs).
@@ -183,7 +245,7 @@ pub async fn verify(
     let admin = find(db, name).await?;
     let stored = admin.as_ref().map(|a| a.password_hash.clone());
     let password = password.to_owned();
-    let matches = tokio::task::spawn_blocking(move || {
+    let matches = argon2_work(move || {
         let stored = stored.unwrap_or_else(|| UNKNOWN_NAME_HASH.clone());
         PasswordHash::new(&stored).is_ok_and(|hash| {
             Argon2::default()

@@ -18,13 +18,15 @@
 
 use std::collections::BTreeMap;
 
+use entity::admin_audit_entry;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement};
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use super::{
-    admin_audit::{self, Actor, Change},
+    admin_audit::{self, Actor, AuditFilter, Change},
     begin_write,
 };
+use crate::money::signed_cents;
 
 /// One violated invariant, printable for operators.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,8 +106,8 @@ pub async fn run(db: &DatabaseConnection) -> Result<AuditReport, DbErr> {
             if logged != stored {
                 report.findings.push(Finding(format!(
                     "user {user} server {server} {kind}: balance {} but the log sums to {}",
-                    cents(stored),
-                    cents(logged)
+                    signed_cents(stored),
+                    signed_cents(logged)
                 )));
             }
         }
@@ -114,7 +116,7 @@ pub async fn run(db: &DatabaseConnection) -> Result<AuditReport, DbErr> {
         if logged != 0 {
             report.findings.push(Finding(format!(
                 "user {user} server {server} {kind}: no balance row but the log sums to {}",
-                cents(logged)
+                signed_cents(logged)
             )));
         }
     }
@@ -205,39 +207,131 @@ pub async fn run(db: &DatabaseConnection) -> Result<AuditReport, DbErr> {
 /// always whole.
 pub const RECORDED_FINDINGS: usize = 100;
 
-/// [`run`] for `actor`, recorded in the audit log as one `audit.run` row:
-/// the counts, the number of mismatches and (the first
-/// [`RECORDED_FINDINGS`] of) their lines. The audit reads outside any
-/// transaction; the row is written after it, mismatches or not.
+/// The action of a recorded run in the audit log.
+const RUN_ACTION: &str = "audit.run";
+
+/// What the audit log keeps of one run (the `after` of its `audit.run`
+/// entry): the counts, the number of mismatches and the first
+/// [`RECORDED_FINDINGS`] of their lines, as `masterpay audit` prints them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RecordedAudit {
+    pub accounts: u64,
+    pub completed_orders: i64,
+    pub cancelled_orders: i64,
+    pub log_rows: i64,
+    pub mismatches: u64,
+    pub findings: Vec<String>,
+}
+
+impl RecordedAudit {
+    pub fn of(report: &AuditReport) -> RecordedAudit {
+        RecordedAudit {
+            accounts: report.accounts as u64,
+            completed_orders: report.completed_orders,
+            cancelled_orders: report.cancelled_orders,
+            log_rows: report.log_rows,
+            mismatches: report.findings.len() as u64,
+            findings: report
+                .findings
+                .iter()
+                .take(RECORDED_FINDINGS)
+                .map(|f| f.0.clone())
+                .collect(),
+        }
+    }
+
+    pub fn is_clean(&self) -> bool {
+        self.mismatches == 0
+    }
+
+    /// `ledger consistent`, or how many mismatches.
+    pub fn verdict(&self) -> String {
+        match self.mismatches {
+            0 => "ledger consistent".to_owned(),
+            1 => "1 mismatch".to_owned(),
+            n => format!("{n} mismatches"),
+        }
+    }
+}
+
+/// [`run`] for `actor`, recorded in the audit log as one `audit.run` row
+/// holding its [`RecordedAudit`]. The audit reads outside any transaction;
+/// the row is written after it, mismatches or not.
 pub async fn run_recorded(db: &DatabaseConnection, actor: &Actor) -> Result<AuditReport, DbErr> {
     let report = run(db).await?;
-    let lines: Vec<&str> = report
-        .findings
-        .iter()
-        .take(RECORDED_FINDINGS)
-        .map(|f| f.0.as_str())
-        .collect();
-    let summary = json!({
-        "accounts": report.accounts,
-        "completed_orders": report.completed_orders,
-        "cancelled_orders": report.cancelled_orders,
-        "log_rows": report.log_rows,
-        "mismatches": report.findings.len(),
-        "findings": lines,
-    });
+    let summary = serde_json::to_value(RecordedAudit::of(&report))
+        .map_err(|err| DbErr::Custom(format!("audit summary: {err}")))?;
     let txn = begin_write(db).await?;
     admin_audit::record(
         &txn,
         actor,
-        Change::new("audit.run", "audit", "ledger").after(summary),
+        Change::new(RUN_ACTION, "audit", "ledger").after(summary),
     )
     .await?;
     txn.commit().await?;
     Ok(report)
 }
 
-fn cents(value: i64) -> String {
-    let sign = if value < 0 { "-" } else { "" };
-    let abs = value.unsigned_abs();
-    format!("{sign}{}.{:02}", abs / 100, abs % 100)
+/// The newest recorded run, with what it found (empty counts when its
+/// entry holds no readable summary).
+pub async fn latest_run(
+    db: &DatabaseConnection,
+) -> Result<Option<(admin_audit_entry::Model, RecordedAudit)>, DbErr> {
+    let filter = AuditFilter {
+        action: Some(RUN_ACTION.to_owned()),
+        ..Default::default()
+    };
+    let Some(entry) = admin_audit::list(db, &filter, 1).await?.into_iter().next() else {
+        return Ok(None);
+    };
+    let run = entry
+        .after
+        .as_deref()
+        .and_then(|json| serde_json::from_str::<RecordedAudit>(json).ok())
+        .unwrap_or_default();
+    Ok(Some((entry, run)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_run_reads_back() {
+        let report = AuditReport {
+            accounts: 2,
+            completed_orders: 1,
+            log_rows: 3,
+            findings: vec![Finding("a".into()), Finding("b".into())],
+            ..Default::default()
+        };
+        let recorded = RecordedAudit::of(&report);
+        let json = serde_json::to_value(&recorded).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "accounts": 2, "completed_orders": 1, "cancelled_orders": 0,
+                "log_rows": 3, "mismatches": 2, "findings": ["a", "b"],
+            })
+        );
+        let read: RecordedAudit = serde_json::from_value(json).unwrap();
+        assert_eq!(read, recorded);
+        assert!(!read.is_clean());
+        assert_eq!(read.verdict(), "2 mismatches");
+        assert_eq!(RecordedAudit::default().verdict(), "ledger consistent");
+    }
+
+    #[test]
+    fn only_the_first_findings_are_kept() {
+        let report = AuditReport {
+            findings: (0..RECORDED_FINDINGS + 5)
+                .map(|n| Finding(n.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        let recorded = RecordedAudit::of(&report);
+        assert_eq!(recorded.findings.len(), RECORDED_FINDINGS);
+        assert_eq!(recorded.mismatches, (RECORDED_FINDINGS + 5) as u64);
+    }
 }

@@ -216,6 +216,15 @@ fn audited(balance: &AccountBalance) -> serde_json::Value {
     serde_json::json!({"main": balance.main.to_string(), "bonus": balance.bonus.to_string()})
 }
 
+/// What [`set`] needs of its amounts: a main or a bonus one (or both).
+pub fn check_amounts(main: Option<Money>, bonus: Option<Money>) -> Result<(), String> {
+    if main.is_none() && bonus.is_none() {
+        Err("give a main or a bonus amount (or both)".to_owned())
+    } else {
+        Ok(())
+    }
+}
+
 /// Sets the main and/or bonus balance of a user on a server (`None` = the
 /// general account), for `reason`. Every change is logged as a
 /// `balance_set` row with the difference, in the same transaction, so the
@@ -230,11 +239,7 @@ pub async fn set(
     bonus: Option<Money>,
     reason: &str,
 ) -> Result<BalanceChange, AdminError> {
-    if main.is_none() && bonus.is_none() {
-        return Err(AdminError::Invalid(
-            "give --main, --bonus or both".to_owned(),
-        ));
-    }
+    check_amounts(main, bonus).map_err(AdminError::Invalid)?;
     let reason = validate::check_reason(reason).map_err(AdminError::Invalid)?;
     let user = users::get(db, user_id).await?;
     let server_id = match server_id {

@@ -22,7 +22,8 @@ use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
-    ColumnTrait, Condition, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait, QueryFilter,
+    ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
+    PaginatorTrait, QueryFilter,
     sea_query::{Expr, ExprTrait},
 };
 
@@ -76,6 +77,11 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// What a session is stored by: the SHA-256 of its cookie value.
+pub fn cookie_hash(cookie: &Secret) -> String {
+    hash(cookie.expose())
+}
+
 /// A signed-in administrator.
 #[derive(Debug, Clone)]
 pub struct Session {
@@ -107,46 +113,60 @@ pub enum SignInError {
 /// Signs `name` in with `password`, from `address`: a new session and its
 /// cookie value. After [`MAX_FAILURES`] failures within [`FAILURE_WINDOW`]
 /// for the name or for the address, refuses without checking the password.
+///
+/// The attempt is written before it is counted and the password checked,
+/// so that attempts made at once see each other: of any number of them,
+/// at most as many as the limit has left get their password checked. A
+/// refused attempt stays as a failure; a rate-limited one is taken back
+/// (it checked nothing); a success clears the name's failures.
 pub async fn sign_in(
     db: &DatabaseConnection,
     name: &str,
     password: &str,
     address: &str,
 ) -> Result<(Secret, Session), SignInError> {
-    let name = name.trim();
-    let since = now() - FAILURE_WINDOW;
     use admin_sign_in_failure::Column;
+    let name: String = name.trim().chars().take(200).collect();
+    let since = now() - FAILURE_WINDOW;
+    admin_sign_in_failure::Entity::delete_many()
+        .filter(Column::FailedAt.lte(since))
+        .exec(db)
+        .await?;
+    let attempt = admin_sign_in_failure::ActiveModel {
+        name: Set(name.clone()),
+        address: Set(address.to_owned()),
+        failed_at: Set(now()),
+        ..Default::default()
+    }
+    .insert(db)
+    .await?;
     let recent = |condition: Condition| {
         admin_sign_in_failure::Entity::find()
             .filter(condition)
             .filter(Column::FailedAt.gt(since))
             .count(db)
     };
-    if recent(Condition::all().add(Column::Name.eq(name))).await? >= MAX_FAILURES
-        || recent(Condition::all().add(Column::Address.eq(address))).await? >= MAX_FAILURES
+    // The attempt itself is among those counted.
+    if recent(Condition::all().add(Column::Name.eq(&name))).await? > MAX_FAILURES
+        || recent(Condition::all().add(Column::Address.eq(address))).await? > MAX_FAILURES
     {
+        admin_sign_in_failure::Entity::delete_by_id(attempt.id)
+            .exec(db)
+            .await?;
         return Err(SignInError::RateLimited);
     }
-    let Some(admin) = admins::verify(db, name, password).await? else {
-        admin_sign_in_failure::ActiveModel {
-            name: Set(name.chars().take(200).collect()),
-            address: Set(address.to_owned()),
-            failed_at: Set(now()),
-            ..Default::default()
-        }
-        .insert(db)
-        .await?;
+    let Some(admin) = admins::verify(db, &name, password).await? else {
         return Err(SignInError::Refused);
     };
     admin_sign_in_failure::Entity::delete_many()
-        .filter(Column::Name.eq(name).or(Column::FailedAt.lte(since)))
+        .filter(Column::Name.eq(&name).or(Column::Id.eq(attempt.id)))
         .exec(db)
         .await?;
     Ok(start_session(db, admin, address).await?)
 }
 
-async fn start_session(
-    db: &DatabaseConnection,
+async fn start_session<C: ConnectionTrait>(
+    db: &C,
     administrator: administrator::Model,
     address: &str,
 ) -> Result<(Secret, Session), DbErr> {
@@ -158,7 +178,7 @@ async fn start_session(
     let created_at = now();
     let expires_at = created_at + SESSION_LIFETIME;
     admin_session::ActiveModel {
-        session_hash: Set(hash(secret.expose())),
+        session_hash: Set(cookie_hash(&secret)),
         administrator_id: Set(administrator.id),
         created_at: Set(created_at),
         expires_at: Set(expires_at),
@@ -180,7 +200,7 @@ async fn start_session(
 /// The session of a cookie value: unexpired, its administrator active.
 pub async fn session(db: &DatabaseConnection, cookie: &Secret) -> Result<Option<Session>, DbErr> {
     let found = admin_session::Entity::find()
-        .filter(admin_session::Column::SessionHash.eq(hash(cookie.expose())))
+        .filter(admin_session::Column::SessionHash.eq(cookie_hash(cookie)))
         .filter(admin_session::Column::ExpiresAt.gt(now()))
         .find_also_related(administrator::Entity)
         .one(db)
@@ -197,7 +217,7 @@ pub async fn session(db: &DatabaseConnection, cookie: &Secret) -> Result<Option<
 /// Ends the session of a cookie value (nothing when there is none).
 pub async fn sign_out(db: &DatabaseConnection, cookie: &Secret) -> Result<(), DbErr> {
     admin_session::Entity::delete_many()
-        .filter(admin_session::Column::SessionHash.eq(hash(cookie.expose())))
+        .filter(admin_session::Column::SessionHash.eq(cookie_hash(cookie)))
         .exec(db)
         .await?;
     Ok(())
@@ -240,9 +260,9 @@ pub async fn create_login_link(
         Change::new(
             "administrator.login_link",
             "administrator",
-            &administrator.name,
+            administrator.id,
         )
-        .after(serde_json::json!({"expires_at": expires_at})),
+        .after(serde_json::json!({"name": administrator.name, "expires_at": expires_at})),
     )
     .await?;
     txn.commit().await?;
@@ -276,17 +296,21 @@ pub async fn redeem_login_link(
     let Some(administrator) = login_link_administrator(db, link).await? else {
         return Ok(None);
     };
+    // Used up and signed in together, or neither.
+    let txn = super::begin_write(db).await?;
     let used = admin_login_link::Entity::update_many()
         .col_expr(admin_login_link::Column::UsedAt, Expr::value(now()))
         .filter(admin_login_link::Column::LinkHash.eq(hash(link.expose())))
         .filter(admin_login_link::Column::UsedAt.is_null())
         .filter(admin_login_link::Column::ExpiresAt.gt(now()))
-        .exec(db)
+        .exec(&txn)
         .await?
         .rows_affected
         == 1;
     if !used {
         return Ok(None);
     }
-    Ok(Some(start_session(db, administrator, address).await?))
+    let signed_in = start_session(&txn, administrator, address).await?;
+    txn.commit().await?;
+    Ok(Some(signed_in))
 }

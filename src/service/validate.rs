@@ -76,7 +76,7 @@ pub fn check_description(text: &str) -> Result<Option<String>, String> {
 }
 
 /// Why a balance is set, trimmed: not blank, at most [`REASON_MAX_LEN`]
-/// characters.
+/// characters, no control characters.
 pub fn check_reason(text: &str) -> Result<String, String> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
@@ -85,6 +85,8 @@ pub fn check_reason(text: &str) -> Result<String, String> {
         Err(format!(
             "the reason must be at most {REASON_MAX_LEN} characters"
         ))
+    } else if trimmed.chars().any(char::is_control) {
+        Err("the reason must not contain control characters".to_owned())
     } else {
         Ok(trimmed.to_owned())
     }
@@ -139,5 +141,30 @@ mod tests {
         assert!(check_reason(" \t ").is_err());
         assert!(check_reason(&"é".repeat(REASON_MAX_LEN)).is_ok());
         assert!(check_reason(&"é".repeat(REASON_MAX_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn reasons_refuse_control_characters() {
+        for bad in [
+            "refund\nforged line",
+            "refund\r\nforged",
+            "a\tb",
+            "bell\u{7}",
+            "esc\u{1b}[31m",
+            "c1\u{85}next",
+            "nul\0",
+        ] {
+            assert_eq!(
+                check_reason(bad),
+                Err("the reason must not contain control characters".to_owned()),
+                "{bad:?}"
+            );
+        }
+        // Surrounding whitespace is trimmed, not refused.
+        assert_eq!(check_reason("\n refund \t"), Ok("refund".into()));
+        assert_eq!(
+            check_reason("remboursé · 10 €"),
+            Ok("remboursé · 10 €".into())
+        );
     }
 }
