@@ -79,6 +79,8 @@ panel_tests!(
         a_wrong_password_and_an_unknown_name_get_the_same_refusal,
         five_failures_for_a_name_pause_its_sign_in,
         five_failures_from_an_address_pause_every_name,
+        sign_in_attempts_sent_at_once_share_the_limit,
+        a_login_link_used_at_once_signs_in_once,
         a_login_link_shows_a_button_then_signs_in_once,
         an_expired_login_link_is_gone,
         links_and_sessions_are_stored_as_sha256_only,
@@ -828,6 +830,71 @@ async fn five_failures_from_an_address_pause_every_name(panel: Panel) {
     let overview = browser.get("/").await;
     overview.assert_status(200);
     assert!(overview.text.contains("second"));
+}
+
+/// Attempts sent at once cannot pass the limit together: of 20 wrong
+/// passwords for one name sent at the same moment, at most 5 have their
+/// password checked (401, each kept as a failure); every other one is
+/// paused (429) and checks nothing.
+async fn sign_in_attempts_sent_at_once_share_the_limit(panel: Panel) {
+    let mut browsers = Vec::new();
+    for _ in 0..20 {
+        let mut browser = panel.browser();
+        let csrf = browser.get("/sign-in").await.csrf();
+        browsers.push((browser, csrf));
+    }
+    let statuses =
+        futures::future::join_all(browsers.into_iter().map(|(mut browser, csrf)| async move {
+            let form = [
+                ("csrf", csrf.as_str()),
+                ("name", ADMIN),
+                ("password", "wrong password!"),
+            ];
+            browser.post("/sign-in", &form).await.status
+        }))
+        .await;
+    let checked = statuses.iter().filter(|status| **status == 401).count();
+    let paused = statuses.iter().filter(|status| **status == 429).count();
+    assert_eq!(checked + paused, 20, "{statuses:?}");
+    assert!(checked <= 5, "{checked} passwords checked: {statuses:?}");
+    let failures = admin_sign_in_failure::Entity::find()
+        .all(&panel.app.db)
+        .await
+        .unwrap();
+    assert_eq!(failures.len(), checked, "paused attempts are not kept");
+    assert_eq!(panel.sessions().await, 0);
+}
+
+/// A sign-in link used by ten requests at once signs in exactly one.
+async fn a_login_link_used_at_once_signs_in_once(panel: Panel) {
+    let secret = panel.login_link(ADMIN).await;
+    let path = format!("/sign-in/link/{secret}");
+    let mut browsers = Vec::new();
+    for _ in 0..10 {
+        let mut browser = panel.browser();
+        let shown = browser.get(&path).await;
+        shown.assert_status(200);
+        browsers.push((browser, shown.csrf()));
+    }
+    let statuses = futures::future::join_all(browsers.into_iter().map(|(mut browser, csrf)| {
+        let secret = secret.clone();
+        async move {
+            let form = [("csrf", csrf.as_str()), ("link", secret.as_str())];
+            browser.post("/sign-in/link", &form).await.status
+        }
+    }))
+    .await;
+    assert_eq!(
+        statuses.iter().filter(|status| **status == 303).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|status| **status == 410).count(),
+        9,
+        "{statuses:?}"
+    );
+    assert_eq!(panel.sessions().await, 1);
 }
 
 // ---- sign-in links ----
