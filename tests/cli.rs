@@ -25,6 +25,8 @@ on_every_backend!(
     every_change_writes_one_audit_row_of_the_command_line,
     token_audit_rows_never_hold_its_value_or_hash,
     disabling_an_administrator_ends_their_sessions_at_once,
+    admin_login_link_prints_a_single_use_url_stored_as_sha256,
+    serve_demo_prints_a_sign_in_link_that_opens_the_panel,
 );
 
 fn masterpay(url: &str, args: &[&str]) -> Output {
@@ -1307,4 +1309,122 @@ async fn disabling_an_administrator_ends_their_sessions_at_once(app: TestApp) {
     json(url, &["admin", "disable", "Ann"]);
     let rows = audit_rows_after(&app, 0).await;
     assert_eq!(parsed(&rows.last().unwrap().after)["sessions_ended"], 0);
+}
+
+/// `admin login-link` prints a URL under the panel's address whose secret
+/// is stored only as its SHA-256, valid 15 minutes, and recorded in the
+/// admin audit log without the secret; a disabled administrator gets none.
+async fn admin_login_link_prints_a_single_use_url_stored_as_sha256(app: TestApp) {
+    use sha2::{Digest, Sha256};
+    let url = app.database.url.clone();
+    let created = masterpay_with_stdin(
+        &url,
+        &["admin", "create", "--name", "ann"],
+        "a long enough password\n",
+    );
+    assert!(created.status.success(), "{created:?}");
+    let link = json(&url, &["admin", "login-link", "--name", "ann"]);
+    let shown = link["url"].as_str().unwrap();
+    let secret = shown
+        .strip_prefix("http://127.0.0.1:8081/sign-in/link/")
+        .unwrap_or_else(|| panic!("under the default panel address: {shown}"));
+    assert!(secret.len() >= 40, "{secret}");
+    let link = json(
+        &url,
+        &[
+            "admin",
+            "login-link",
+            "--name",
+            "ann",
+            "--base-url",
+            "https://panel.example/",
+        ],
+    );
+    assert!(
+        link["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://panel.example/sign-in/link/"),
+        "{link}"
+    );
+    let stored = entity::admin_login_link::Entity::find()
+        .order_by_asc(entity::admin_login_link::Column::Id)
+        .all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 2);
+    assert_eq!(stored[0].link_hash, hex::encode(Sha256::digest(secret)));
+    assert_eq!(stored[0].used_at, None);
+    let lifetime = stored[0].expires_at - stored[0].created_at;
+    assert!(
+        (lifetime - chrono::Duration::minutes(15)).abs() < chrono::Duration::seconds(1),
+        "{lifetime}"
+    );
+    let rows = admin_audit_entry::Entity::find()
+        .filter(admin_audit_entry::Column::Action.eq("administrator.login_link"))
+        .all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|row| row.actor == "command line"));
+    let everything = format!("{rows:?}");
+    assert!(!everything.contains(secret), "no secret in the audit log");
+
+    assert!(json(&url, &["admin", "disable", "ann"])["active"] == false);
+    let refused = masterpay(&url, &["admin", "login-link", "--name", "ann"]);
+    assert!(!refused.status.success());
+    let unknown = masterpay(&url, &["admin", "login-link", "--name", "nobody"]);
+    assert!(!unknown.status.success());
+    assert_eq!(
+        entity::admin_login_link::Entity::find()
+            .all(&app.db)
+            .await
+            .unwrap()
+            .len(),
+        0,
+        "disabling voided the unused links; refusals made none"
+    );
+}
+
+/// `serve --demo` prints a sign-in link for the administrator `demo`, and
+/// the panel it names opens it.
+async fn serve_demo_prints_a_sign_in_link_that_opens_the_panel(app: TestApp) {
+    use std::io::{BufRead, BufReader};
+    let (api, panel) = (common::free_port(), common::free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_masterpay"))
+        .args([
+            "serve",
+            "--demo",
+            "--listen",
+            &format!("127.0.0.1:{api}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{panel}"),
+        ])
+        .env("MASTERPAY_DATABASE_URL", &app.database.url)
+        .env("MASTERPAY_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve --demo");
+    // Kept open until the end: the server goes on writing to it.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let prefix = format!("http://127.0.0.1:{panel}/sign-in/link/");
+    let link = lines.by_ref().map_while(Result::ok).find_map(|line| {
+        let line = line.trim();
+        line.starts_with(&prefix).then(|| line.to_owned())
+    });
+    let answer = match &link {
+        Some(link) => Some(reqwest::get(link).await),
+        None => None,
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(lines);
+    let link = link.expect("serve --demo printed a sign-in link");
+    let answer = answer
+        .expect("asked")
+        .unwrap_or_else(|err| panic!("the panel answers {link}: {err:?}"));
+    assert_eq!(answer.status(), 200);
+    let page = answer.text().await.unwrap();
+    assert!(page.contains("Sign in as demo"), "{page}");
 }
