@@ -6,8 +6,8 @@
 //! with `maud` (escaped by construction), styled by one stylesheet, with
 //! one small script for the copy button and confirmations; all three come
 //! from the binary. Each page module adds its routes (full paths) and
-//! holds their handlers; the guards
-//! (session, CSRF, origin) are `session`'s, the shared page parts `page`'s.
+//! holds their handlers; the guards (session, CSRF, origin) are
+//! `session`'s, the shared page parts `page`'s.
 //! Every answer carries a Content-Security-Policy allowing only the panel's
 //! own files, `Cache-Control: no-store`, and no referrer (a sign-in link's
 //! secret is in its path).
@@ -33,8 +33,6 @@ use poem::{
     post,
 };
 use sea_orm::{DatabaseConnection, DbErr};
-
-pub use self::session::cookie_name;
 
 /// What the panel's handlers share.
 #[derive(Clone)]
