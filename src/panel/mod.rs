@@ -129,6 +129,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
 
 /// The panel's routes, with its state and security headers.
 pub fn routes(state: PanelState) -> impl Endpoint {
+    tokio::task::spawn_blocking(crate::service::admins::prepare_unknown_name_check);
     let pages = [
         account::routes,
         projects::routes,

@@ -110,6 +110,13 @@ static UNKNOWN_NAME_HASH: LazyLock<String> = LazyLock::new(|| {
         .unwrap_or_default()
 });
 
+/// Makes the hash an unknown name is checked against (an argon2 hash of
+/// its own); the panel calls it as it starts, so that the first sign-in
+/// with an unknown name does not take two hashes' time and tell so.
+pub fn prepare_unknown_name_check() {
+    LazyLock::force(&UNKNOWN_NAME_HASH);
+}
+
 /// An administrator as the audit log shows it: never the password's hash.
 fn audited(admin: &administrator::Model) -> Value {
     json!({"name": admin.name, "active": admin.active})
