@@ -289,6 +289,7 @@ impl Application {
             let routes = panel::routes(PanelState {
                 db: self.state.db.clone(),
                 cookie_secure: self.settings.admin_cookie_secure,
+                trusted_proxies: self.settings.admin_trusted_proxies.clone(),
             });
             poem::Server::new_with_acceptor(acceptor)
                 .idle_timeout(self.settings.idle_timeout)

@@ -7,7 +7,7 @@
 //! a request waits at most 1.5 s for a database connection and is answered
 //! within 2.5 s whatever happens.
 
-use std::{path::Path, time::Duration};
+use std::{net::IpAddr, path::Path, time::Duration};
 
 use clap::Args;
 use serde::Deserialize;
@@ -56,6 +56,9 @@ pub struct Settings {
     /// Whether the panel's cookies carry `Secure` (the panel behind TLS);
     /// required to listen on anything but a loopback address.
     pub admin_cookie_secure: bool,
+    /// Proxies whose `X-Forwarded-For` names the panel's clients (the
+    /// address sign-in limits count and the audit log keeps).
+    pub admin_trusted_proxies: Vec<IpAddr>,
     pub pool: PoolSettings,
     /// Upper bound for answering one request (503 SERVICE_UNAVAILABLE after).
     pub request_timeout: Duration,
@@ -74,6 +77,7 @@ impl Default for Settings {
             listen: DEFAULT_LISTEN.to_owned(),
             admin_listen: Some(DEFAULT_ADMIN_LISTEN.to_owned()),
             admin_cookie_secure: false,
+            admin_trusted_proxies: Vec::new(),
             pool: PoolSettings::default(),
             request_timeout: Duration::from_millis(2500),
             idle_timeout: Duration::from_secs(30),
@@ -97,6 +101,10 @@ pub struct SettingsArgs {
     /// required for a non-loopback admin_listen [default: false].
     #[arg(long, env = "MASTERPAY_ADMIN_COOKIE_SECURE", num_args = 0..=1, default_missing_value = "true")]
     pub admin_cookie_secure: Option<bool>,
+    /// Addresses of the reverse proxies in front of the panel, comma
+    /// separated; their X-Forwarded-For names the client [default: none].
+    #[arg(long, env = "MASTERPAY_ADMIN_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub admin_trusted_proxies: Option<Vec<String>>,
     /// Largest number of database connections per instance [default: 16].
     #[arg(long, env = "MASTERPAY_DB_MAX_CONNECTIONS")]
     pub db_max_connections: Option<u32>,
@@ -128,6 +136,7 @@ pub struct FileSettings {
     pub listen: Option<String>,
     pub admin_listen: Option<String>,
     pub admin_cookie_secure: Option<bool>,
+    pub admin_trusted_proxies: Option<Vec<String>>,
     pub db_max_connections: Option<u32>,
     pub db_acquire_timeout_ms: Option<u64>,
     pub db_statement_timeout_ms: Option<u64>,
@@ -182,6 +191,23 @@ impl Settings {
                 .admin_cookie_secure
                 .or(file.admin_cookie_secure)
                 .unwrap_or(d.admin_cookie_secure),
+            admin_trusted_proxies: match args
+                .admin_trusted_proxies
+                .as_ref()
+                .or(file.admin_trusted_proxies.as_ref())
+            {
+                Some(proxies) => proxies
+                    .iter()
+                    .map(|text| text.trim())
+                    .filter(|text| !text.is_empty())
+                    .map(|text| {
+                        text.parse().map_err(|_| {
+                            anyhow::anyhow!("admin_trusted_proxies: {text:?} is not an IP address")
+                        })
+                    })
+                    .collect::<anyhow::Result<_>>()?,
+                None => d.admin_trusted_proxies,
+            },
             pool: PoolSettings {
                 max_connections: args
                     .db_max_connections
@@ -315,6 +341,16 @@ mod tests {
             let secure = format!("{text}\nadmin_cookie_secure = true");
             assert!(resolve(&secure).is_ok(), "{open}");
         }
+        let proxies = resolve("admin_trusted_proxies = [\"127.0.0.1\", \" ::1 \"]").unwrap();
+        assert_eq!(
+            proxies.admin_trusted_proxies,
+            [
+                "127.0.0.1".parse::<IpAddr>().unwrap(),
+                "::1".parse().unwrap()
+            ]
+        );
+        assert!(resolve("admin_trusted_proxies = [\"proxy.local\"]").is_err());
+        assert!(default.admin_trusted_proxies.is_empty());
         let args = SettingsArgs {
             admin_listen: Some("0.0.0.0:8081".into()),
             admin_cookie_secure: Some(true),

@@ -105,7 +105,10 @@ panel_tests!(
         users_and_servers_created_in_the_panel_are_audited,
         changing_ones_password_ends_the_other_sessions,
     ],
-    backend: [secure_cookies_are_host_prefixed_and_secure],
+    backend: [
+        secure_cookies_are_host_prefixed_and_secure,
+        behind_a_trusted_proxy_each_client_has_its_own_address
+    ],
 );
 
 const ADMIN: &str = "operator";
@@ -121,9 +124,19 @@ struct Panel {
 
 impl Panel {
     async fn start(backend: Backend, secure: bool) -> Option<Panel> {
+        Panel::start_with(backend, secure, Vec::new()).await
+    }
+
+    /// [`Panel::start`] behind the reverse proxies `trusted_proxies`.
+    async fn start_with(
+        backend: Backend,
+        secure: bool,
+        trusted_proxies: Vec<std::net::IpAddr>,
+    ) -> Option<Panel> {
         let app = TestApp::spawn_with(backend, |s| {
             s.admin_listen = Some("127.0.0.1:0".into());
             s.admin_cookie_secure = secure;
+            s.admin_trusted_proxies = trusted_proxies;
         })
         .await?;
         let base = app.panel_base.clone().expect("the panel listens");
@@ -895,6 +908,122 @@ async fn a_login_link_used_at_once_signs_in_once(panel: Panel) {
         "{statuses:?}"
     );
     assert_eq!(panel.sessions().await, 1);
+}
+
+/// Behind a trusted proxy (here: the test itself, on 127.0.0.1), the
+/// sign-in limit per address and the audit log use the address the proxy
+/// forwards, so one client's failures do not pause another's sign-in;
+/// without the setting, `X-Forwarded-For` is the client's own say and
+/// ignored.
+async fn behind_a_trusted_proxy_each_client_has_its_own_address(backend: Backend) {
+    let Some(panel) = Panel::start_with(backend, false, vec!["127.0.0.1".parse().unwrap()]).await
+    else {
+        return;
+    };
+    let sign_in_from = |address: &'static str, name: &'static str, password: &'static str| {
+        let mut browser = panel.browser();
+        async move {
+            let csrf = browser.get("/sign-in").await.csrf();
+            let base = browser.base.clone();
+            let form = [
+                ("csrf", csrf.as_str()),
+                ("name", name),
+                ("password", password),
+            ];
+            let page = browser
+                .post_with(
+                    "/sign-in",
+                    &form,
+                    &[("origin", base.as_str()), ("x-forwarded-for", address)],
+                )
+                .await;
+            (page.status, browser)
+        }
+    };
+    for name in ["guess-1", "guess-2", "guess-3", "guess-4", "guess-5"] {
+        assert_eq!(
+            sign_in_from("203.0.113.1", name, "wrong password!").await.0,
+            401
+        );
+    }
+    assert_eq!(sign_in_from("203.0.113.1", ADMIN, PASSWORD).await.0, 429);
+    let (status, mut browser) = sign_in_from("203.0.113.2", ADMIN, PASSWORD).await;
+    assert_eq!(status, 303, "another client is not paused");
+    let failures = admin_sign_in_failure::Entity::find()
+        .all(&panel.app.db)
+        .await
+        .unwrap();
+    assert!(
+        failures.iter().all(|f| f.address == "203.0.113.1"),
+        "{failures:?}"
+    );
+    // The audit log keeps the forwarded address of the change.
+    let csrf = browser.csrf().await;
+    let base = browser.base.clone();
+    browser
+        .post_with(
+            "/projects",
+            &[("csrf", csrf.as_str()), ("name", "Forwarded")],
+            &[
+                ("origin", base.as_str()),
+                ("x-forwarded-for", "203.0.113.2"),
+            ],
+        )
+        .await
+        .assert_status(303);
+    let rows = panel.audit_rows().await;
+    let created = rows
+        .iter()
+        .find(|row| row.action == "project.create" && row.actor == ADMIN)
+        .expect("audited");
+    assert_eq!(created.address.as_deref(), Some("203.0.113.2"));
+
+    // Without trusted proxies the header changes nothing: the TCP peer
+    // is paused whatever address it claims.
+    let Some(plain) = Panel::start(backend, false).await else {
+        return;
+    };
+    for n in 1..=5 {
+        let mut browser = plain.browser();
+        let csrf = browser.get("/sign-in").await.csrf();
+        let name = format!("guess-{n}");
+        let form = [
+            ("csrf", csrf.as_str()),
+            ("name", name.as_str()),
+            ("password", "wrong password!"),
+        ];
+        let base = browser.base.clone();
+        let page = browser
+            .post_with(
+                "/sign-in",
+                &form,
+                &[
+                    ("origin", base.as_str()),
+                    ("x-forwarded-for", "203.0.113.1"),
+                ],
+            )
+            .await;
+        page.assert_status(401);
+    }
+    let mut browser = plain.browser();
+    let csrf = browser.get("/sign-in").await.csrf();
+    let base = browser.base.clone();
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("name", ADMIN),
+        ("password", PASSWORD),
+    ];
+    let page = browser
+        .post_with(
+            "/sign-in",
+            &form,
+            &[
+                ("origin", base.as_str()),
+                ("x-forwarded-for", "203.0.113.2"),
+            ],
+        )
+        .await;
+    page.assert_status(429);
 }
 
 // ---- sign-in links ----

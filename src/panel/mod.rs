@@ -40,6 +40,8 @@ pub struct PanelState {
     pub db: DatabaseConnection,
     /// Whether cookies are Secure (the panel is behind TLS).
     pub cookie_secure: bool,
+    /// Proxies whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 impl PanelState {

@@ -14,6 +14,8 @@
 //! another origin (`Origin`, `Sec-Fetch-Site`), and then unless its token
 //! matches the cookie's.
 
+use std::net::IpAddr;
+
 use poem::{FromRequest, Request, RequestBody, http::header};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -90,12 +92,35 @@ pub fn csrf_token(cookie: &Secret) -> String {
     hex::encode(digest.finalize())
 }
 
-/// The address a request came from (the TCP peer).
-pub fn client_address(req: &Request) -> String {
-    req.remote_addr()
-        .as_socket_addr()
-        .map(|addr| addr.ip().to_string())
-        .unwrap_or_else(|| "unknown".to_owned())
+/// The address a request came from: the TCP peer, or when that is a
+/// trusted proxy, the last address of `X-Forwarded-For` that is not one
+/// (the one the nearest trusted proxy saw; those before it could be made
+/// up by the client).
+pub fn client_address(req: &Request, state: &PanelState) -> String {
+    let peer = req.remote_addr().as_socket_addr().map(|addr| addr.ip());
+    let forwarded = req
+        .headers()
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    client_ip(peer, &forwarded, &state.trusted_proxies)
+}
+
+fn client_ip(peer: Option<IpAddr>, forwarded: &str, trusted: &[IpAddr]) -> String {
+    let Some(peer) = peer else {
+        return "unknown".to_owned();
+    };
+    if !trusted.contains(&peer) {
+        return peer.to_string();
+    }
+    forwarded
+        .rsplit(',')
+        .map_while(|hop| hop.trim().parse::<IpAddr>().ok())
+        .find(|hop| !trusted.contains(hop))
+        .unwrap_or(peer)
+        .to_string()
 }
 
 /// A browser on the sign-in pages: its sign-in cookie's value, a fresh one
@@ -159,7 +184,7 @@ impl<'a> FromRequest<'a> for SignedIn {
         Ok(SignedIn {
             session,
             csrf: csrf_token(&cookie),
-            address: client_address(req),
+            address: client_address(req, state),
             cookie_hash: panel_access::cookie_hash(&cookie),
         })
     }
@@ -319,6 +344,35 @@ mod tests {
             ("origin", "https://p.example"),
             ("sec-fetch-site", "cross-site")
         ]));
+    }
+
+    #[test]
+    fn forwarded_addresses_count_only_behind_a_trusted_proxy() {
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        let local = Some(ip("127.0.0.1"));
+        let trusted = [ip("127.0.0.1"), ip("10.0.0.2")];
+        // Not trusted: the header is the client's own say.
+        assert_eq!(client_ip(local, "203.0.113.9", &[]), "127.0.0.1");
+        assert_eq!(
+            client_ip(Some(ip("198.51.100.1")), "203.0.113.9", &trusted),
+            "198.51.100.1"
+        );
+        // Trusted: the last hop that is not a trusted proxy.
+        assert_eq!(client_ip(local, "203.0.113.9", &trusted), "203.0.113.9");
+        assert_eq!(
+            client_ip(local, "6.6.6.6, 203.0.113.9, 10.0.0.2", &trusted),
+            "203.0.113.9"
+        );
+        assert_eq!(client_ip(local, "", &trusted), "127.0.0.1");
+        assert_eq!(
+            client_ip(local, "garbage, 203.0.113.9", &trusted),
+            "203.0.113.9"
+        );
+        assert_eq!(
+            client_ip(local, "203.0.113.9, garbage", &trusted),
+            "127.0.0.1"
+        );
+        assert_eq!(client_ip(None, "203.0.113.9", &trusted), "unknown");
     }
 
     #[test]

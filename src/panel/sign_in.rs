@@ -114,7 +114,7 @@ pub async fn submit(
         name,
         // As typed: spaces at either end are part of a password.
         form.raw("password"),
-        &client_address(req),
+        &client_address(req, &state),
     )
     .await
     {
@@ -173,7 +173,7 @@ pub async fn link_submit(
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     let link = Secret::from_client(form.get("link"));
-    match panel_access::redeem_login_link(&state.db, &link, &client_address(req)).await? {
+    match panel_access::redeem_login_link(&state.db, &link, &client_address(req, &state)).await? {
         Some((secret, _)) => signed_in(req, &secret, &state).await,
         None => Ok(link_gone()),
     }
