@@ -290,6 +290,7 @@ impl Application {
                 db: self.state.db.clone(),
                 cookie_secure: self.settings.admin_cookie_secure,
                 trusted_proxies: self.settings.admin_trusted_proxies.clone(),
+                metrics: Arc::clone(&self.state.metrics),
             });
             poem::Server::new_with_acceptor(acceptor)
                 .idle_timeout(self.settings.idle_timeout)

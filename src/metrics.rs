@@ -2,7 +2,7 @@
 //!
 //! Labels are bounded: `endpoint` is a route template (never a raw path, so a
 //! scanner cannot blow up the series count), `status` the numeric code,
-//! `outcome` one of the completion outcomes. Pool gauges are read from the
+//! `outcome` one of the completion or panel sign-in outcomes. Pool gauges are read from the
 //! connection pool at scrape time.
 
 use std::{sync::Mutex, time::Duration};
@@ -65,6 +65,7 @@ pub struct Metrics {
     latency: Family<RequestLabels, Histogram>,
     completions: Family<OutcomeLabels, Counter>,
     order_events: Family<EventLabels, Counter>,
+    panel_sign_ins: Family<OutcomeLabels, Counter>,
     pool: Family<PoolLabels, Gauge>,
     pool_max: Gauge,
     completion_group_sizes: Histogram,
@@ -87,6 +88,12 @@ impl Metrics {
             "order_events",
             "Orders created, creations replayed by idempotency key, and orders cancelled, through the API",
             order_events.clone(),
+        );
+        let panel_sign_ins = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "panel_sign_ins",
+            "Sign-in attempts to the administration panel by outcome (signed_in, refused, rate_limited, link_used, link_refused)",
+            panel_sign_ins.clone(),
         );
         let pool = Family::<PoolLabels, Gauge>::default();
         let max = Gauge::default();
@@ -139,6 +146,7 @@ impl Metrics {
             latency,
             completions,
             order_events,
+            panel_sign_ins,
             pool,
             pool_max: max,
             completion_group_sizes,
@@ -180,6 +188,14 @@ impl Metrics {
             .get_or_create(&EventLabels {
                 event: event.label(),
             })
+            .inc();
+    }
+
+    /// A sign-in attempt to the panel; a rising `refused` or
+    /// `rate_limited` is someone guessing passwords.
+    pub fn record_panel_sign_in(&self, outcome: &'static str) {
+        self.panel_sign_ins
+            .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }
 

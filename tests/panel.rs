@@ -80,6 +80,7 @@ panel_tests!(
         five_failures_for_a_name_pause_its_sign_in,
         five_failures_from_an_address_pause_every_name,
         sign_in_attempts_sent_at_once_share_the_limit,
+        sign_in_outcomes_are_counted_in_the_metrics,
         a_login_link_used_at_once_signs_in_once,
         a_login_link_shows_a_button_then_signs_in_once,
         an_expired_login_link_is_gone,
@@ -876,6 +877,54 @@ async fn sign_in_attempts_sent_at_once_share_the_limit(panel: Panel) {
         .unwrap();
     assert_eq!(failures.len(), checked, "paused attempts are not kept");
     assert_eq!(panel.sessions().await, 0);
+}
+
+/// Every sign-in attempt is counted by outcome at the API's `/metrics`, so
+/// that password guessing can be alerted on.
+async fn sign_in_outcomes_are_counted_in_the_metrics(panel: Panel) {
+    panel
+        .browser()
+        .sign_in(ADMIN, PASSWORD)
+        .await
+        .assert_redirect("/");
+    let mut browser = panel.browser();
+    for _ in 0..5 {
+        browser
+            .sign_in(ADMIN, "wrong password!")
+            .await
+            .assert_status(401);
+    }
+    browser.sign_in(ADMIN, PASSWORD).await.assert_status(429);
+    panel.age_failures().await;
+    let secret = panel.login_link(ADMIN).await;
+    for expected in [303, 410] {
+        let shown = browser.get(&format!("/sign-in/link/{secret}")).await;
+        let csrf = if expected == 303 {
+            shown.csrf()
+        } else {
+            browser.csrf().await
+        };
+        browser
+            .post("/sign-in/link", &[("csrf", &csrf), ("link", &secret)])
+            .await
+            .assert_status(expected);
+    }
+    let metrics = reqwest::get(panel.app.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (outcome, count) in [
+        ("signed_in", 1),
+        ("refused", 5),
+        ("rate_limited", 1),
+        ("link_used", 1),
+        ("link_refused", 1),
+    ] {
+        let line = format!("masterpay_panel_sign_ins_total{{outcome=\"{outcome}\"}} {count}");
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
 }
 
 /// A sign-in link used by ten requests at once signs in exactly one.

@@ -42,6 +42,8 @@ pub struct PanelState {
     pub cookie_secure: bool,
     /// Proxies whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// The service's metrics (sign-in outcomes).
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 impl PanelState {

@@ -118,14 +118,19 @@ pub async fn submit(
     )
     .await
     {
-        Ok((secret, _)) => return signed_in(req, &secret, &state).await,
+        Ok((secret, _)) => {
+            state.metrics.record_panel_sign_in("signed_in");
+            return signed_in(req, &secret, &state).await;
+        }
         Err(SignInError::Db(err)) => return Err(err.into()),
         Err(err @ SignInError::RateLimited) => {
+            state.metrics.record_panel_sign_in("rate_limited");
             errors.add("form", format!("{err}. Sign-in is paused after {} failures in {} minutes, for the name and for the address.",
                 panel_access::MAX_FAILURES, panel_access::FAILURE_WINDOW.num_minutes()));
             StatusCode::TOO_MANY_REQUESTS
         }
         Err(err @ SignInError::Refused) => {
+            state.metrics.record_panel_sign_in("refused");
             errors.add("form", err.to_string());
             StatusCode::UNAUTHORIZED
         }
@@ -174,8 +179,14 @@ pub async fn link_submit(
 ) -> Result<Response, PanelError> {
     let link = Secret::from_client(form.get("link"));
     match panel_access::redeem_login_link(&state.db, &link, &client_address(req, &state)).await? {
-        Some((secret, _)) => signed_in(req, &secret, &state).await,
-        None => Ok(link_gone()),
+        Some((secret, _)) => {
+            state.metrics.record_panel_sign_in("link_used");
+            signed_in(req, &secret, &state).await
+        }
+        None => {
+            state.metrics.record_panel_sign_in("link_refused");
+            Ok(link_gone())
+        }
     }
 }
 
