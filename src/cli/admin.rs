@@ -38,8 +38,9 @@ pub enum AdminCommand {
     LoginLink {
         #[arg(long)]
         name: String,
-        /// The panel's address as the browser reaches it
-        /// [default: http:// and admin_listen].
+        /// The panel's address as the browser reaches it [default:
+        /// http:// (https:// with admin_cookie_secure) and admin_listen from
+        /// the config file, or 127.0.0.1:8081].
         #[arg(long)]
         base_url: Option<String>,
     },
