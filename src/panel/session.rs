@@ -16,7 +16,7 @@
 
 use std::net::IpAddr;
 
-use poem::{FromRequest, Request, RequestBody, http::header};
+use poem::{FromRequest, Request, RequestBody, Response, http::header};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -52,15 +52,15 @@ pub fn sign_in_cookie_name(secure: bool) -> &'static str {
     }
 }
 
-/// A `Set-Cookie` value for the panel's cookie `name`; `max_age` of 0
+/// Adds to `response` a `Set-Cookie` for the panel's cookie `name`
+/// (HttpOnly, SameSite=Strict, Secure when `secure`); `max_age` of 0
 /// deletes it, none makes it last until the browser closes.
 pub fn set_cookie(
-    name: &str,
-    value: &str,
-    path: &str,
+    response: &mut Response,
+    (name, value, path): (&str, &str, &str),
     secure: bool,
     max_age: Option<i64>,
-) -> String {
+) {
     let mut cookie = format!("{name}={value}; Path={path}; HttpOnly; SameSite=Strict");
     if let Some(seconds) = max_age {
         cookie.push_str(&format!("; Max-Age={seconds}"));
@@ -68,7 +68,10 @@ pub fn set_cookie(
     if secure {
         cookie.push_str("; Secure");
     }
-    cookie
+    // Names, values and paths are the panel's own ASCII: always a valid header.
+    if let Ok(value) = cookie.parse() {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
 }
 
 /// The value of cookie `name` in the request, if any.
@@ -199,10 +202,7 @@ pub struct PostForm {
 impl PostForm {
     /// The trimmed value of `name`; empty when it is missing.
     pub fn get(&self, name: &str) -> &str {
-        self.pairs
-            .iter()
-            .find(|(key, _)| key == name)
-            .map_or("", |(_, value)| value.trim())
+        self.raw(name).trim()
     }
 
     /// The value of `name` as sent, untrimmed (passwords).

@@ -3,7 +3,7 @@
 use maud::html;
 use poem::{
     Request, Response, handler,
-    http::{StatusCode, header},
+    http::StatusCode,
     web::{Data, Path},
 };
 
@@ -20,16 +20,9 @@ use crate::service::panel_access::{self, SESSION_LIFETIME, Secret, SignInError};
 /// The answer with the visitor's cookie set when it is new.
 fn with_visitor_cookie(mut response: Response, visitor: &Visitor, state: &PanelState) -> Response {
     if visitor.fresh {
-        let cookie = set_cookie(
-            sign_in_cookie_name(state.cookie_secure),
-            visitor.cookie.expose(),
-            "/",
-            state.cookie_secure,
-            None,
-        );
-        if let Ok(value) = cookie.parse() {
-            response.headers_mut().append(header::SET_COOKIE, value);
-        }
+        let name = sign_in_cookie_name(state.cookie_secure);
+        let cookie = (name, visitor.cookie.expose(), "/");
+        set_cookie(&mut response, cookie, state.cookie_secure, None);
     }
     response
 }
@@ -49,17 +42,10 @@ async fn signed_in(
     if let Some(previous) = session_cookie(req, state) {
         panel_access::sign_out(&state.db, &previous).await?;
     }
-    let cookie = set_cookie(
-        cookie_name(state.cookie_secure),
-        secret.expose(),
-        "/",
-        state.cookie_secure,
-        Some(SESSION_LIFETIME.num_seconds()),
-    );
     let mut response = page::redirect("/");
-    if let Ok(value) = cookie.parse() {
-        response.headers_mut().append(header::SET_COOKIE, value);
-    }
+    let cookie = (cookie_name(state.cookie_secure), secret.expose(), "/");
+    let lifetime = Some(SESSION_LIFETIME.num_seconds());
+    set_cookie(&mut response, cookie, state.cookie_secure, lifetime);
     Ok(response)
 }
 
@@ -201,8 +187,6 @@ pub async fn sign_out(
         panel_access::sign_out(&state.db, &Secret::from_client(&value)).await?;
     }
     let mut response = page::redirect("/sign-in");
-    if let Ok(value) = set_cookie(name, "", "/", state.cookie_secure, Some(0)).parse() {
-        response.headers_mut().append(header::SET_COOKIE, value);
-    }
+    set_cookie(&mut response, (name, "", "/"), state.cookie_secure, Some(0));
     Ok(response)
 }

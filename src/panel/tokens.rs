@@ -13,9 +13,7 @@
 use entity::{admin_audit_entry, app_token, project};
 use maud::{Markup, html};
 use poem::{
-    Request, Response, Route, get, handler,
-    http::{HeaderValue, header},
-    post,
+    Request, Response, Route, get, handler, post,
     web::{Data, Path, Query},
 };
 use serde::Deserialize;
@@ -141,20 +139,18 @@ fn reveal_binding(admin: &SignedIn) -> &str {
     admin.csrf.get(..REVEAL_BINDING_LEN).unwrap_or(&admin.csrf)
 }
 
-/// A `Set-Cookie` for the reveal cookie of token `id`: `<binding>.<value>`
+/// Sets on `response` the reveal cookie of token `id`: `<binding>.<value>`
 /// until the browser closes, or its removal when `value` is none.
-fn reveal_cookie(id: i64, value: Option<(&str, &str)>, secure: bool) -> Option<HeaderValue> {
+fn set_reveal_cookie(response: &mut Response, id: i64, value: Option<(&str, &str)>, secure: bool) {
     let path = format!("/tokens/{id}");
     let name = reveal_cookie_name(secure);
     match value {
         Some((binding, value)) => {
             let text = format!("{binding}.{value}");
-            session::set_cookie(name, &text, &path, secure, None)
+            session::set_cookie(response, (name, &text, &path), secure, None);
         }
-        None => session::set_cookie(name, "", &path, secure, Some(0)),
+        None => session::set_cookie(response, (name, "", &path), secure, Some(0)),
     }
-    .parse()
-    .ok()
 }
 
 /// The value a reveal cookie `sent` carries, when it was made in the
@@ -170,9 +166,8 @@ fn revealed(sent: &str, ours: &str, token_hash: &str) -> Option<String> {
 /// Off to the token's page, which shows `value` once to `admin`'s session.
 fn show_value_once(admin: &SignedIn, id: i64, value: &TokenValue, secure: bool) -> Response {
     let mut response = page::redirect(&format!("/tokens/{id}"));
-    if let Some(cookie) = reveal_cookie(id, Some((reveal_binding(admin), value.expose())), secure) {
-        response.headers_mut().append(header::SET_COOKIE, cookie);
-    }
+    let value = Some((reveal_binding(admin), value.expose()));
+    set_reveal_cookie(&mut response, id, value, secure);
     response
 }
 
@@ -567,8 +562,8 @@ async fn show(
             confirm_name: "",
         },
     ));
-    if was_sent && let Some(cookie) = reveal_cookie(id, None, state.cookie_secure) {
-        response.headers_mut().append(header::SET_COOKIE, cookie);
+    if was_sent {
+        set_reveal_cookie(&mut response, id, None, state.cookie_secure);
     }
     Ok(response)
 }
@@ -705,13 +700,17 @@ mod tests {
         assert_eq!(revealed(&format!(".{value}"), ours, &hash), None);
         assert_eq!(revealed(&format!("{ours}0.{value}"), ours, &hash), None);
         // The cookie is a session cookie, named for Secure when it is.
-        let cookie = reveal_cookie(7, Some((ours, &value)), true).unwrap();
-        let cookie = cookie.to_str().unwrap();
+        let set = |value: Option<(&str, &str)>, secure: bool| {
+            let mut response = Response::default();
+            set_reveal_cookie(&mut response, 7, value, secure);
+            let cookie = response.headers().get(poem::http::header::SET_COOKIE);
+            cookie.unwrap().to_str().unwrap().to_owned()
+        };
+        let cookie = set(Some((ours, &value)), true);
         assert!(cookie.starts_with(&format!("__Secure-masterpay_reveal={sent};")));
         assert!(cookie.contains("Path=/tokens/7") && cookie.contains("Secure"));
         assert!(!cookie.contains("Max-Age") && !cookie.contains("Expires"));
-        let cleared = reveal_cookie(7, None, false).unwrap();
-        let cleared = cleared.to_str().unwrap();
+        let cleared = set(None, false);
         assert!(cleared.starts_with("masterpay_reveal=;"), "{cleared}");
         assert!(cleared.contains("Max-Age=0"));
     }

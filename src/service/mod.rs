@@ -69,3 +69,15 @@ pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction,
 }
 
 pub use crate::store::now;
+
+/// `len` characters from [A-Za-z0-9] drawn from the OS CSPRNG: token values,
+/// the panel's secrets and order ids (about 5.95 bits each).
+pub fn random_alphanumeric(len: usize) -> String {
+    use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
+    OsRng
+        .unwrap_err()
+        .sample_iter(Alphanumeric)
+        .take(len)
+        .map(char::from)
+        .collect()
+}

@@ -25,7 +25,6 @@ use entity::{
     balance::GENERAL_ACCOUNT,
     payment_order::{self, OrderStatus},
 };
-use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
 use sea_orm::{
     ActiveEnum, ActiveModelTrait,
     ActiveValue::Set,
@@ -383,13 +382,7 @@ fn check_request(request: &OrderRequest) -> Result<(), CreateError> {
 
 /// `Order:` plus 11 characters from [A-Za-z0-9], drawn from the OS CSPRNG.
 pub fn generate_order_id() -> String {
-    let suffix: String = OsRng
-        .unwrap_err()
-        .sample_iter(Alphanumeric)
-        .take(11)
-        .map(char::from)
-        .collect();
-    format!("Order:{suffix}")
+    format!("Order:{}", super::random_alphanumeric(11))
 }
 
 /// The order `order_id` of `project_id` (of any project when `None`).

@@ -18,7 +18,6 @@ use std::fmt;
 
 use chrono::{DateTime, Duration, Utc};
 use entity::{admin_login_link, admin_session, admin_sign_in_failure, administrator};
-use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
@@ -51,14 +50,7 @@ pub struct Secret(String);
 
 impl Secret {
     pub fn generate() -> Secret {
-        Secret(
-            OsRng
-                .unwrap_err()
-                .sample_iter(Alphanumeric)
-                .take(SECRET_LEN)
-                .map(char::from)
-                .collect(),
-        )
+        Secret(super::random_alphanumeric(SECRET_LEN))
     }
 
     /// A secret as the browser sent it back.

@@ -10,7 +10,6 @@
 use std::{fmt, str::FromStr};
 
 use entity::{app_token, token_permission};
-use rand::{Rng, TryRngCore, distr::Alphanumeric, rngs::OsRng};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr,
     EntityTrait, QueryFilter, QueryOrder, QuerySelect,
@@ -96,13 +95,7 @@ pub struct TokenValue(String);
 
 impl TokenValue {
     fn generate() -> Self {
-        let value: String = OsRng
-            .unwrap_err()
-            .sample_iter(Alphanumeric)
-            .take(TOKEN_LEN)
-            .map(char::from)
-            .collect();
-        TokenValue(value)
+        TokenValue(super::random_alphanumeric(TOKEN_LEN))
     }
 
     /// The value itself, to be shown to the operator exactly once.

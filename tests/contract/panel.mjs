@@ -34,7 +34,7 @@
 // README's two pictures there, panel-tokens.png and panel-overview.png:
 // 1280 pixels wide, as tall as the page.
 
-import { chromium } from "playwright-core";
+import { launchChromium } from "./chromium.mjs";
 
 const panel = required("MASTERPAY_PANEL_URL").replace(/\/$/, "");
 const loginUrl = required("MASTERPAY_PANEL_LOGIN_URL");
@@ -94,21 +94,7 @@ async function expectApi(what, call, status, code) {
 
 // ---------------------------------------------------------------- the browser
 
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  headless: true,
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-  timeout,
-});
+const browser = await launchChromium(timeout);
 
 const desk = { width: 1280, height: 800 };
 const phone = { width: 390, height: 844 };

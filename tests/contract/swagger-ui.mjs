@@ -16,7 +16,7 @@
 
 import { randomUUID } from "node:crypto";
 
-import { chromium } from "playwright-core";
+import { launchChromium } from "./chromium.mjs";
 
 const base = required("MASTERPAY_BASE_URL");
 const token = required("MASTERPAY_TOKEN");
@@ -95,21 +95,7 @@ async function fillBody(op, body) {
   await editor.fill(JSON.stringify(body, null, 2));
 }
 
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  headless: true,
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-  timeout,
-});
+const browser = await launchChromium(timeout);
 
 let failed = false;
 const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
