@@ -417,6 +417,18 @@ impl Browser {
             headers: res.headers().clone(),
             text: res.text().await.expect("body"),
         };
+        // Without a doctype first, a browser renders the page in quirks mode.
+        let html = page
+            .headers
+            .get(reqwest::header::CONTENT_TYPE)
+            .is_some_and(|t| t.to_str().unwrap_or("").starts_with("text/html"));
+        if html && !page.text.is_empty() {
+            assert!(
+                page.text.starts_with("<!DOCTYPE html>"),
+                "{path}: not in standards mode: {}",
+                &page.text[..page.text.len().min(80)]
+            );
+        }
         for line in page.headers.get_all(reqwest::header::SET_COOKIE) {
             let line = line.to_str().expect("text");
             let name = line.split_once('=').expect("name=value").0.trim();

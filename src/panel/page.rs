@@ -33,7 +33,6 @@ fn asset(body: &'static str, content_type: &'static str) -> Response {
 
 fn head(title: &str) -> Markup {
     html! {
-        (DOCTYPE)
         meta charset="utf-8";
         meta name="viewport" content="width=device-width, initial-scale=1";
         title { (title) " · masterpay" }
@@ -45,6 +44,7 @@ fn head(title: &str) -> Markup {
 /// A page of a signed-in administrator.
 pub fn frame(admin: &SignedIn, title: &str, body: Markup) -> Markup {
     html! {
+        (DOCTYPE)
         html lang="en" {
             head { (head(title)) }
             body {
@@ -86,6 +86,7 @@ pub fn bare(status: StatusCode, title: &str, text: &str) -> Response {
 
 pub fn bare_markup(title: &str, body: Markup) -> Markup {
     html! {
+        (DOCTYPE)
         html lang="en" {
             head { (head(title)) }
             body.bare {
