@@ -291,6 +291,7 @@ impl Application {
                 cookie_secure: self.settings.admin_cookie_secure,
                 trusted_proxies: self.settings.admin_trusted_proxies.clone(),
                 metrics: Arc::clone(&self.state.metrics),
+                store: Arc::clone(&self.state.store),
             });
             poem::Server::new_with_acceptor(acceptor)
                 .idle_timeout(self.settings.idle_timeout)
@@ -474,8 +475,9 @@ mod tests {
             order_id: "Order:ABCDEFGH".into(),
             payment_system: "cstm:paygate".into(),
             payment_id: None,
+            audit: None,
         };
-        orders::complete(&*state.store, &once).await.unwrap();
+        orders::complete(&db, &*state.store, &once).await.unwrap();
         let timeout = settings.request_timeout;
         let direct = routes_with(state.clone(), timeout, V2Operations::new());
         assert_eq!(V2Operations::new().0.len(), 6);

@@ -31,7 +31,8 @@ on_every_backend!(
     thirty_concurrent_orders_of_one_user_lose_no_credit,
     failing_status_update_is_order_update_failed_and_changes_nothing,
     failing_operation_log_is_payment_processing_error_and_rolls_back,
-    credit_past_the_balance_ceiling_is_payment_processing_error_and_rolls_back,
+    credit_past_the_balance_ceiling_is_refused_for_good_and_recorded,
+    operator_completes_a_refused_order_once_the_balance_allows,
     duplicate_webhooks_for_many_orders_at_once_credit_each_once,
 );
 
@@ -442,20 +443,79 @@ async fn failing_operation_log_is_payment_processing_error_and_rolls_back(app: T
     assert_eq!(log_rows(&app).await, 1);
 }
 
-async fn credit_past_the_balance_ceiling_is_payment_processing_error_and_rolls_back(app: TestApp) {
+/// A credit past the largest balance kept can never succeed as it stands:
+/// a final 422 (a gateway that retries every 5xx would retry for ever),
+/// nothing changed, and the refusal recorded with the still pending order.
+async fn credit_past_the_balance_ceiling_is_refused_for_good_and_recorded(app: TestApp) {
     let token = app.full_token().await;
     let user = app.user("whale@example.com").await;
-    app.set_balance(user, None, "999999999999999.99", "0").await;
-    let order = app.order(user, None, "0.01", "cstm:paygate").await;
-    app.complete_order(&token, &order, "cstm:paygate")
-        .await
-        .assert_error(500, "PAYMENT_PROCESSING_ERROR");
-    assert_eq!(order_row(&app, &order).await.status, OrderStatus::Pending);
+    let server = app.server("Survival").await;
+    app.set_balance(user, Some(server), "999999999999999.99", "0")
+        .await;
+    let order = app.order(user, Some(server), "1.00", "cstm:paygate").await;
+    for _ in 0..2 {
+        let r = app.complete_order(&token, &order, "cstm:paygate").await;
+        r.assert_error(422, "PAYMENT_PROCESSING_ERROR");
+        assert_eq!(
+            r.body,
+            json!({"success": false, "code": "PAYMENT_PROCESSING_ERROR"})
+        );
+    }
+    let row = order_row(&app, &order).await;
+    assert_eq!(row.status, OrderStatus::Pending);
+    assert!(row.completed_at.is_none());
+    assert!(row.refused_at.is_some(), "the refusal's time is recorded");
     assert_eq!(
-        app.main_balance(user, 0).await.to_string(),
+        row.refusal.as_deref(),
+        Some(orders::BALANCE_CEILING_REFUSAL)
+    );
+    assert_eq!(
+        app.main_balance(user, server).await.to_string(),
         "999999999999999.99"
     );
     assert_eq!(log_rows(&app).await, 0);
+}
+
+/// The way out of a refusal: once the balance allows, an operator
+/// completes the order (credited once, its audit row written with it), and
+/// the gateway's next attempt is the ordinary duplicate.
+async fn operator_completes_a_refused_order_once_the_balance_allows(app: TestApp) {
+    use masterpay::service::admin_audit::Actor;
+    let token = app.full_token().await;
+    let user = app.user("whale@example.com").await;
+    app.set_balance(user, None, "999999999999999.50", "0").await;
+    let order = app.order(user, None, "1.00", "cstm:paygate").await;
+    app.complete_order(&token, &order, "cstm:paygate")
+        .await
+        .assert_error(422, "PAYMENT_PROCESSING_ERROR");
+    let (store, _) = app.recorded_store();
+    let operator = Actor::CommandLine;
+    let refused = orders::complete_as(&app.db, &*store, &operator, app.project_id, &order).await;
+    assert!(
+        matches!(refused, Err(CompleteError::BalanceCeiling)),
+        "{refused:?}"
+    );
+    let audited = "SELECT COUNT(*) FROM admin_audit_log WHERE action = 'order.complete'";
+    assert_eq!(app.count(audited).await, 0, "a refusal changes nothing");
+
+    app.set_balance(user, None, "100.00", "0").await;
+    let done = orders::complete_as(&app.db, &*store, &operator, app.project_id, &order)
+        .await
+        .expect("completed by the operator");
+    assert_eq!(done.balance_after.to_string(), "101.00");
+    assert_eq!(order_row(&app, &order).await.status, OrderStatus::Completed);
+    assert_eq!(log_rows(&app).await, 1);
+    assert_eq!(app.count(audited).await, 1);
+    app.complete_order(&token, &order, "cstm:paygate")
+        .await
+        .assert_error(409, "ORDER_ALREADY_COMPLETED");
+    let again = orders::complete_as(&app.db, &*store, &operator, app.project_id, &order).await;
+    assert!(
+        matches!(again, Err(CompleteError::AlreadyCompleted)),
+        "{again:?}"
+    );
+    assert_eq!(app.count(audited).await, 1, "no audit row without a change");
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "101.00");
 }
 
 /// (balance before, balance after) of the operation-log row of `order_id`.
@@ -491,13 +551,13 @@ async fn complete_at_once(
         futures::future::join_all(
             completions
                 .iter()
-                .map(|completion| orders::complete(&*store, completion)),
+                .map(|completion| orders::complete(&app.db, &*store, completion)),
         )
         .await
     } else {
         let mut answers = Vec::new();
         for completion in &completions {
-            answers.push(orders::complete(&*store, completion).await);
+            answers.push(orders::complete(&app.db, &*store, completion).await);
         }
         answers
     };
@@ -542,6 +602,7 @@ fn completion(app: &TestApp, order_id: &str, payment_system: &str) -> Completion
         order_id: order_id.into(),
         payment_system: payment_system.into(),
         payment_id: Some(format!("pay-{order_id}")),
+        audit: None,
     }
 }
 
@@ -662,7 +723,7 @@ async fn a_failing_order_fails_alone_in_its_group(app: TestApp) {
     .await;
     assert_eq!(balance_after(&answers[0]), "1.00");
     assert!(
-        matches!(answers[1], Err(CompleteError::ProcessingFailed(_))),
+        matches!(answers[1], Err(CompleteError::BalanceCeiling)),
         "{:?}",
         answers[1]
     );

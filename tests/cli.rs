@@ -27,6 +27,7 @@ on_every_backend!(
     disabling_an_administrator_ends_their_sessions_at_once,
     admin_login_link_prints_a_single_use_url_stored_as_sha256,
     serve_demo_prints_a_sign_in_link_that_opens_the_panel,
+    order_get_shows_a_refused_completion_and_order_complete_completes_it,
 );
 
 fn masterpay(url: &str, args: &[&str]) -> Output {
@@ -644,6 +645,73 @@ async fn demo_seeds_a_working_project_and_prints_a_token(app: TestApp) {
     let out = masterpay(&url, &["demo"]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("/docs/") && text.contains("curl"), "{text}");
+}
+
+/// An order refused at the balance ceiling: `order get` shows the refusal,
+/// `order complete` refuses too while the balance is full, and completes it
+/// (audited, credited once) once the balance allows.
+async fn order_get_shows_a_refused_completion_and_order_complete_completes_it(app: TestApp) {
+    let url = app.database.url.clone();
+    let token = app.full_token().await;
+    let user = app.user("whale@example.com").await;
+    app.set_balance(user, None, "999999999999999.99", "0").await;
+    let order = app.order(user, None, "2.50", "cstm:paygate").await;
+    app.complete_order(&token, &order, "cstm:paygate")
+        .await
+        .assert_error(422, "PAYMENT_PROCESSING_ERROR");
+
+    let got = json(&url, &["order", "get", &order]);
+    assert_eq!(got["status"], "pending");
+    assert!(got["refused_at"].is_string(), "{got}");
+    assert_eq!(
+        got["refusal"],
+        masterpay::service::orders::BALANCE_CEILING_REFUSAL
+    );
+    let text = masterpay(&url, &["order", "get", &order]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("completion refused"),
+        "{text:?}"
+    );
+
+    let full = masterpay(&url, &["order", "complete", &order]);
+    assert!(!full.status.success());
+    let stderr = String::from_utf8_lossy(&full.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("past 999999999999999.99"), "{stderr}");
+
+    let user = user.to_string();
+    json(
+        &url,
+        &[
+            "balance",
+            "set",
+            "--user",
+            &user,
+            "--main",
+            "0",
+            "--reason",
+            "moved out",
+        ],
+    );
+    let done = json(&url, &["order", "complete", &order]);
+    assert_eq!(done["status"], "completed");
+    assert!(done["completed_at"].is_string());
+    assert_eq!(
+        app.main_balance(user.parse().unwrap(), 0).await.to_string(),
+        "2.50"
+    );
+    let audit = admin_audit_entry::Entity::find()
+        .filter(admin_audit_entry::Column::Action.eq("order.complete"))
+        .all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0].object_id, order);
+    assert_eq!(audit[0].actor, "command line");
+
+    let again = masterpay(&url, &["order", "complete", &order]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already completed"));
 }
 
 async fn migrate_is_idempotent(app: TestApp) {

@@ -103,6 +103,7 @@ panel_tests!(
         bad_balance_and_order_forms_are_refused_next_to_their_fields,
         setting_a_balance_is_exact_and_logged_with_its_reason,
         cancelling_a_pending_order_from_the_panel,
+        a_refused_completion_is_shown_and_completed_from_the_panel,
         users_and_servers_created_in_the_panel_are_audited,
         changing_ones_password_ends_the_other_sessions,
     ],
@@ -1959,6 +1960,7 @@ async fn every_form_needs_a_session(panel: Panel) {
             ],
         ),
         (format!("/orders/{id}/{order_id}/cancel"), vec![]),
+        (format!("/orders/{id}/{order_id}/complete"), vec![]),
         ("/ledger/audit".to_owned(), vec![]),
         (
             "/account/password".to_owned(),
@@ -2648,6 +2650,71 @@ async fn cancelling_a_pending_order_from_the_panel(panel: Panel) {
         csv.text
     );
     assert!(csv.text.contains("order.create") && csv.text.contains("order.cancel"));
+}
+
+/// An order whose completion was refused at the balance ceiling: its page
+/// says so, the panel's completion is refused the same way while the
+/// balance is full (nothing changed), and completes it once it allows,
+/// audited and credited once.
+async fn a_refused_completion_is_shown_and_completed_from_the_panel(panel: Panel) {
+    let app = &panel.app;
+    let pid = app.project_id;
+    let token = app.full_token().await;
+    let user = app.user("whale@example.com").await;
+    app.set_balance(user, None, "999999999999999.99", "0").await;
+    let order = app.order(user, None, "3.00", "cstm:paygate").await;
+    app.complete_order(&token, &order, "cstm:paygate")
+        .await
+        .assert_error(422, "PAYMENT_PROCESSING_ERROR");
+    let mut browser = panel.signed_in().await;
+    let page = format!("/orders/{pid}/{order}");
+    let shown = browser.get(&page).await;
+    shown.assert_status(200);
+    assert!(shown.text.contains("Completion refused"), "{}", shown.text);
+    assert!(shown.text.contains("999999999999999.99"), "{}", shown.text);
+
+    let csrf = browser.csrf().await;
+    let refused = browser
+        .post(&format!("{page}/complete"), &[("csrf", &csrf)])
+        .await;
+    refused.assert_status(409);
+    assert!(refused.text.contains("Not completed"), "{}", refused.text);
+    // Nothing changed but the refusal's time, recorded again.
+    assert_eq!(
+        app.main_balance(user, 0).await.to_string(),
+        "999999999999999.99"
+    );
+    let read = app
+        .read_order(Some(&token), &format!("order_id={order}"))
+        .await;
+    assert_eq!(read.body["status"], json!("pending"), "{}", read.text);
+    assert!(panel.audit_of("order.complete", &order).await.is_empty());
+
+    app.set_balance(user, None, "10.00", "0").await;
+    browser
+        .submit(&page, &format!("{page}/complete"), &[])
+        .await
+        .assert_redirect(&page);
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "13.00");
+    let rows = panel.audit_of("order.complete", &order).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].administrator_id, Some(panel.admin_id));
+    let before: Value = serde_json::from_str(rows[0].before.as_deref().unwrap()).unwrap();
+    let after: Value = serde_json::from_str(rows[0].after.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        (before["status"].clone(), after["status"].clone()),
+        (json!("pending"), json!("completed"))
+    );
+    let csrf = browser.csrf().await;
+    let again = browser
+        .post(&format!("{page}/complete"), &[("csrf", &csrf)])
+        .await;
+    again.assert_status(409);
+    assert!(again.text.contains("already completed"), "{}", again.text);
+    app.complete_order(&token, &order, "cstm:paygate")
+        .await
+        .assert_error(409, "ORDER_ALREADY_COMPLETED");
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "13.00");
 }
 
 async fn users_and_servers_created_in_the_panel_are_audited(panel: Panel) {

@@ -43,6 +43,10 @@ pub struct Model {
     /// With a key: SHA-256 (hex) of the creation request, to tell a repeat
     /// of it from another request under the same key.
     pub request_hash: Option<String>,
+    /// When the last completion of the order was refused with an answer no
+    /// retry changes (the order stayed pending), and why.
+    pub refused_at: Option<ChronoDateTimeUtc>,
+    pub refusal: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

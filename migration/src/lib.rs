@@ -13,6 +13,7 @@ mod m20261122_000001_create_schema;
 mod m20261125_000001_order_life;
 mod m20261125_000002_administrators;
 mod m20261125_000003_panel;
+mod m20261126_000001_completion_refusals;
 
 pub struct Migrator;
 
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000001_order_life::Migration),
             Box::new(m20261125_000002_administrators::Migration),
             Box::new(m20261125_000003_panel::Migration),
+            Box::new(m20261126_000001_completion_refusals::Migration),
         ]
     }
 }

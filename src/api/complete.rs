@@ -8,8 +8,8 @@ use super::{
     error::{
         AlreadyCompletedBody, AlreadyCompletedCode, AuthErrorBody, CompleteFailedBody,
         CompleteFailedCode, CompleteUnavailableBody, CompleteUnavailableCode, FieldErrors,
-        OrderNotFoundBody, OrderNotFoundCode, PayloadTooLargeBody, RequestTimeoutBody,
-        ValidationErrorBody,
+        OrderNotFoundBody, OrderNotFoundCode, PayloadTooLargeBody, PaymentRefusedBody,
+        PaymentRefusedCode, RequestTimeoutBody, ValidationErrorBody,
     },
     request_body::{Fields, JsonObject},
     security::CompleteToken,
@@ -138,6 +138,12 @@ pub enum CompleteReply {
     /// unless the operator configured another).
     #[oai(status = 413)]
     PayloadTooLarge(Json<PayloadTooLargeBody>),
+    /// PAYMENT_PROCESSING_ERROR: the credit would take the user's main
+    /// balance past 999999999999999.99. Final: nothing was changed, the
+    /// order stays pending and the refusal is recorded with it; do not
+    /// retry (an operator completes it once the balance allows).
+    #[oai(status = 422)]
+    Refused(Json<PaymentRefusedBody>),
     /// ORDER_UPDATE_FAILED or PAYMENT_PROCESSING_ERROR: nothing was changed;
     /// retry with exponential back-off.
     #[oai(status = 500)]
@@ -188,8 +194,10 @@ impl CompleteApi {
     /// number of calls for one order, concurrent or not, one gets 200 and
     /// the rest 409 ORDER_ALREADY_COMPLETED, which means "already done":
     /// treat it as success and do not resend. A cancelled order is never
-    /// completed (409 ORDER_CANCELLED). On 5xx nothing was changed;
-    /// retry with exponential back-off. Requires the `payment/order/complete`
+    /// completed (409 ORDER_CANCELLED). An order whose credit would take the
+    /// balance past its ceiling is refused for good (422
+    /// PAYMENT_PROCESSING_ERROR, nothing changed; do not retry). On 5xx
+    /// nothing was changed; retry with exponential back-off. Requires the `payment/order/complete`
     /// permission.
     #[oai(
         path = "/v2/payment/order/complete",
@@ -214,8 +222,9 @@ impl CompleteApi {
             order_id,
             payment_system,
             payment_id,
+            audit: None,
         };
-        let result = orders::complete(&*state.store, &completion).await;
+        let result = orders::complete(&state.db, &*state.store, &completion).await;
         state.metrics.record_completion(match &result {
             Ok(_) => "completed",
             Err(CompleteError::OrderNotFound) => "order_not_found",
@@ -223,6 +232,7 @@ impl CompleteApi {
             Err(CompleteError::Cancelled) => "order_cancelled",
             Err(CompleteError::UpdateFailed(_)) => "order_update_failed",
             Err(CompleteError::ProcessingFailed(_)) => "payment_processing_error",
+            Err(CompleteError::BalanceCeiling) => "balance_ceiling",
             Err(CompleteError::Unavailable(_)) => "unavailable",
         });
         match result {
@@ -263,6 +273,12 @@ impl CompleteApi {
                 tracing::error!(error = %err, "payment processing failed");
                 CompleteReply::Failed(Json(CompleteFailedBody::new(
                     CompleteFailedCode::PaymentProcessingError,
+                )))
+            }
+            Err(CompleteError::BalanceCeiling) => {
+                tracing::warn!(order_id = %completion.order_id, "completion refused: the credit would pass the balance ceiling");
+                CompleteReply::Refused(Json(PaymentRefusedBody::new(
+                    PaymentRefusedCode::PaymentProcessingError,
                 )))
             }
             Err(CompleteError::Unavailable(err)) => {

@@ -333,6 +333,23 @@ error_body!(
 );
 
 error_body!(
+    /// The order cannot be completed as it stands, and retrying will not
+    /// change that: crediting its amount would take the user's main balance
+    /// past 999999999999999.99, the largest balance kept. Nothing was
+    /// changed, the order stays pending, and the refusal is recorded with it
+    /// for the operator, who completes the order from the administration
+    /// panel or the command line once the balance allows. Do not retry.
+    PaymentRefusedBody,
+    /// PAYMENT_PROCESSING_ERROR: the payment cannot be credited to the
+    /// balance.
+    PaymentRefusedCode {
+        /// The payment cannot be credited to the balance.
+        PaymentProcessingError,
+    },
+    example = PaymentProcessingError
+);
+
+error_body!(
     /// The database could not be reached in time; nothing was changed.
     /// Retry with exponential back-off.
     CompleteUnavailableBody,

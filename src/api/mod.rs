@@ -61,7 +61,7 @@ Every request carries `Authorization: Bearer <token>`. A token is 64 letters and
 
 ## Errors
 
-Every error is JSON: `{"success": false, "code": "..."}`. VALIDATION_ERROR also carries `message`, an object mapping each offending parameter or body field to one sentence; all offending fields are reported at once. Unknown paths and wrong methods give 404 NOT_FOUND. On 5xx retry with exponential back-off: nothing was changed, unless the request was already being committed when the answer went out, in which case a retried completion answers 409 ORDER_ALREADY_COMPLETED and a retried create with the same Idempotency-Key answers the order it made. 409 ORDER_ALREADY_COMPLETED on completion means a duplicate webhook: treat it as success.
+Every error is JSON: `{"success": false, "code": "..."}`. VALIDATION_ERROR also carries `message`, an object mapping each offending parameter or body field to one sentence; all offending fields are reported at once. Unknown paths and wrong methods give 404 NOT_FOUND. On 5xx retry with exponential back-off: nothing was changed, unless the request was already being committed when the answer went out, in which case a retried completion answers 409 ORDER_ALREADY_COMPLETED and a retried create with the same Idempotency-Key answers the order it made. 409 ORDER_ALREADY_COMPLETED on completion means a duplicate webhook: treat it as success. 422 PAYMENT_PROCESSING_ERROR on completion is final (the credit would pass the largest balance kept): nothing was changed, do not retry; the operator completes the order once the balance allows.
 
 ## An order's life
 

@@ -153,7 +153,7 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::User(cmd) => user::run(cmd, &db, out).await,
         Command::Server(cmd) => server::run(cmd, &db, out).await,
         Command::Balance(cmd) => balance::run(cmd, &db, out).await,
-        Command::Order(cmd) => order::run(cmd, &db, out).await,
+        Command::Order(cmd) => order::run(cmd, &db, &settings, out).await,
         Command::Token(cmd) => token::run(cmd, &db, out).await,
         Command::Admin(cmd) => admin::run(cmd, &db, &settings, out).await,
         Command::Demo => demo::seed(&db, out, None, None).await,

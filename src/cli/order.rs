@@ -1,16 +1,22 @@
-//! `masterpay order create|get|cancel|list`: the API's order operations,
-//! for the operator.
+//! `masterpay order create|get|cancel|complete|list`: the API's order
+//! operations, for the operator.
 
 use clap::{Subcommand, ValueEnum};
 use entity::payment_order::OrderStatus;
 use sea_orm::{ActiveEnum, DatabaseConnection};
 use serde_json::{Value, json};
 
+use std::sync::Arc;
+
 use super::{CliResult, Output, parse_amount};
-use crate::service::{
-    admin_audit::Actor,
-    orders::{self, Cancellation, Order, OrderFilter, OrderRequest},
-    users::UserRef,
+use crate::{
+    config::Settings,
+    service::{
+        admin_audit::Actor,
+        orders::{self, Cancellation, CompleteError, Order, OrderFilter, OrderRequest},
+        users::UserRef,
+    },
+    store::{Uncounted, database},
 };
 
 #[derive(Debug, Subcommand)]
@@ -38,6 +44,10 @@ pub enum OrderCommand {
     Get { order_id: String },
     /// Cancel a pending order (it is then never credited).
     Cancel { order_id: String },
+    /// Complete a pending order as the API's completion does (credited
+    /// exactly once), recorded in the admin audit log: how an order whose
+    /// completion was refused is completed once its balance allows.
+    Complete { order_id: String },
     /// List a project's orders, newest first.
     List {
         #[arg(long)]
@@ -71,7 +81,12 @@ impl From<StatusArg> for OrderStatus {
     }
 }
 
-pub async fn run(cmd: OrderCommand, db: &DatabaseConnection, out: Output) -> CliResult {
+pub async fn run(
+    cmd: OrderCommand,
+    db: &DatabaseConnection,
+    settings: &Settings,
+    out: Output,
+) -> CliResult {
     match cmd {
         OrderCommand::Create {
             project,
@@ -114,6 +129,32 @@ pub async fn run(cmd: OrderCommand, db: &DatabaseConnection, out: Output) -> Cli
             let order = orders::cancel(db, Some(&Actor::CommandLine), &request).await?;
             out.emit(order_json(&order), || {
                 format!("cancelled order {}", order.order_id)
+            });
+        }
+        OrderCommand::Complete { order_id } => {
+            let found = find(db, &order_id).await?;
+            let store = database::open_store(
+                db,
+                &settings.database_url,
+                &settings.pool,
+                Arc::new(Uncounted),
+            )?;
+            let actor = Actor::CommandLine;
+            let done = orders::complete_as(db, &*store, &actor, found.project_id, &found.order_id)
+                .await
+                .map_err(|err| match err {
+                    CompleteError::BalanceCeiling => anyhow::anyhow!(
+                        "order {order_id} was not completed: {}",
+                        orders::BALANCE_CEILING_REFUSAL
+                    ),
+                    err => anyhow::anyhow!("order {order_id} was not completed: {err}"),
+                })?;
+            let order = find(db, &done.order_id).await?;
+            out.emit(order_json(&order), || {
+                format!(
+                    "completed order {}: {} credited, main balance now {}",
+                    done.order_id, done.amount, done.balance_after
+                )
             });
         }
         OrderCommand::List {
@@ -165,11 +206,13 @@ fn order_json(order: &Order) -> Value {
         "created_at": order.created_at,
         "completed_at": order.completed_at,
         "cancelled_at": order.cancelled_at,
+        "refused_at": order.refused_at,
+        "refusal": order.refusal,
     })
 }
 
 fn order_line(order: &Order) -> String {
-    format!(
+    let mut line = format!(
         "{} {} user {} server {} {} via {} created {}",
         order.order_id,
         order.status.to_value(),
@@ -178,5 +221,9 @@ fn order_line(order: &Order) -> String {
         order.amount,
         order.payment_system,
         order.created_at.to_rfc3339(),
-    )
+    );
+    if let (Some(at), Some(why)) = (order.refused_at, &order.refusal) {
+        line.push_str(&format!("; completion refused {}: {why}", at.to_rfc3339()));
+    }
+    line
 }

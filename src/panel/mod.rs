@@ -44,6 +44,8 @@ pub struct PanelState {
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// The service's metrics (sign-in outcomes).
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// The store an operator's completion goes through, as the API's does.
+    pub store: std::sync::Arc<dyn crate::store::Store>,
 }
 
 impl PanelState {

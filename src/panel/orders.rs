@@ -1,6 +1,7 @@
 //! Orders: find one by its id, filter the list, create one, and an order's
-//! page with its history and, while it is pending, a cancel button (with
-//! the API's rules: a completed or cancelled order stays as it is).
+//! page with its history and, while it is pending, buttons to complete it
+//! (a refused completion, once the balance allows) or cancel it, with the
+//! API's rules: a completed or cancelled order stays as it is.
 
 use entity::{
     admin_audit_entry, balance::GENERAL_ACCOUNT, payment_order::OrderStatus, project, server, user,
@@ -25,7 +26,10 @@ use crate::service::{
     AdminError,
     admin_audit::{self, AuditFilter},
     history::{self, Entry},
-    orders::{self, CancelError, Cancellation, CreateError, Order, OrderFilter, OrderRequest},
+    orders::{
+        self, CancelError, Cancellation, CompleteError, CreateError, Order, OrderFilter,
+        OrderRequest,
+    },
     projects, servers,
     users::{self, UserRef},
     validate,
@@ -43,6 +47,7 @@ pub fn routes(route: Route) -> Route {
         .at("/orders", get(list).post(create))
         .at("/orders/:project_id/:order_id", get(show))
         .at("/orders/:project_id/:order_id/cancel", post(cancel))
+        .at("/orders/:project_id/:order_id/complete", post(complete))
 }
 
 /// Where an order's page is.
@@ -504,10 +509,17 @@ fn order_page(admin: &SignedIn, view: &OrderView, notice: Option<&str>) -> Marku
                         tr { th { "Created" } td { (page::when(&o.created_at)) } }
                         tr { th { "Completed" } td { (page::when_or(o.completed_at.as_ref(), "—")) } }
                         tr { th { "Cancelled" } td { (page::when_or(o.cancelled_at.as_ref(), "—")) } }
+                        @if let (Some(at), Some(why)) = (&o.refused_at, &o.refusal) {
+                            tr.refused { th { "Completion refused" } td { (page::when(at)) ": " (why) } }
+                        }
                     }
                 } }
                 div.actions {
                     @if o.status == OrderStatus::Pending {
+                        form method="post" action={ (path) "/complete" } data-confirm={ "Complete order " (o.order_id) "? Its " (o.amount) " is credited to the user's main balance." } {
+                            (page::csrf(admin))
+                            button type="submit" { "Complete order" }
+                        }
                         form method="post" action={ (path) "/cancel" } data-confirm={ "Cancel order " (o.order_id) "? It will never be credited." } {
                             (page::csrf(admin))
                             button.danger type="submit" { "Cancel order" }
@@ -568,6 +580,49 @@ async fn cancel(
         Err(CancelError::Store(err)) => return Err(err.into()),
     };
     let view = order_view(&state, project_id, &request.order_id).await?;
+    Ok(page::render(
+        StatusCode::CONFLICT,
+        order_page(&admin, &view, Some(notice)),
+    ))
+}
+
+/// Completes the order as the API would, for the signed-in administrator.
+#[handler]
+async fn complete(
+    admin: SignedIn,
+    Path((project_id, order_id)): Path<(i64, String)>,
+    _form: PostForm,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let completed = orders::complete_as(
+        &state.db,
+        &*state.store,
+        &admin.actor(),
+        project_id,
+        &order_id,
+    )
+    .await;
+    let refusal;
+    let notice = match completed {
+        Ok(done) => return Ok(page::redirect(&order_path(project_id, &done.order_id))),
+        Err(CompleteError::AlreadyCompleted) => "The order is already completed: nothing changed.",
+        Err(CompleteError::Cancelled) => "The order is cancelled: it is never credited.",
+        Err(CompleteError::BalanceCeiling) => {
+            refusal = format!("Not completed: {}.", orders::BALANCE_CEILING_REFUSAL);
+            &refusal
+        }
+        Err(CompleteError::OrderNotFound) => {
+            return Err(PanelError::NotFound(format!(
+                "order {order_id} of project {project_id}"
+            )));
+        }
+        Err(
+            CompleteError::UpdateFailed(err)
+            | CompleteError::ProcessingFailed(err)
+            | CompleteError::Unavailable(err),
+        ) => return Err(err.into()),
+    };
+    let view = order_view(&state, project_id, &order_id).await?;
     Ok(page::render(
         StatusCode::CONFLICT,
         order_page(&admin, &view, Some(notice)),

@@ -17,6 +17,7 @@ use sea_orm::{
 use serde_json::Value;
 
 use super::now;
+use crate::store::AuditRow;
 
 /// What `actor` reads for a change made from the command line.
 pub const COMMAND_LINE: &str = "command line";
@@ -77,26 +78,44 @@ impl Change {
     }
 }
 
+/// The log's row of `change` by `actor`, made now: what [`record`] writes,
+/// and what the store writes with a change it makes itself (an operator's
+/// completion).
+pub fn row(actor: &Actor, change: Change) -> AuditRow {
+    let (administrator_id, address) = match actor {
+        Actor::CommandLine => (None, None),
+        Actor::Administrator { id, address, .. } => (Some(*id), address.clone()),
+    };
+    AuditRow {
+        at: now(),
+        administrator_id,
+        actor: actor.name().to_owned(),
+        action: change.action.to_owned(),
+        object_kind: change.object_kind.to_owned(),
+        object_id: change.object_id,
+        before: change.before.map(|v| v.to_string()),
+        after: change.after.map(|v| v.to_string()),
+        address,
+    }
+}
+
 /// Writes `change` by `actor`, on `txn`: the transaction of the change.
 pub async fn record<C: ConnectionTrait>(
     txn: &C,
     actor: &Actor,
     change: Change,
 ) -> Result<(), DbErr> {
-    let (administrator_id, address) = match actor {
-        Actor::CommandLine => (None, None),
-        Actor::Administrator { id, address, .. } => (Some(*id), address.clone()),
-    };
+    let row = row(actor, change);
     admin_audit_entry::ActiveModel {
-        at: Set(now()),
-        administrator_id: Set(administrator_id),
-        actor: Set(actor.name().to_owned()),
-        action: Set(change.action.to_owned()),
-        object_kind: Set(change.object_kind.to_owned()),
-        object_id: Set(change.object_id),
-        before: Set(change.before.map(|v| v.to_string())),
-        after: Set(change.after.map(|v| v.to_string())),
-        address: Set(address),
+        at: Set(row.at),
+        administrator_id: Set(row.administrator_id),
+        actor: Set(row.actor),
+        action: Set(row.action),
+        object_kind: Set(row.object_kind),
+        object_id: Set(row.object_id),
+        before: Set(row.before),
+        after: Set(row.after),
+        address: Set(row.address),
         ..Default::default()
     }
     .insert(txn)

@@ -62,6 +62,10 @@ pub struct Order {
     pub created_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
     pub cancelled_at: Option<DateTime<Utc>>,
+    /// When the last completion was refused with an answer no retry
+    /// changes, and why (see [`CompleteError::BalanceCeiling`]).
+    pub refused_at: Option<DateTime<Utc>>,
+    pub refusal: Option<String>,
 }
 
 impl TryFrom<payment_order::Model> for Order {
@@ -82,6 +86,8 @@ impl TryFrom<payment_order::Model> for Order {
             created_at: row.created_at,
             completed_at: row.completed_at,
             cancelled_at: row.cancelled_at,
+            refused_at: row.refused_at,
+            refusal: row.refusal,
         })
     }
 }
@@ -202,6 +208,8 @@ pub async fn create(
                     created_at,
                     completed_at: None,
                     cancelled_at: None,
+                    refused_at: None,
+                    refusal: None,
                 },
                 replayed: false,
             });
@@ -341,6 +349,8 @@ async fn replay(
     order.payment_id = None;
     order.completed_at = None;
     order.cancelled_at = None;
+    order.refused_at = None;
+    order.refusal = None;
     Ok(Some(Created {
         order,
         replayed: true,
@@ -507,17 +517,30 @@ pub struct CompletedOrder {
     pub balance_after: Money,
 }
 
+/// What an order refused by [`CompleteError::BalanceCeiling`] records.
+pub const BALANCE_CEILING_REFUSAL: &str = "the credit would take the user's main balance past \
+     999999999999999.99, the largest balance kept; complete the order once the balance allows";
+
 /// Completes an order exactly once: marks it completed, credits its amount
 /// to the main balance of its user on its server (the general account when
 /// it has none) and logs the operation, in one transaction of the store.
 /// Of any number of completions and cancellations of one order, concurrent
 /// or not, on any number of instances, one succeeds; a failure changes
-/// nothing, so a retry is always safe.
+/// nothing, so a retry is always safe. A refusal no retry changes
+/// ([`CompleteError::BalanceCeiling`]) is recorded with the order, which
+/// stays pending.
 pub async fn complete(
+    db: &DatabaseConnection,
     store: &dyn Store,
     request: &Completion,
 ) -> Result<CompletedOrder, CompleteError> {
-    let done = store.complete(request).await?;
+    let done = match store.complete(request).await {
+        Err(CompleteError::BalanceCeiling) => {
+            record_refusal(db, request, BALANCE_CEILING_REFUSAL).await;
+            return Err(CompleteError::BalanceCeiling);
+        }
+        done => done?,
+    };
     let money = |cents: i64| {
         Money::from_cents(cents).map_err(|err| {
             CompleteError::ProcessingFailed(StoreError::Failed(format!(
@@ -535,6 +558,56 @@ pub async fn complete(
         user_id: done.user_id,
         server_id: done.server_id,
     })
+}
+
+/// Records on the pending order `request` names that its completion was
+/// refused for `reason`. The answer stands whether or not this is written:
+/// a failure is logged, and the next refusal writes it again.
+async fn record_refusal(db: &DatabaseConnection, request: &Completion, reason: &str) {
+    use payment_order::Column;
+    let recorded = payment_order::Entity::update_many()
+        .col_expr(Column::RefusedAt, Expr::value(now()))
+        .col_expr(Column::Refusal, Expr::value(reason))
+        .filter(Column::OrderId.eq(&request.order_id))
+        .filter(Column::ProjectId.eq(request.project_id))
+        .filter(Column::PaymentSystem.eq(&request.payment_system))
+        .filter(Column::Status.eq(OrderStatus::Pending))
+        .exec(db)
+        .await;
+    if let Err(err) = recorded {
+        tracing::error!(order_id = %request.order_id, error = %err, "recording a refused completion failed");
+    }
+}
+
+/// Completes the pending order `order_id` of `project_id` for `actor` (the
+/// panel, the command line), as [`complete`] does for the API, with its row
+/// of the audit log in the completion's transaction: an order refused
+/// earlier is completed this way once its balance allows.
+pub async fn complete_as(
+    db: &DatabaseConnection,
+    store: &dyn Store,
+    actor: &Actor,
+    project_id: i64,
+    order_id: &str,
+) -> Result<CompletedOrder, CompleteError> {
+    let order = get(db, Some(project_id), order_id)
+        .await?
+        .ok_or(CompleteError::OrderNotFound)?;
+    let after = Order {
+        status: OrderStatus::Completed,
+        ..order.clone()
+    };
+    let change = Change::new("order.complete", "order", &order.order_id)
+        .before(audited(&order))
+        .after(audited(&after));
+    let request = Completion {
+        project_id,
+        order_id: order.order_id,
+        payment_system: order.payment_system,
+        payment_id: order.payment_id,
+        audit: Some(admin_audit::row(actor, change)),
+    };
+    complete(db, store, &request).await
 }
 
 /// Which orders `list` shows; every field narrows.

@@ -226,6 +226,11 @@ impl From<sqlx::Error> for StoreError {
             StoreError::Unavailable(err.to_string())
         } else if sqlx_is_contended(&err) {
             StoreError::Contended(err.to_string())
+        } else if err
+            .as_database_error()
+            .is_some_and(|db| db.kind() == sqlx::error::ErrorKind::CheckViolation)
+        {
+            StoreError::CheckViolated(err.to_string())
         } else {
             StoreError::Failed(err.to_string())
         }

@@ -213,6 +213,26 @@ pub struct Completion {
     pub payment_system: String,
     /// `None` when the caller gave none, `null` or `""`.
     pub payment_id: Option<String>,
+    /// An operator's completion: its row of the admin audit log, written in
+    /// the completion's transaction when the order is completed. `None` for
+    /// the API's.
+    pub audit: Option<AuditRow>,
+}
+
+/// A row of the admin audit log, as the store writes it with a change of
+/// its own (see `service::admin_audit`, which builds it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRow {
+    pub at: DateTime<Utc>,
+    pub administrator_id: Option<i64>,
+    pub actor: String,
+    pub action: String,
+    pub object_kind: String,
+    pub object_id: String,
+    /// JSON text of the object before and after the change.
+    pub before: Option<String>,
+    pub after: Option<String>,
+    pub address: Option<String>,
 }
 
 /// An order as a successful completion left it.
@@ -242,6 +262,11 @@ pub enum StoreError {
     /// A statement failed; its transaction was rolled back.
     #[error("database error: {0}")]
     Failed(String),
+    /// A statement broke a CHECK constraint (a balance past its ceiling);
+    /// its transaction was rolled back, and the same statement would break
+    /// it again.
+    #[error("check constraint violated: {0}")]
+    CheckViolated(String),
 }
 
 impl From<StoreError> for CompleteError {
@@ -274,6 +299,12 @@ pub enum CompleteError {
     /// Crediting or logging failed after the status update.
     #[error("payment processing failed: {0}")]
     ProcessingFailed(StoreError),
+    /// Crediting the amount would take the main balance past the largest
+    /// balance stored (999 999 999 999 999.99): the order cannot be
+    /// completed while the balance stays as it is, however often it is
+    /// retried.
+    #[error("the credit would take the main balance past its ceiling")]
+    BalanceCeiling,
     /// The database could not be reached.
     #[error("database unavailable: {0}")]
     Unavailable(StoreError),
@@ -284,7 +315,9 @@ impl CompleteError {
     fn at_update(err: StoreError) -> CompleteError {
         match err {
             StoreError::Unavailable(_) => CompleteError::Unavailable(err),
-            StoreError::Contended(_) | StoreError::Failed(_) => CompleteError::UpdateFailed(err),
+            StoreError::Contended(_) | StoreError::Failed(_) | StoreError::CheckViolated(_) => {
+                CompleteError::UpdateFailed(err)
+            }
         }
     }
 
@@ -300,10 +333,12 @@ impl CompleteError {
         }
     }
 
-    /// A failure of the credit, the log row or the commit.
+    /// A failure of the credit, the log row or the commit; a broken CHECK
+    /// there is the balance's ceiling (the only CHECK a credit can break).
     fn at_credit(err: StoreError) -> CompleteError {
         match err {
             StoreError::Unavailable(_) => CompleteError::Unavailable(err),
+            StoreError::CheckViolated(_) => CompleteError::BalanceCeiling,
             StoreError::Contended(_) | StoreError::Failed(_) => {
                 CompleteError::ProcessingFailed(err)
             }

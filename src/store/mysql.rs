@@ -73,6 +73,13 @@ const LOG_CREDIT: &str = r#"INSERT INTO operation_log (kind, order_ref, user_id,
     amount_cents, balance_before_cents, balance_after_cents, created_at)
 VALUES (?, ?, ?, ?, 'main', ?, ?, ?, ?)"#;
 
+/// An operator's row of the admin audit log, written with the change
+/// (`before` is a reserved word). Parameters: time, administrator id, actor,
+/// action, object kind, object id, before, after, address.
+const LOG_AUDIT: &str = r#"INSERT INTO admin_audit_log (at, administrator_id, actor, action, object_kind, object_id,
+    `before`, `after`, address)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"#;
+
 /// The user an order names in its project (by id, and then the e-mail too
 /// when given must be theirs; else by e-mail) and whether its server is the
 /// general account or one of the project's. Parameters: user id, user id,
@@ -196,6 +203,21 @@ impl MySqlStore {
             .execute(&mut *txn)
             .await
             .map_err(read)?;
+        if let Some(audit) = &request.audit {
+            sqlx::query(LOG_AUDIT)
+                .bind(audit.at)
+                .bind(audit.administrator_id)
+                .bind(&audit.actor)
+                .bind(&audit.action)
+                .bind(&audit.object_kind)
+                .bind(&audit.object_id)
+                .bind(&audit.before)
+                .bind(&audit.after)
+                .bind(&audit.address)
+                .execute(&mut *txn)
+                .await
+                .map_err(read)?;
+        }
         txn.commit().await.map_err(read)?;
         Ok(CompletedOrder {
             order_id: request.order_id.clone(),

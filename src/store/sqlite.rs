@@ -86,6 +86,11 @@ const LOG_CREDIT: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "u
     "amount_cents", "balance_before_cents", "balance_after_cents", "created_at")
 VALUES (?1, ?2, ?3, ?4, 'main', ?5, ?6, ?7, ?8)"#;
 
+/// An operator's row of the admin audit log, written with the change.
+const LOG_AUDIT: &str = r#"INSERT INTO "admin_audit_log" ("at", "administrator_id", "actor", "action", "object_kind",
+    "object_id", "before", "after", "address")
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"#;
+
 /// The user an order names in its project: by id (and then the e-mail too,
 /// when given, must be theirs), else by e-mail; NULL when there is none.
 const ORDER_USER: &str = r#"CASE WHEN :user_id IS NOT NULL
@@ -297,6 +302,23 @@ fn complete_in_transaction(
             ])
         })
         .map_err(at_credit)?;
+    if let Some(audit) = &request.audit {
+        txn.prepare_cached(LOG_AUDIT)
+            .and_then(|mut log| {
+                log.execute(params![
+                    stored_time(audit.at),
+                    audit.administrator_id,
+                    audit.actor,
+                    audit.action,
+                    audit.object_kind,
+                    audit.object_id,
+                    audit.before,
+                    audit.after,
+                    audit.address,
+                ])
+            })
+            .map_err(at_credit)?;
+    }
     txn.commit().map_err(at_credit)?;
     Ok(CompletedOrder {
         order_id: request.order_id.clone(),
@@ -479,8 +501,14 @@ impl InlineReaders {
 }
 
 /// A read that found the file locked or could not open it counts as the
-/// database unavailable (503); any other failure as a failed statement.
+/// database unavailable (503); a broken CHECK as such; any other failure as
+/// a failed statement.
 fn classify(err: &rusqlite::Error) -> StoreError {
+    if let rusqlite::Error::SqliteFailure(failure, _) = err
+        && failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_CHECK
+    {
+        return StoreError::CheckViolated(err.to_string());
+    }
     match err.sqlite_error_code() {
         Some(
             rusqlite::ErrorCode::DatabaseBusy

@@ -190,6 +190,11 @@ ORDER BY "a"."idx""#;
 const ORDER_STATUS: &str = r#"SELECT "status" FROM "payment_orders"
 WHERE "order_id" = $1 AND "project_id" = $2 AND "payment_system" = $3"#;
 
+/// An operator's row of the admin audit log, written with the change.
+const LOG_AUDIT: &str = r#"INSERT INTO "admin_audit_log" ("at", "administrator_id", "actor", "action", "object_kind",
+    "object_id", "before", "after", "address")
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"#;
+
 /// When a token was last used.
 const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens" SET "last_used_at" = $1 WHERE "id" = $2"#;
 
@@ -450,9 +455,10 @@ async fn complete_group(
     let attempt = tokio::time::timeout(bound, complete_in_one_transaction(pool, &group)).await;
     match attempt {
         Ok(Ok(outcomes)) => outcomes,
-        Ok(Err(err @ CompleteError::ProcessingFailed(StoreError::Failed(_))))
-            if group.len() > 1 =>
-        {
+        Ok(Err(
+            err @ (CompleteError::ProcessingFailed(StoreError::Failed(_))
+            | CompleteError::BalanceCeiling),
+        )) if group.len() > 1 => {
             tracing::debug!(error = %err, size = group.len(), "completion group failed at its credits; completing its orders one by one");
             let mut outcomes = Vec::with_capacity(group.len());
             for completion in &group {
@@ -603,6 +609,23 @@ async fn complete_in_one_transaction(
             if let Ok(order) = &mut outcomes[at] {
                 order.balance_after_cents = after;
             }
+        }
+    }
+    for (outcome, request) in outcomes.iter().zip(group) {
+        if let (Ok(_), Some(audit)) = (outcome, &request.audit) {
+            sqlx::query(LOG_AUDIT)
+                .bind(audit.at)
+                .bind(audit.administrator_id)
+                .bind(&audit.actor)
+                .bind(&audit.action)
+                .bind(&audit.object_kind)
+                .bind(&audit.object_id)
+                .bind(&audit.before)
+                .bind(&audit.after)
+                .bind(&audit.address)
+                .execute(&mut *txn)
+                .await
+                .map_err(read)?;
         }
     }
     txn.commit().await.map_err(read)?;
