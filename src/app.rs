@@ -258,6 +258,11 @@ impl Application {
         self.panel.as_ref().map(|(_, addr)| *addr)
     }
 
+    /// The store the application's requests go through.
+    pub fn store(&self) -> &dyn crate::store::Store {
+        &*self.state.store
+    }
+
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }

@@ -14,6 +14,7 @@ use crate::service::{
     users,
     users::UserRef,
 };
+use crate::store::Store;
 
 /// Why the demo sets its balances, as the audit log keeps it.
 const REASON: &str = "demo data";
@@ -28,6 +29,7 @@ const REASON: &str = "demo data";
 /// from `admin login-link`) is how they sign in.
 pub async fn seed(
     db: &DatabaseConnection,
+    store: &dyn Store,
     out: Output,
     base: Option<&str>,
     panel: Option<&str>,
@@ -91,7 +93,11 @@ pub async fn seed(
             payment_system: "cstm:paygate".into(),
             order_id: None,
         };
-        order_ids.push(orders::create_as(db, actor, &request).await?.order_id);
+        order_ids.push(
+            orders::create_as(db, store, actor, &request)
+                .await?
+                .order_id,
+        );
     }
     let (token, value) = tokens::create(
         db,

@@ -18,7 +18,7 @@ mod server;
 mod token;
 mod user;
 
-use std::process::ExitCode;
+use std::{process::ExitCode, sync::Arc};
 
 use clap::{Parser, Subcommand};
 use sea_orm::DatabaseConnection;
@@ -26,7 +26,7 @@ use sea_orm::DatabaseConnection;
 pub use self::output::Output;
 use crate::{
     config::{FileSettings, Settings, SettingsArgs},
-    store::database,
+    store::{Store, Uncounted, database},
 };
 
 #[derive(Debug, Parser)]
@@ -156,9 +156,21 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::Order(cmd) => order::run(cmd, &db, &settings, out).await,
         Command::Token(cmd) => token::run(cmd, &db, out).await,
         Command::Admin(cmd) => admin::run(cmd, &db, &settings, out).await,
-        Command::Demo => demo::seed(&db, out, None, None).await,
+        Command::Demo => demo::seed(&db, &*store_of(&db, &settings)?, out, None, None).await,
         Command::Audit => audit::run(&db, out).await,
     }
+}
+
+/// The store of `db`, for the commands that run an operation of the
+/// request path (creating and completing orders) as the API does.
+fn store_of(db: &DatabaseConnection, settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
+    let store = database::open_store(
+        db,
+        &settings.database_url,
+        &settings.pool,
+        Arc::new(Uncounted),
+    )?;
+    Ok(store)
 }
 
 /// Connects and migrates, with the URL in the error when it fails.

@@ -6,8 +6,6 @@ use entity::payment_order::OrderStatus;
 use sea_orm::{ActiveEnum, DatabaseConnection};
 use serde_json::{Value, json};
 
-use std::sync::Arc;
-
 use super::{CliResult, Output, parse_amount};
 use crate::{
     config::Settings,
@@ -16,7 +14,6 @@ use crate::{
         orders::{self, Cancellation, CompleteError, Order, OrderFilter, OrderRequest},
         users::UserRef,
     },
-    store::{Uncounted, database},
 };
 
 #[derive(Debug, Subcommand)]
@@ -107,7 +104,8 @@ pub async fn run(
                 payment_system,
                 order_id,
             };
-            let order = orders::create_as(db, &Actor::CommandLine, &request).await?;
+            let store = super::store_of(db, settings)?;
+            let order = orders::create_as(db, &*store, &Actor::CommandLine, &request).await?;
             out.emit(order_json(&order), || {
                 format!(
                     "created order {} for user {} ({} via {})",
@@ -133,12 +131,7 @@ pub async fn run(
         }
         OrderCommand::Complete { order_id } => {
             let found = find(db, &order_id).await?;
-            let store = database::open_store(
-                db,
-                &settings.database_url,
-                &settings.pool,
-                Arc::new(Uncounted),
-            )?;
+            let store = super::store_of(db, settings)?;
             let actor = Actor::CommandLine;
             let done = orders::complete_as(db, &*store, &actor, found.project_id, &found.order_id)
                 .await

@@ -23,7 +23,7 @@ pub async fn run(demo: bool, settings: Settings, db: DatabaseConnection, out: Ou
     let base = format!("http://{}", app.local_addr());
     if demo {
         let panel = app.panel_addr().map(|addr| format!("http://{addr}"));
-        demo_project::seed(&db, out, Some(&base), panel.as_deref()).await?;
+        demo_project::seed(&db, app.store(), out, Some(&base), panel.as_deref()).await?;
     }
     tracing::info!(address = %app.local_addr(), database = %super::redact(&settings.database_url), "masterpay listening");
     if let Some(panel) = app.panel_addr() {

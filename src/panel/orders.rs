@@ -391,7 +391,7 @@ async fn create(
             payment_system: sent.payment_system.to_owned(),
             order_id: None,
         };
-        match orders::create_as(&state.db, &admin.actor(), &request).await {
+        match orders::create_as(&state.db, &*state.store, &admin.actor(), &request).await {
             Ok(order) => {
                 return Ok(page::redirect(&order_path(
                     order.project_id,

@@ -21,15 +21,10 @@
 //! ([`OrderRequest::fingerprint`]).
 
 use chrono::{DateTime, Utc};
-use entity::{
-    balance::GENERAL_ACCOUNT,
-    payment_order::{self, OrderStatus},
-};
+use entity::payment_order::{self, OrderStatus};
 use sea_orm::{
-    ActiveEnum, ActiveModelTrait,
-    ActiveValue::Set,
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait,
-    QueryFilter, QueryOrder, QuerySelect, SqlErr,
+    ActiveEnum, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
     sea_query::{Expr, ExprTrait},
 };
 use serde_json::{Value, json};
@@ -37,8 +32,8 @@ use sha2::{Digest, Sha256};
 
 use super::{
     admin_audit::{self, Actor, Change},
-    begin_write, now, servers,
-    users::{self, UserRef},
+    begin_write, now,
+    users::UserRef,
     validate,
 };
 pub use crate::store::{CompleteError, Completion};
@@ -174,20 +169,59 @@ pub async fn create(
     request: &OrderRequest,
     idempotency_key: Option<&str>,
 ) -> Result<Created, CreateError> {
+    insert(db, store, request, idempotency_key, None).await
+}
+
+/// Creates a pending order for `actor` (the panel, the command line), as
+/// [`create`] does for the API but without an idempotency key, with its
+/// row of the audit log in the insert's transaction.
+pub async fn create_as(
+    db: &DatabaseConnection,
+    store: &dyn Store,
+    actor: &Actor,
+    request: &OrderRequest,
+) -> Result<Order, CreateError> {
+    let created = insert(db, store, request, None, Some(actor)).await?;
+    Ok(created.order)
+}
+
+/// The one path of an order's creation: [`create`] and [`create_as`].
+async fn insert(
+    db: &DatabaseConnection,
+    store: &dyn Store,
+    request: &OrderRequest,
+    idempotency_key: Option<&str>,
+    actor: Option<&Actor>,
+) -> Result<Created, CreateError> {
     check_request(request)?;
     let request_hash = idempotency_key.map(|_| request.fingerprint());
+    let email = request.who.email.as_deref().map(validate::normalize_email);
     let mut draws = 0;
     loop {
+        let order_id = order_id_for(request);
+        let audit = actor.map(|actor| {
+            let change = Change::new("order.create", "order", &order_id).after(json!({
+                "project_id": request.project_id,
+                "user_id": request.who.user_id,
+                "email": email,
+                "server_id": request.server_id,
+                "amount": request.amount.to_string(),
+                "payment_system": request.payment_system,
+                "status": OrderStatus::Pending.to_value(),
+            }));
+            admin_audit::row(actor, change)
+        });
         let order = NewOrder {
-            order_id: order_id_for(request),
+            order_id,
             project_id: request.project_id,
             user_id: request.who.user_id,
-            email: request.who.email.as_deref().map(validate::normalize_email),
+            email: email.clone(),
             server_id: request.server_id,
             amount_cents: request.amount.cents(),
             payment_system: request.payment_system.clone(),
             idempotency_key: idempotency_key.map(str::to_owned),
             request_hash: request_hash.clone(),
+            audit,
         };
         let inserted = store.insert_order(&order).await?;
         if let OrderInsert::Inserted {
@@ -266,62 +300,6 @@ fn audited(order: &Order) -> Value {
         "payment_id": order.payment_id,
         "cancelled_at": order.cancelled_at,
     })
-}
-
-/// Creates a pending order for `actor` (the panel, the command line), with
-/// its row of the audit log in the same transaction. The rules are
-/// [`create`]'s (the same checks, the user resolved before the server, an
-/// order id drawn again when taken), without an idempotency key; the insert
-/// is sea-orm's rather than the store's, the request path's.
-pub async fn create_as(
-    db: &DatabaseConnection,
-    actor: &Actor,
-    request: &OrderRequest,
-) -> Result<Order, CreateError> {
-    check_request(request)?;
-    let mut draws = 0;
-    loop {
-        let order_id = order_id_for(request);
-        let txn = begin_write(db).await?;
-        let user_id = users::resolve(&txn, request.project_id, &request.who)
-            .await?
-            .ok_or(CreateError::UserNotFound)?;
-        if !servers::is_in_project(&txn, request.project_id, request.server_id).await? {
-            return Err(CreateError::ServerNotFound);
-        }
-        let inserted = payment_order::ActiveModel {
-            order_id: Set(order_id.clone()),
-            project_id: Set(request.project_id),
-            user_id: Set(user_id),
-            server_id: Set(Some(request.server_id).filter(|&id| id != GENERAL_ACCOUNT)),
-            payment_system: Set(request.payment_system.clone()),
-            amount_cents: Set(request.amount.cents()),
-            status: Set(OrderStatus::Pending),
-            payment_id: Set(None),
-            created_at: Set(now()),
-            completed_at: Set(None),
-            cancelled_at: Set(None),
-            idempotency_key: Set(None),
-            request_hash: Set(None),
-            ..Default::default()
-        }
-        .insert(&txn)
-        .await;
-        let row = match inserted {
-            Ok(row) => row,
-            Err(err) if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
-                // The transaction ends here (rolled back when dropped).
-                order_id_taken(request, order_id, &mut draws)?;
-                continue;
-            }
-            Err(err) => return Err(err.into()),
-        };
-        let order = Order::try_from(row)?;
-        let change = Change::new("order.create", "order", &order.order_id).after(audited(&order));
-        admin_audit::record(&txn, actor, change).await?;
-        txn.commit().await?;
-        return Ok(order);
-    }
 }
 
 /// The order created earlier with `key` in the project, answered as then;

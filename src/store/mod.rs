@@ -47,7 +47,8 @@ pub trait Store: Send + Sync {
     ) -> StoreFuture<'a, Result<Option<TokenRow>, StoreError>>;
 
     /// Completes a pending order exactly once: status, credit of the main
-    /// balance and operation-log row in one transaction. The status update
+    /// balance, operation-log row (and the audit row of an operator's
+    /// completion) in one transaction. The status update
     /// matches only a pending order, so a completed or cancelled one is
     /// never credited.
     fn complete<'a>(
@@ -57,8 +58,9 @@ pub trait Store: Send + Sync {
 
     /// Inserts a pending order for the user `order` names in its project,
     /// resolving the user and checking the server with it (in the same
-    /// statement where the backend can); a unique conflict (the idempotency
-    /// key or the order id taken) inserts nothing and says so.
+    /// statement where the backend can), and its audit row when it has one;
+    /// a unique conflict (the idempotency key or the order id taken) inserts
+    /// nothing and says so.
     fn insert_order<'a>(
         &'a self,
         order: &'a NewOrder,
@@ -186,6 +188,10 @@ pub struct NewOrder {
     pub payment_system: String,
     pub idempotency_key: Option<String>,
     pub request_hash: Option<String>,
+    /// An operator's creation: its row of the admin audit log, written in
+    /// the insert's transaction when the order is inserted. `None` for the
+    /// API's.
+    pub audit: Option<AuditRow>,
 }
 
 /// What an order insert did.

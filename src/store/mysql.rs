@@ -13,7 +13,7 @@ use sea_orm::{
 };
 
 use super::{
-    AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Store,
+    AccountKey, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Store,
     StoreError, StoreFuture, TokenRow, now, token_row_of,
 };
 
@@ -203,21 +203,9 @@ impl MySqlStore {
             .execute(&mut *txn)
             .await
             .map_err(read)?;
-        if let Some(audit) = &request.audit {
-            sqlx::query(LOG_AUDIT)
-                .bind(audit.at)
-                .bind(audit.administrator_id)
-                .bind(&audit.actor)
-                .bind(&audit.action)
-                .bind(&audit.object_kind)
-                .bind(&audit.object_id)
-                .bind(&audit.before)
-                .bind(&audit.after)
-                .bind(&audit.address)
-                .execute(&mut *txn)
-                .await
-                .map_err(read)?;
-        }
+        log_audit(&mut txn, request.audit.as_ref())
+            .await
+            .map_err(read)?;
         txn.commit().await.map_err(read)?;
         Ok(CompletedOrder {
             order_id: request.order_id.clone(),
@@ -234,8 +222,9 @@ impl MySqlStore {
 
 impl MySqlStore {
     /// The user and server resolved first, then the insert (a duplicate
-    /// key is the conflict).
+    /// key is the conflict) and its audit row, in one transaction.
     async fn insert_order_now(&self, order: &NewOrder) -> Result<OrderInsert, StoreError> {
+        let mut txn = self.pool.begin().await?;
         let names = sqlx::query(ORDER_NAMES)
             .bind(order.user_id)
             .bind(order.user_id)
@@ -247,7 +236,7 @@ impl MySqlStore {
             .bind(order.server_id)
             .bind(order.server_id)
             .bind(order.project_id)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *txn)
             .await?;
         let Some(user_id) = names.try_get::<Option<i64>, _>("user_id")? else {
             return Ok(OrderInsert::UserNotFound);
@@ -268,13 +257,17 @@ impl MySqlStore {
             .bind(created_at)
             .bind(&order.idempotency_key)
             .bind(&order.request_hash)
-            .execute(&self.pool)
+            .execute(&mut *txn)
             .await;
         match inserted {
-            Ok(_) => Ok(OrderInsert::Inserted {
-                user_id,
-                created_at,
-            }),
+            Ok(_) => {
+                log_audit(&mut txn, order.audit.as_ref()).await?;
+                txn.commit().await?;
+                Ok(OrderInsert::Inserted {
+                    user_id,
+                    created_at,
+                })
+            }
             Err(sqlx::Error::Database(err))
                 if err
                     .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
@@ -285,6 +278,28 @@ impl MySqlStore {
             Err(err) => Err(err.into()),
         }
     }
+}
+
+/// Writes `audit`, an operator's row of the admin audit log, when there is
+/// one, in the transaction of its change.
+async fn log_audit(
+    txn: &mut sqlx::Transaction<'_, sqlx::MySql>,
+    audit: Option<&AuditRow>,
+) -> Result<(), sqlx::Error> {
+    let Some(audit) = audit else { return Ok(()) };
+    sqlx::query(LOG_AUDIT)
+        .bind(audit.at)
+        .bind(audit.administrator_id)
+        .bind(&audit.actor)
+        .bind(&audit.action)
+        .bind(&audit.object_kind)
+        .bind(&audit.object_id)
+        .bind(&audit.before)
+        .bind(&audit.after)
+        .bind(&audit.address)
+        .execute(&mut **txn)
+        .await?;
+    Ok(())
 }
 
 impl Store for MySqlStore {

@@ -36,8 +36,8 @@ use rusqlite::{OpenFlags, OptionalExtension, TransactionBehavior, named_params, 
 use sea_orm::{ActiveEnum, sqlx::sqlite::SqliteConnectOptions};
 
 use super::{
-    AccountKey, AccountRow, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert,
-    Store, StoreError, StoreFuture, TokenRow, now, permission_list,
+    AccountKey, AccountRow, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder,
+    OrderInsert, Store, StoreError, StoreFuture, TokenRow, now, permission_list,
 };
 
 /// The token by its hash, with its project's state and permissions, and the
@@ -302,23 +302,7 @@ fn complete_in_transaction(
             ])
         })
         .map_err(at_credit)?;
-    if let Some(audit) = &request.audit {
-        txn.prepare_cached(LOG_AUDIT)
-            .and_then(|mut log| {
-                log.execute(params![
-                    stored_time(audit.at),
-                    audit.administrator_id,
-                    audit.actor,
-                    audit.action,
-                    audit.object_kind,
-                    audit.object_id,
-                    audit.before,
-                    audit.after,
-                    audit.address,
-                ])
-            })
-            .map_err(at_credit)?;
-    }
+    log_audit(&txn, request.audit.as_ref()).map_err(at_credit)?;
     txn.commit().map_err(at_credit)?;
     Ok(CompletedOrder {
         order_id: request.order_id.clone(),
@@ -330,6 +314,24 @@ fn complete_in_transaction(
         server_id,
         balance_after_cents: after,
     })
+}
+
+/// Writes `audit`, an operator's row of the admin audit log, when there is
+/// one, in the transaction of its change.
+fn log_audit(txn: &rusqlite::Transaction<'_>, audit: Option<&AuditRow>) -> rusqlite::Result<()> {
+    let Some(audit) = audit else { return Ok(()) };
+    txn.prepare_cached(LOG_AUDIT)?.execute(params![
+        stored_time(audit.at),
+        audit.administrator_id,
+        audit.actor,
+        audit.action,
+        audit.object_kind,
+        audit.object_id,
+        audit.before,
+        audit.after,
+        audit.address,
+    ])?;
+    Ok(())
 }
 
 /// The insert of an order: the user resolved and the server checked in the
@@ -352,12 +354,15 @@ static ORDER_NAMES: LazyLock<String> = LazyLock::new(|| {
     format!(r#"SELECT {ORDER_USER} AS "user_id", {ORDER_SERVER} AS "server_found""#)
 });
 
-/// The order's insert on the write connection, and when it inserted
-/// nothing, why.
+/// The order's insert (and its audit row) in one transaction on the write
+/// connection, and when it inserted nothing, why.
 fn insert_order_now(
     conn: &mut rusqlite::Connection,
     order: &NewOrder,
 ) -> Result<OrderInsert, StoreError> {
+    let txn = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|err| classify(&err))?;
     let created_at = now();
     let at = stored_time(created_at);
     let status = OrderStatus::Pending.to_value();
@@ -367,7 +372,7 @@ fn insert_order_now(
         ":project_id": order.project_id,
         ":server_id": order.server_id,
     };
-    let inserted = conn
+    let inserted = txn
         .prepare_cached(&INSERT_ORDER)
         .and_then(|mut insert| {
             let mut all = names.to_vec();
@@ -386,12 +391,14 @@ fn insert_order_now(
         })
         .map_err(|err| classify(&err))?;
     if let Some(user_id) = inserted {
+        log_audit(&txn, order.audit.as_ref()).map_err(|err| classify(&err))?;
+        txn.commit().map_err(|err| classify(&err))?;
         return Ok(OrderInsert::Inserted {
             user_id,
             created_at,
         });
     }
-    let (user, server_found) = conn
+    let (user, server_found) = txn
         .prepare_cached(&ORDER_NAMES)
         .and_then(|mut names_of| {
             names_of.query_row(names, |row| {

@@ -37,8 +37,8 @@ use sea_orm::{
 
 use self::group::Groups;
 use super::{
-    AccountKey, CompleteError, CompletedOrder, Completion, GroupSizes, NewOrder, OrderInsert,
-    Store, StoreError, StoreFuture, TokenRow, now, token_row_of,
+    AccountKey, AuditRow, CompleteError, CompletedOrder, Completion, GroupSizes, NewOrder,
+    OrderInsert, Store, StoreError, StoreFuture, TokenRow, now, token_row_of,
 };
 use crate::config::PoolSettings;
 
@@ -389,8 +389,57 @@ async fn read_tokens(pool: &PgPool, reads: &[TokenRead]) -> Vec<TokenOutcome> {
         .collect()
 }
 
+/// Writes `audits`, operators' rows of the admin audit log, in the
+/// transaction of their changes.
+async fn log_audits<'a>(
+    txn: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    audits: impl Iterator<Item = &'a AuditRow>,
+) -> Result<(), sqlx::Error> {
+    for audit in audits {
+        sqlx::query(LOG_AUDIT)
+            .bind(audit.at)
+            .bind(audit.administrator_id)
+            .bind(&audit.actor)
+            .bind(&audit.action)
+            .bind(&audit.object_kind)
+            .bind(&audit.object_id)
+            .bind(&audit.before)
+            .bind(&audit.after)
+            .bind(&audit.address)
+            .execute(&mut **txn)
+            .await?;
+    }
+    Ok(())
+}
+
 /// Runs [`INSERT_ORDERS`] for `orders`: one outcome each, in their order.
+/// The statement commits on its own; only a group with an operator's order
+/// (rare) runs in a transaction, to write its audit row with it.
 async fn insert_orders(pool: &PgPool, orders: &[NewOrder]) -> Vec<InsertOutcome> {
+    if !orders.iter().any(|o| o.audit.is_some()) {
+        return insert_orders_on(pool, orders).await;
+    }
+    let audited = async {
+        let mut txn = pool.begin().await?;
+        let outcomes = insert_orders_on(&mut *txn, orders).await;
+        let inserted = outcomes
+            .iter()
+            .zip(orders)
+            .filter(|(outcome, _)| matches!(outcome, Ok(OrderInsert::Inserted { .. })));
+        log_audits(&mut txn, inserted.filter_map(|(_, o)| o.audit.as_ref())).await?;
+        txn.commit().await?;
+        Ok::<_, sqlx::Error>(outcomes)
+    };
+    audited
+        .await
+        .unwrap_or_else(|err| vec![Err(err.into()); orders.len()])
+}
+
+/// [`INSERT_ORDERS`] for `orders` on `db`, the pool or a transaction.
+async fn insert_orders_on<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    orders: &[NewOrder],
+) -> Vec<InsertOutcome> {
     let created_at = now();
     let text = |f: fn(&NewOrder) -> Option<&str>| orders.iter().map(f).collect::<Vec<_>>();
     let number = |f: fn(&NewOrder) -> Option<i64>| orders.iter().map(f).collect::<Vec<_>>();
@@ -406,7 +455,7 @@ async fn insert_orders(pool: &PgPool, orders: &[NewOrder]) -> Vec<InsertOutcome>
         .bind(text(|o| o.request_hash.as_deref()))
         .bind(OrderStatus::Pending.to_value())
         .bind(created_at)
-        .fetch_all(pool)
+        .fetch_all(db)
         .await;
     let rows = match rows {
         Ok(rows) if rows.len() == orders.len() => rows,
@@ -611,23 +660,10 @@ async fn complete_in_one_transaction(
             }
         }
     }
-    for (outcome, request) in outcomes.iter().zip(group) {
-        if let (Ok(_), Some(audit)) = (outcome, &request.audit) {
-            sqlx::query(LOG_AUDIT)
-                .bind(audit.at)
-                .bind(audit.administrator_id)
-                .bind(&audit.actor)
-                .bind(&audit.action)
-                .bind(&audit.object_kind)
-                .bind(&audit.object_id)
-                .bind(&audit.before)
-                .bind(&audit.after)
-                .bind(&audit.address)
-                .execute(&mut *txn)
-                .await
-                .map_err(read)?;
-        }
-    }
+    let audits = outcomes.iter().zip(group).filter(|(o, _)| o.is_ok());
+    log_audits(&mut txn, audits.filter_map(|(_, c)| c.audit.as_ref()))
+        .await
+        .map_err(read)?;
     txn.commit().await.map_err(read)?;
     Ok(outcomes)
 }
