@@ -30,8 +30,8 @@ use entity::{
 };
 use masterpay::service::{
     admin_audit::Actor,
+    admin_sessions,
     admins::{self, Password},
-    panel_access,
     tokens::Permission,
 };
 use regex::Regex;
@@ -277,9 +277,10 @@ impl Panel {
     }
 
     async fn login_link(&self, name: &str) -> String {
-        let (secret, _) = panel_access::create_login_link(&self.app.db, &Actor::CommandLine, name)
-            .await
-            .expect("login link");
+        let (secret, _) =
+            admin_sessions::create_login_link(&self.app.db, &Actor::CommandLine, name)
+                .await
+                .expect("login link");
         secret.expose().to_owned()
     }
 }
@@ -1797,10 +1798,16 @@ impl Panel {
             user,
         };
         let db = &self.app.db;
+        // A token's last use is recorded after its request is answered, in
+        // the background: it is the API's bookkeeping, not a form's change.
+        let mut tokens = app_token::Entity::find().all(db).await.unwrap();
+        for token in &mut tokens {
+            token.last_used_at = None;
+        }
         format!(
             "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
             project::Entity::find().all(db).await.unwrap(),
-            app_token::Entity::find().all(db).await.unwrap(),
+            tokens,
             token_permission::Entity::find().all(db).await.unwrap(),
             user::Entity::find().all(db).await.unwrap(),
             server::Entity::find().all(db).await.unwrap(),

@@ -11,7 +11,7 @@ use super::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, InternalErrorBody, StoreFailure,
         UnavailableBody, ValidationErrorBody,
     },
-    json_body::JsonBody,
+    json_reply::JsonReply,
     params::{QueryParam, RawParam},
     security::BalanceToken,
     tags::ApiTags,
@@ -23,7 +23,7 @@ use crate::{
 
 pub struct BalanceApi;
 
-// Sent as a `JsonBody`, so its `serde` attributes must give the JSON its
+// Sent as a `JsonReply`, so its `serde` attributes must give the JSON its
 // `oai` attributes describe (a unit test compares the two). The doc comment
 // below is the published schema's description.
 /// The balance of a user's master account. Amounts are decimal strings with
@@ -66,7 +66,7 @@ pub enum BalanceReply {
     /// The balance. With balance_type `main` only main_balance is present,
     /// with `bonus` only bonus_balance, without it both.
     #[oai(status = 200)]
-    Ok(JsonBody<BalanceResponse>),
+    Ok(JsonReply<BalanceResponse>),
     /// VALIDATION_ERROR: server_id missing or not an integer >= 0, neither
     /// user_id nor email given, user_id not a positive integer, email not a
     /// valid address, balance_type neither `main` nor `bonus`, or a parameter
@@ -131,7 +131,7 @@ impl BalanceApi {
                     BalanceType::Bonus => (None, Some(bonus)),
                     BalanceType::Both => (Some(main), Some(bonus)),
                 };
-                BalanceReply::Ok(JsonBody(BalanceResponse {
+                BalanceReply::Ok(JsonReply(BalanceResponse {
                     success: true,
                     main_balance,
                     bonus_balance,

@@ -8,7 +8,7 @@ pub mod balance_query;
 pub mod complete;
 pub mod docs;
 pub mod error;
-pub mod json_body;
+pub mod json_reply;
 pub mod middleware;
 pub mod operations;
 pub mod orders;

@@ -19,7 +19,7 @@ use super::{
     tags::ApiTags,
 };
 use crate::{
-    service::history::{self, Entry, HistoryError, HistoryRequest},
+    service::ledger::{self, Entry, HistoryError, HistoryRequest},
     state::AppState,
 };
 
@@ -168,9 +168,9 @@ impl ParamSpec for LimitSpec {
         MetaSchema {
             format: Some("int32"),
             minimum: Some(1.0),
-            maximum: Some(history::MAX_LIMIT as f64),
-            default: Some(json!(history::DEFAULT_LIMIT)),
-            example: Some(json!(history::DEFAULT_LIMIT)),
+            maximum: Some(ledger::MAX_LIMIT as f64),
+            default: Some(json!(ledger::DEFAULT_LIMIT)),
+            example: Some(json!(ledger::DEFAULT_LIMIT)),
             ..MetaSchema::new("integer")
         }
     }
@@ -251,7 +251,7 @@ fn validate_query(
     let limit = number(
         "limit",
         limit.single("limit"),
-        |n| (1..=history::MAX_LIMIT as i64).contains(&n),
+        |n| (1..=ledger::MAX_LIMIT as i64).contains(&n),
         "an integer from 1 to 100",
     );
     let cursor = match cursor.single("cursor") {
@@ -267,7 +267,7 @@ fn validate_query(
                 project_id,
                 who,
                 server_id,
-                limit: limit.map_or(history::DEFAULT_LIMIT, |n| n as u64),
+                limit: limit.map_or(ledger::DEFAULT_LIMIT, |n| n as u64),
                 cursor,
             })
         }
@@ -323,7 +323,7 @@ impl OperationsApi {
                 return OperationsReply::BadRequest(Json(ValidationErrorBody::new(errors)));
             }
         };
-        match history::page(&state.db, &request).await {
+        match ledger::page(&state.db, &request).await {
             Ok(page) => OperationsReply::Ok(Json(OperationsPage {
                 success: true,
                 operations: page.entries.into_iter().map(Operation::from).collect(),

@@ -15,8 +15,8 @@ use crate::{
     config::Settings,
     service::{
         admin_audit::Actor,
+        admin_sessions,
         admins::{self, Password},
-        panel_access,
     },
 };
 
@@ -65,7 +65,7 @@ pub(super) async fn login_link(
     base: &str,
 ) -> anyhow::Result<(String, chrono::DateTime<chrono::Utc>)> {
     let (secret, expires_at) =
-        panel_access::create_login_link(db, &Actor::CommandLine, name).await?;
+        admin_sessions::create_login_link(db, &Actor::CommandLine, name).await?;
     let url = format!(
         "{}/sign-in/link/{}",
         base.trim_end_matches('/'),

@@ -6,10 +6,10 @@ use sea_orm::DatabaseConnection;
 use serde_json::json;
 
 use super::{CliResult, Output};
-use crate::service::{admin_audit::Actor, audit};
+use crate::service::{admin_audit::Actor, ledger_check};
 
 pub async fn run(db: &DatabaseConnection, out: Output) -> CliResult {
-    let report = audit::run_recorded(db, &Actor::CommandLine).await?;
+    let report = ledger_check::run_recorded(db, &Actor::CommandLine).await?;
     let findings: Vec<&str> = report.findings.iter().map(|f| f.0.as_str()).collect();
     out.emit(
         json!({

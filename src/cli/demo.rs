@@ -6,10 +6,11 @@ use serde_json::json;
 use super::{Output, parse_amount};
 use crate::service::{
     admin_audit::Actor,
+    admin_sessions,
     admins::{self, Password},
     balances, orders,
     orders::OrderRequest,
-    panel_access, projects, servers,
+    projects, servers,
     tokens::{self, Permission},
     users,
     users::UserRef,
@@ -160,7 +161,7 @@ Swagger UI: {base}/docs/  (Authorize with the token above)
 async fn demo_sign_in_link(db: &DatabaseConnection, panel: &str) -> anyhow::Result<String> {
     const NAME: &str = "demo";
     if !admins::list(db).await?.iter().any(|a| a.name == NAME) {
-        let unknown = panel_access::Secret::generate().expose().to_owned();
+        let unknown = admin_sessions::Secret::generate().expose().to_owned();
         admins::create(db, &Actor::CommandLine, NAME, Password::new(unknown)?).await?;
     }
     Ok(super::admin::login_link(db, NAME, panel).await?.0)

@@ -17,8 +17,8 @@ use super::{
 use crate::{
     money::signed_cents,
     service::{
-        audit::{self, RecordedAudit},
-        history::{self, LedgerEntry, LedgerFilter},
+        ledger::{self, LedgerEntry, LedgerFilter},
+        ledger_check::{self, RecordedAudit},
         projects,
     },
 };
@@ -213,7 +213,7 @@ async fn list(
             &[],
         )));
     }
-    let entries = history::ledger(&state.db, &filter, LIMIT).await?;
+    let entries = ledger::ledger(&state.db, &filter, LIMIT).await?;
     Ok(page::ok(list_page(
         &admin, &params, &errors, &all, &entries,
     )))
@@ -225,7 +225,7 @@ async fn run_audit(
     _form: PostForm,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
-    audit::run_recorded(&state.db, &admin.actor()).await?;
+    ledger_check::run_recorded(&state.db, &admin.actor()).await?;
     Ok(page::redirect("/ledger/audit"))
 }
 
@@ -270,7 +270,7 @@ fn audit_page(
 
 #[handler]
 async fn show_audit(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let latest = audit::latest_run(&state.db).await?;
+    let latest = ledger_check::latest_run(&state.db).await?;
     Ok(page::ok(audit_page(&admin, latest.as_ref())))
 }
 

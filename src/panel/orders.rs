@@ -25,7 +25,7 @@ use super::{
 use crate::service::{
     AdminError,
     admin_audit::{self, AuditFilter},
-    history::{self, Entry},
+    ledger::{self, Entry},
     orders::{
         self, CancelError, Cancellation, CompleteError, CreateError, Order, OrderFilter,
         OrderRequest,
@@ -467,7 +467,7 @@ async fn order_view(
         ..AuditFilter::default()
     };
     let audit = admin_audit::list(db, &audit_filter, AUDIT_LIMIT).await?;
-    let log = history::of_order(db, project_id, &order.order_id)
+    let log = ledger::of_order(db, project_id, &order.order_id)
         .await
         .map_err(PanelError::from)?;
     Ok(OrderView {

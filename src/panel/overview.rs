@@ -11,7 +11,7 @@ use poem::{Response, handler, web::Data};
 use super::{PanelError, PanelState, audit_log, page, session::SignedIn};
 use crate::service::{
     admin_audit::{self, AuditFilter},
-    audit, now, orders, projects, tokens,
+    ledger_check, now, orders, projects, tokens,
 };
 
 /// Admin actions shown.
@@ -46,7 +46,7 @@ pub async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response,
     }
     let actions = admin_audit::list(db, &AuditFilter::default(), LATEST_ACTIONS).await?;
     let unused = tokens::unused_since(db, now - Duration::days(UNUSED_DAYS), UNUSED_TOKENS).await?;
-    let last_audit = audit::latest_run(db).await?;
+    let last_audit = ledger_check::latest_run(db).await?;
     let body = html! {
         (orders_today(&all, &counts, &today.format("%Y-%m-%d").to_string()))
         (latest_actions(&actions))

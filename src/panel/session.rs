@@ -23,7 +23,7 @@ use subtle::ConstantTimeEq;
 use super::{PanelError, PanelState};
 use crate::service::{
     admin_audit::Actor,
-    panel_access::{self, Secret, Session},
+    admin_sessions::{self, Secret, Session},
 };
 
 /// Largest form body the panel reads.
@@ -180,7 +180,7 @@ impl<'a> FromRequest<'a> for SignedIn {
         let cookie = read_cookie(req, cookie_name(state.cookie_secure))
             .map(|value| Secret::from_client(&value))
             .ok_or(PanelError::SignInRequired)?;
-        let session = panel_access::session(&state.db, &cookie)
+        let session = admin_sessions::session(&state.db, &cookie)
             .await
             .map_err(PanelError::from)?
             .ok_or(PanelError::SignInRequired)?;
@@ -188,7 +188,7 @@ impl<'a> FromRequest<'a> for SignedIn {
             session,
             csrf: csrf_token(&cookie),
             address: client_address(req, state),
-            cookie_hash: panel_access::cookie_hash(&cookie),
+            cookie_hash: admin_sessions::cookie_hash(&cookie),
         })
     }
 }

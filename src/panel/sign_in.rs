@@ -15,7 +15,7 @@ use super::{
         sign_in_cookie_name,
     },
 };
-use crate::service::panel_access::{self, SESSION_LIFETIME, Secret, SignInError};
+use crate::service::admin_sessions::{self, SESSION_LIFETIME, Secret, SignInError};
 
 /// The answer with the visitor's cookie set when it is new.
 fn with_visitor_cookie(mut response: Response, visitor: &Visitor, state: &PanelState) -> Response {
@@ -40,7 +40,7 @@ async fn signed_in(
     state: &PanelState,
 ) -> Result<Response, PanelError> {
     if let Some(previous) = session_cookie(req, state) {
-        panel_access::sign_out(&state.db, &previous).await?;
+        admin_sessions::sign_out(&state.db, &previous).await?;
     }
     let mut response = page::redirect("/");
     let cookie = (cookie_name(state.cookie_secure), secret.expose(), "/");
@@ -77,7 +77,7 @@ fn sign_in_page(status: StatusCode, csrf: &str, name: &str, errors: &FieldErrors
 #[handler]
 pub async fn show(req: &Request, state: Data<&PanelState>) -> Result<Response, PanelError> {
     if let Some(cookie) = session_cookie(req, &state)
-        && panel_access::session(&state.db, &cookie).await?.is_some()
+        && admin_sessions::session(&state.db, &cookie).await?.is_some()
     {
         return Ok(page::redirect("/"));
     }
@@ -95,7 +95,7 @@ pub async fn submit(
     let visitor = Visitor::of(req, &state);
     let name = form.get("name");
     let mut errors = FieldErrors::default();
-    let status = match panel_access::sign_in(
+    let status = match admin_sessions::sign_in(
         &state.db,
         name,
         // As typed: spaces at either end are part of a password.
@@ -112,7 +112,7 @@ pub async fn submit(
         Err(err @ SignInError::RateLimited) => {
             state.metrics.record_panel_sign_in("rate_limited");
             errors.add("form", format!("{err}. Sign-in is paused after {} failures in {} minutes, for the name and for the address.",
-                panel_access::MAX_FAILURES, panel_access::FAILURE_WINDOW.num_minutes()));
+                admin_sessions::MAX_FAILURES, admin_sessions::FAILURE_WINDOW.num_minutes()));
             StatusCode::TOO_MANY_REQUESTS
         }
         Err(err @ SignInError::Refused) => {
@@ -139,7 +139,7 @@ pub async fn link_form(
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     let link = Secret::from_client(&secret);
-    let Some(admin) = panel_access::login_link_administrator(&state.db, &link).await? else {
+    let Some(admin) = admin_sessions::login_link_administrator(&state.db, &link).await? else {
         return Ok(link_gone());
     };
     let visitor = Visitor::of(req, &state);
@@ -164,7 +164,7 @@ pub async fn link_submit(
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     let link = Secret::from_client(form.get("link"));
-    match panel_access::redeem_login_link(&state.db, &link, &client_address(req, &state)).await? {
+    match admin_sessions::redeem_login_link(&state.db, &link, &client_address(req, &state)).await? {
         Some((secret, _)) => {
             state.metrics.record_panel_sign_in("link_used");
             signed_in(req, &secret, &state).await
@@ -184,7 +184,7 @@ pub async fn sign_out(
 ) -> Result<Response, PanelError> {
     let name = cookie_name(state.cookie_secure);
     if let Some(value) = read_cookie(req, name) {
-        panel_access::sign_out(&state.db, &Secret::from_client(&value)).await?;
+        admin_sessions::sign_out(&state.db, &Secret::from_client(&value)).await?;
     }
     let mut response = page::redirect("/sign-in");
     set_cookie(&mut response, (name, "", "/"), state.cookie_secure, Some(0));

@@ -21,7 +21,7 @@ use crate::{
     service::{
         AdminError,
         balances::{self, AccountBalance},
-        history::{self, Entry, HistoryError, HistoryRequest, Page},
+        ledger::{self, Entry, HistoryError, HistoryRequest, Page},
         projects, servers,
         users::{self, UserRef},
         validate,
@@ -369,7 +369,7 @@ async fn user_view(
     };
     let mut bad_cursor = false;
     let history = loop {
-        match history::page(db, &request).await {
+        match ledger::page(db, &request).await {
             Ok(page) => break page,
             Err(HistoryError::BadCursor) if request.cursor.is_some() => {
                 bad_cursor = true;

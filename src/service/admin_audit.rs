@@ -1,22 +1,25 @@
 //! The admin audit log: every change made through the panel or the command
 //! line, with who made it, on which object, and the object before and after.
 //!
-//! [`record`] takes the transaction of the change, so a change and its row
-//! commit together or not at all. What goes into `before` and `after` is the
+//! A change is made in an [`AuditedChange`], a write transaction whose only
+//! way to commit writes the change's row first: a change and its row commit
+//! together or not at all, and no change commits without one. What goes into `before` and `after` is the
 //! caller's choice of the object's fields; a secret (a token value, a
 //! password, a hash of either) never does. Changes made through the API
 //! (orders created, completed or cancelled by a game panel) are the
 //! operation log's and the orders', not this log's.
 
+use std::ops::Deref;
+
 use chrono::{DateTime, Utc};
 use entity::admin_audit_entry;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr,
-    EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DatabaseTransaction,
+    DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
 };
 use serde_json::Value;
 
-use super::now;
+use super::{begin_write, now};
 use crate::store::AuditRow;
 
 /// What `actor` reads for a change made from the command line.
@@ -99,12 +102,40 @@ pub fn row(actor: &Actor, change: Change) -> AuditRow {
     }
 }
 
+/// An administrative change in the making: a write transaction (it derefs
+/// to it for the change's statements) that commits only with the change's
+/// row of the log. Dropped without [`AuditedChange::commit`], it rolls
+/// back.
+pub struct AuditedChange<'a> {
+    txn: DatabaseTransaction,
+    actor: &'a Actor,
+}
+
+impl<'a> AuditedChange<'a> {
+    pub async fn begin(db: &DatabaseConnection, actor: &'a Actor) -> Result<Self, DbErr> {
+        Ok(AuditedChange {
+            txn: begin_write(db).await?,
+            actor,
+        })
+    }
+
+    /// Writes `change`'s row and commits.
+    pub async fn commit(self, change: Change) -> Result<(), DbErr> {
+        record(&self.txn, self.actor, change).await?;
+        self.txn.commit().await
+    }
+}
+
+impl Deref for AuditedChange<'_> {
+    type Target = DatabaseTransaction;
+
+    fn deref(&self) -> &DatabaseTransaction {
+        &self.txn
+    }
+}
+
 /// Writes `change` by `actor`, on `txn`: the transaction of the change.
-pub async fn record<C: ConnectionTrait>(
-    txn: &C,
-    actor: &Actor,
-    change: Change,
-) -> Result<(), DbErr> {
+async fn record(txn: &DatabaseTransaction, actor: &Actor, change: Change) -> Result<(), DbErr> {
     let row = row(actor, change);
     admin_audit_entry::ActiveModel {
         at: Set(row.at),

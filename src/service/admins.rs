@@ -24,8 +24,8 @@ use serde_json::{Value, json};
 
 use super::{
     AdminError,
-    admin_audit::{self, Actor, Change},
-    begin_write, now, validate,
+    admin_audit::{Actor, AuditedChange, Change},
+    now, validate,
 };
 
 /// Shortest password accepted.
@@ -136,7 +136,7 @@ pub async fn create(
     // Hashed before the transaction: it takes a while, and on SQLite a
     // write transaction holds the database's write lock.
     let password_hash = hash(password).await?;
-    let txn = begin_write(db).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
     let admin = administrator::ActiveModel {
         name: Set(name.clone()),
         password_hash: Set(password_hash),
@@ -144,13 +144,12 @@ pub async fn create(
         created_at: Set(now()),
         ..Default::default()
     }
-    .insert(&txn)
+    .insert(&*txn)
     .await
     .map_err(|err| AdminError::conflict_on_unique(err, taken))?;
     let change =
         Change::new("administrator.create", "administrator", admin.id).after(audited(&admin));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(admin)
 }
 
@@ -170,20 +169,20 @@ pub async fn set_active(
     name: &str,
     active: bool,
 ) -> Result<administrator::Model, AdminError> {
-    let txn = begin_write(db).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
     let before = named(name)
         .lock_exclusive()
-        .one(&txn)
+        .one(&*txn)
         .await?
         .ok_or_else(|| AdminError::Invalid(format!("no administrator is named {name:?}")))?;
     let mut row: administrator::ActiveModel = before.clone().into();
     row.active = Set(active);
-    let admin = row.update(&txn).await?;
+    let admin = row.update(&*txn).await?;
     let mut after = audited(&admin);
     if !active {
         let ended = admin_session::Entity::delete_many()
             .filter(admin_session::Column::AdministratorId.eq(admin.id))
-            .exec(&txn)
+            .exec(&*txn)
             .await?
             .rows_affected;
         after["sessions_ended"] = ended.into();
@@ -191,7 +190,7 @@ pub async fn set_active(
         admin_login_link::Entity::delete_many()
             .filter(admin_login_link::Column::AdministratorId.eq(admin.id))
             .filter(admin_login_link::Column::UsedAt.is_null())
-            .exec(&txn)
+            .exec(&*txn)
             .await?;
     }
     let action = if active {
@@ -202,8 +201,7 @@ pub async fn set_active(
     let change = Change::new(action, "administrator", admin.id)
         .before(audited(&before))
         .after(after);
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(admin)
 }
 
@@ -219,25 +217,24 @@ pub async fn set_password(
     keep: Option<&str>,
 ) -> Result<(), AdminError> {
     let password_hash = hash(password).await?;
-    let txn = begin_write(db).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
     let admin = administrator::Entity::find_by_id(id)
         .lock_exclusive()
-        .one(&txn)
+        .one(&*txn)
         .await?
         .ok_or(AdminError::NotFound("administrator", id))?;
     let mut row: administrator::ActiveModel = admin.clone().into();
     row.password_hash = Set(password_hash);
-    row.update(&txn).await?;
+    row.update(&*txn).await?;
     let mut others =
         admin_session::Entity::delete_many().filter(admin_session::Column::AdministratorId.eq(id));
     if let Some(keep) = keep {
         others = others.filter(admin_session::Column::SessionHash.ne(keep));
     }
-    let ended = others.exec(&txn).await?.rows_affected;
+    let ended = others.exec(&*txn).await?.rows_affected;
     let change = Change::new("administrator.password", "administrator", id)
         .after(json!({"name": admin.name, "other_sessions_ended": ended}));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(())
 }
 

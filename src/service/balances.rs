@@ -8,17 +8,17 @@ use entity::{
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, QueryFilter,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
+    QueryFilter,
     sea_query::{Expr, ExprTrait, OnConflict, Query},
 };
 
 pub use super::users::UserRef;
 use super::{
     AdminError,
-    admin_audit::{self, Actor, Change},
+    admin_audit::{Actor, AuditedChange, Change},
     auth::Authenticated,
-    begin_write, now, servers, users, validate,
+    now, servers, users, validate,
 };
 use crate::{
     money::Money,
@@ -179,17 +179,8 @@ pub(crate) async fn add_in_txn(
                 .to_owned(),
         )
         .to_owned();
-    if txn.get_database_backend() != DbBackend::MySql {
-        // PostgreSQL and SQLite return the new value from the upsert itself.
-        let mut stmt = stmt;
-        stmt.returning_col(column);
-        let row = txn
-            .query_one(&stmt)
-            .await?
-            .ok_or_else(|| DbErr::RecordNotFound("balance row after upsert".into()))?;
-        let after: i64 = row.try_get_by_index(0)?;
-        return Ok((after - delta, after));
-    }
+    // Read back rather than RETURNING, which MariaDB's upsert lacks: the
+    // row is this transaction's (locked by the upsert) until it ends.
     txn.execute(&stmt).await?;
     let row = balance::Entity::find()
         .filter(balance::Column::UserId.eq(user_id))
@@ -246,7 +237,7 @@ pub async fn set(
         None | Some(0) => balance::GENERAL_ACCOUNT,
         Some(id) => servers::get_in_project(db, user.project_id, id).await?.id,
     };
-    let txn = begin_write(db).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
     let mut before = AccountBalance {
         main: Money::ZERO,
         bonus: Money::ZERO,
@@ -275,7 +266,7 @@ pub async fn set(
             .col_expr(balance::Column::UpdatedAt, Expr::value(now()))
             .filter(balance::Column::UserId.eq(user.id))
             .filter(balance::Column::ServerId.eq(server_id))
-            .exec(&txn)
+            .exec(&*txn)
             .await?;
         operation_log::ActiveModel {
             kind: Set(LogKind::BalanceSet),
@@ -289,7 +280,7 @@ pub async fn set(
             created_at: Set(now()),
             ..Default::default()
         }
-        .insert(&txn)
+        .insert(&*txn)
         .await?;
     }
     let mut logged_after = audited(&after);
@@ -297,8 +288,7 @@ pub async fn set(
     let change = Change::new("balance.set", "balance", format!("{}:{server_id}", user.id))
         .before(audited(&before))
         .after(logged_after);
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(BalanceChange { before, after })
 }
 

@@ -10,23 +10,20 @@
 //! one transaction.
 
 pub mod admin_audit;
+pub mod admin_sessions;
 pub mod admins;
-pub mod audit;
 pub mod auth;
 pub mod balances;
-pub mod history;
+pub mod ledger;
+pub mod ledger_check;
 pub mod orders;
-pub mod panel_access;
 pub mod projects;
 pub mod servers;
 pub mod tokens;
 pub mod users;
 pub mod validate;
 
-use sea_orm::{
-    DatabaseConnection, DatabaseTransaction, DbErr, SqlErr, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait,
-};
+use sea_orm::{DbErr, SqlErr};
 
 /// Errors of the administrative operations (the command line).
 #[derive(Debug, thiserror::Error)]
@@ -51,24 +48,7 @@ impl AdminError {
     }
 }
 
-/// Starts a transaction that writes. On SQLite it takes the write lock at
-/// once (`BEGIN IMMEDIATE`): a deferred transaction that reads first and
-/// writes later fails with SQLITE_BUSY instead of waiting when another
-/// connection wrote in between.
-pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
-    match db.get_database_backend() {
-        sea_orm::DbBackend::Sqlite => {
-            db.begin_with_options(TransactionOptions {
-                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-                ..Default::default()
-            })
-            .await
-        }
-        _ => db.begin().await,
-    }
-}
-
-pub use crate::store::now;
+pub use crate::store::{database::begin_write, now};
 
 /// `len` characters from [A-Za-z0-9] drawn from the OS CSPRNG: token values,
 /// the panel's secrets and order ids (about 5.95 bits each).

@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{
-    admin_audit::{self, Actor, Change},
-    begin_write, now,
+    admin_audit::{self, Actor, AuditedChange, Change},
+    now,
     users::UserRef,
     validate,
 };
@@ -421,8 +421,10 @@ pub async fn cancel(
     let Some(actor) = by else {
         return cancel_on(db, request).await;
     };
-    let txn = begin_write(db).await.map_err(StoreError::from)?;
-    let order = cancel_on(&txn, request).await?;
+    let txn = AuditedChange::begin(db, actor)
+        .await
+        .map_err(StoreError::from)?;
+    let order = cancel_on(&*txn, request).await?;
     let before = Order {
         status: OrderStatus::Pending,
         cancelled_at: None,
@@ -431,10 +433,7 @@ pub async fn cancel(
     let change = Change::new("order.cancel", "order", &order.order_id)
         .before(audited(&before))
         .after(audited(&order));
-    admin_audit::record(&txn, actor, change)
-        .await
-        .map_err(StoreError::from)?;
-    txn.commit().await.map_err(StoreError::from)?;
+    txn.commit(change).await.map_err(StoreError::from)?;
     Ok(order)
 }
 

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::{
     AdminError,
-    admin_audit::{self, Actor, Change},
-    begin_write, now, validate,
+    admin_audit::{Actor, AuditedChange, Change},
+    now, validate,
 };
 
 /// A project as the audit log shows it.
@@ -24,18 +24,17 @@ pub async fn create(
     name: &str,
 ) -> Result<project::Model, AdminError> {
     let name = validate::check_name("project", name).map_err(AdminError::Invalid)?;
-    let txn = begin_write(db).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
     let model = project::ActiveModel {
         name: Set(name),
         active: Set(true),
         created_at: Set(now()),
         ..Default::default()
     }
-    .insert(&txn)
+    .insert(&*txn)
     .await?;
     let change = Change::new("project.create", "project", model.id).after(audited(&model));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(model)
 }
 
@@ -73,16 +72,15 @@ pub async fn rename(
     name: &str,
 ) -> Result<project::Model, AdminError> {
     let name = validate::check_name("project", name).map_err(AdminError::Invalid)?;
-    let txn = begin_write(db).await?;
-    let before = get_for_update(&txn, id).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
+    let before = get_for_update(&*txn, id).await?;
     let mut model: project::ActiveModel = before.clone().into();
     model.name = Set(name);
-    let after = model.update(&txn).await?;
+    let after = model.update(&*txn).await?;
     let change = Change::new("project.rename", "project", id)
         .before(audited(&before))
         .after(audited(&after));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(after)
 }
 
@@ -94,11 +92,11 @@ pub async fn set_active(
     id: i64,
     active: bool,
 ) -> Result<project::Model, AdminError> {
-    let txn = begin_write(db).await?;
-    let before = get_for_update(&txn, id).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
+    let before = get_for_update(&*txn, id).await?;
     let mut model: project::ActiveModel = before.clone().into();
     model.active = Set(active);
-    let after = model.update(&txn).await?;
+    let after = model.update(&*txn).await?;
     let action = if active {
         "project.enable"
     } else {
@@ -107,7 +105,6 @@ pub async fn set_active(
     let change = Change::new(action, "project", id)
         .before(audited(&before))
         .after(audited(&after));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(after)
 }

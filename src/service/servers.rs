@@ -9,8 +9,8 @@ use serde_json::json;
 
 use super::{
     AdminError,
-    admin_audit::{self, Actor, Change},
-    begin_write, now, projects, validate,
+    admin_audit::{Actor, AuditedChange, Change},
+    now, projects, validate,
 };
 
 pub async fn create(
@@ -21,19 +21,18 @@ pub async fn create(
 ) -> Result<server::Model, AdminError> {
     let name = validate::check_name("server", name).map_err(AdminError::Invalid)?;
     projects::get(db, project_id).await?;
-    let txn = begin_write(db).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
     let model = server::ActiveModel {
         project_id: Set(project_id),
         name: Set(name),
         created_at: Set(now()),
         ..Default::default()
     }
-    .insert(&txn)
+    .insert(&*txn)
     .await?;
     let change = Change::new("server.create", "server", model.id)
         .after(json!({"project_id": model.project_id, "name": model.name}));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(model)
 }
 

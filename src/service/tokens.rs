@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     AdminError,
-    admin_audit::{self, Actor, Change},
+    admin_audit::{Actor, AuditedChange, Change},
     now, projects, validate,
 };
 
@@ -192,7 +192,7 @@ pub async fn create(
         .flatten();
     projects::get(db, project_id).await?;
     let value = TokenValue::generate();
-    let txn = super::begin_write(db).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
     let token = app_token::ActiveModel {
         project_id: Set(project_id),
         name: Set(name),
@@ -204,14 +204,13 @@ pub async fn create(
         created_by: Set(Some(actor.name().to_owned())),
         ..Default::default()
     }
-    .insert(&txn)
+    .insert(&*txn)
     .await?;
-    replace_permissions(&txn, token.id, permissions).await?;
-    let permissions = permissions_of(&txn, token.id).await?;
+    replace_permissions(&*txn, token.id, permissions).await?;
+    let permissions = permissions_of(&*txn, token.id).await?;
     let change =
         Change::new("token.create", "token", token.id).after(audited(&token, &permissions));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok((TokenInfo { token, permissions }, value))
 }
 
@@ -271,8 +270,8 @@ pub async fn edit(
         .map(validate::check_description)
         .transpose()
         .map_err(AdminError::Invalid)?;
-    let txn = super::begin_write(db).await?;
-    let before = get_for_update(&txn, id).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
+    let before = get_for_update(&*txn, id).await?;
     let mut model: app_token::ActiveModel = before.token.clone().into();
     if let Some(name) = name {
         model.name = Set(name);
@@ -280,16 +279,15 @@ pub async fn edit(
     if let Some(description) = description {
         model.description = Set(description);
     }
-    let token = model.update(&txn).await?;
+    let token = model.update(&*txn).await?;
     if let Some(permissions) = permissions {
-        replace_permissions(&txn, id, permissions).await?;
+        replace_permissions(&*txn, id, permissions).await?;
     }
-    let permissions = permissions_of(&txn, id).await?;
+    let permissions = permissions_of(&*txn, id).await?;
     let change = Change::new("token.edit", "token", id)
         .before(audited(&before.token, &before.permissions))
         .after(audited(&token, &permissions));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(TokenInfo { token, permissions })
 }
 
@@ -299,11 +297,11 @@ pub async fn set_active(
     id: i64,
     active: bool,
 ) -> Result<app_token::Model, AdminError> {
-    let txn = super::begin_write(db).await?;
-    let before = get_for_update(&txn, id).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
+    let before = get_for_update(&*txn, id).await?;
     let mut model: app_token::ActiveModel = before.token.clone().into();
     model.active = Set(active);
-    let token = model.update(&txn).await?;
+    let token = model.update(&*txn).await?;
     let action = if active {
         "token.enable"
     } else {
@@ -312,24 +310,22 @@ pub async fn set_active(
     let change = Change::new(action, "token", id)
         .before(audited(&before.token, &before.permissions))
         .after(audited(&token, &before.permissions));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(token)
 }
 
 /// Deletes a token and its permissions; its value gets TOKEN_NOT_FOUND.
 pub async fn delete(db: &DatabaseConnection, actor: &Actor, id: i64) -> Result<(), AdminError> {
-    let txn = super::begin_write(db).await?;
-    let before = get_for_update(&txn, id).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
+    let before = get_for_update(&*txn, id).await?;
     token_permission::Entity::delete_many()
         .filter(token_permission::Column::TokenId.eq(id))
-        .exec(&txn)
+        .exec(&*txn)
         .await?;
-    app_token::Entity::delete_by_id(id).exec(&txn).await?;
+    app_token::Entity::delete_by_id(id).exec(&*txn).await?;
     let change = Change::new("token.delete", "token", id)
         .before(audited(&before.token, &before.permissions));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(())
 }
 
@@ -341,18 +337,17 @@ pub async fn reissue(
     id: i64,
 ) -> Result<(app_token::Model, TokenValue), AdminError> {
     let value = TokenValue::generate();
-    let txn = super::begin_write(db).await?;
-    let before = get_for_update(&txn, id).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
+    let before = get_for_update(&*txn, id).await?;
     let mut model: app_token::ActiveModel = before.token.clone().into();
     model.token_hash = Set(hash(value.expose()));
-    let token = model.update(&txn).await?;
+    let token = model.update(&*txn).await?;
     // The value changed, and neither it nor its hash is logged: before and
     // after show the same fields.
     let change = Change::new("token.reissue", "token", id)
         .before(audited(&before.token, &before.permissions))
         .after(audited(&token, &before.permissions));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok((token, value))
 }
 

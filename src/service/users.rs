@@ -9,8 +9,8 @@ use serde_json::json;
 
 use super::{
     AdminError,
-    admin_audit::{self, Actor, Change},
-    begin_write, now, projects, validate,
+    admin_audit::{Actor, AuditedChange, Change},
+    now, projects, validate,
 };
 
 /// How the caller names the user: by id, by e-mail, or both (then both must
@@ -63,11 +63,11 @@ pub async fn create(
     projects::get(db, project_id).await?;
     let email = validate::normalize_email(email);
     let duplicate = || format!("a user with e-mail {email} already exists in project {project_id}");
-    let txn = begin_write(db).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
     let exists = user::Entity::find()
         .filter(user::Column::ProjectId.eq(project_id))
         .filter(user::Column::Email.eq(&email))
-        .one(&txn)
+        .one(&*txn)
         .await?;
     if exists.is_some() {
         return Err(AdminError::Conflict(duplicate()));
@@ -78,13 +78,12 @@ pub async fn create(
         created_at: Set(now()),
         ..Default::default()
     }
-    .insert(&txn)
+    .insert(&*txn)
     .await
     .map_err(|err| AdminError::conflict_on_unique(err, duplicate))?;
     let change = Change::new("user.create", "user", model.id)
         .after(json!({"project_id": model.project_id, "email": model.email}));
-    admin_audit::record(&txn, actor, change).await?;
-    txn.commit().await?;
+    txn.commit(change).await?;
     Ok(model)
 }
 

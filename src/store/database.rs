@@ -13,7 +13,10 @@
 use std::{sync::Arc, time::Duration};
 
 use migration::{Migrator, MigratorTrait};
-use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend, DbErr, RuntimeErr, sqlx};
+use sea_orm::{
+    ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
+    RuntimeErr, SqliteTransactionMode, TransactionOptions, TransactionTrait, sqlx,
+};
 
 use super::{GroupSizes, Store, StoreError, mysql, postgres, sqlite};
 use crate::config::PoolSettings;
@@ -34,6 +37,33 @@ pub fn open_store(
         DbBackend::Postgres => Arc::new(postgres::PostgresStore::new(db, settings, sizes)),
         _ => Arc::new(mysql::MySqlStore::new(db)),
     })
+}
+
+/// Starts a transaction that writes. On SQLite it takes the write lock at
+/// once (`BEGIN IMMEDIATE`): a deferred transaction that reads first and
+/// writes later fails with SQLITE_BUSY instead of waiting when another
+/// connection wrote in between.
+pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
+    match db.get_database_backend() {
+        sea_orm::DbBackend::Sqlite => {
+            db.begin_with_options(TransactionOptions {
+                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                ..Default::default()
+            })
+            .await
+        }
+        _ => db.begin().await,
+    }
+}
+
+/// `expr` (an aggregate) cast to a 64-bit integer in `db`'s dialect: SUM
+/// yields DECIMAL on MariaDB/MySQL and NUMERIC on PostgreSQL.
+pub fn as_bigint(db: &DatabaseConnection, expr: &str) -> String {
+    let integer = match db.get_database_backend() {
+        DbBackend::MySql => "SIGNED",
+        _ => "BIGINT",
+    };
+    format!("CAST({expr} AS {integer})")
 }
 
 /// A pooled connection idle for this long is pinged before it is used.

@@ -28,7 +28,7 @@ use sea_orm::{
 
 use super::{
     AdminError,
-    admin_audit::{self, Actor, Change},
+    admin_audit::{Actor, AuditedChange, Change},
     admins, now,
     tokens::hash,
 };
@@ -235,7 +235,7 @@ pub async fn create_login_link(
     }
     let secret = Secret::generate();
     let expires_at = now() + LOGIN_LINK_LIFETIME;
-    let txn = super::begin_write(db).await?;
+    let txn = AuditedChange::begin(db, actor).await?;
     admin_login_link::ActiveModel {
         link_hash: Set(hash(secret.expose())),
         administrator_id: Set(administrator.id),
@@ -244,11 +244,9 @@ pub async fn create_login_link(
         used_at: Set(None),
         ..Default::default()
     }
-    .insert(&txn)
+    .insert(&*txn)
     .await?;
-    admin_audit::record(
-        &txn,
-        actor,
+    txn.commit(
         Change::new(
             "administrator.login_link",
             "administrator",
@@ -257,7 +255,6 @@ pub async fn create_login_link(
         .after(serde_json::json!({"name": administrator.name, "expires_at": expires_at})),
     )
     .await?;
-    txn.commit().await?;
     Ok((secret, expires_at))
 }
 

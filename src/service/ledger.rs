@@ -1,5 +1,6 @@
-//! A user's operation history: the operation log behind
-//! `GET /v2/master-account/operations`, newest first, a page at a time.
+//! The operation log read back: a user's history behind
+//! `GET /v2/master-account/operations` (newest first, a page at a time),
+//! the ledger the panel filters, and an order's credit.
 //!
 //! Pages are cut by log id, not by offset: a page holds the entries below
 //! the previous page's last id, so entries logged while a client pages

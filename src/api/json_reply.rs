@@ -1,10 +1,10 @@
-//! [`JsonBody`]: a JSON response body written straight from its Rust value.
+//! [`JsonReply`]: a JSON response body written straight from its Rust value.
 //!
 //! poem-openapi's `Json<T>` turns the value into a `serde_json::Value` tree
 //! (its `ToJSON`: a map, a `String` per key and per value) and then writes
 //! that tree out. For the balance reply, the service's most frequent
 //! response, that was about 5 600 of the 115 000 instructions a whole request
-//! costs (callgrind). `JsonBody<T>` publishes exactly
+//! costs (callgrind). `JsonReply<T>` publishes exactly
 //! what `Json<T>` publishes (T's schema, the same content type), so the
 //! OpenAPI document does not change, and writes the body with `serde` in one
 //! pass. The two serializations must agree; the unit tests of each type that
@@ -19,9 +19,9 @@ use poem_openapi::{
 use serde::Serialize;
 
 /// A JSON response body; see the module docs.
-pub struct JsonBody<T>(pub T);
+pub struct JsonReply<T>(pub T);
 
-impl<T: Type> Payload for JsonBody<T> {
+impl<T: Type> Payload for JsonReply<T> {
     const CONTENT_TYPE: &'static str = <Json<T> as Payload>::CONTENT_TYPE;
 
     fn check_content_type(content_type: &str) -> bool {
@@ -37,7 +37,7 @@ impl<T: Type> Payload for JsonBody<T> {
     }
 }
 
-impl<T: Type + Serialize + Send> IntoResponse for JsonBody<T> {
+impl<T: Type + Serialize + Send> IntoResponse for JsonReply<T> {
     fn into_response(self) -> Response {
         match serde_json::to_vec(&self.0) {
             Ok(body) => Response::builder()
@@ -69,11 +69,11 @@ mod tests {
             note: Option<String>,
         }
         assert_eq!(
-            <JsonBody<Reply> as Payload>::CONTENT_TYPE,
+            <JsonReply<Reply> as Payload>::CONTENT_TYPE,
             <Json<Reply> as Payload>::CONTENT_TYPE
         );
         assert_eq!(
-            format!("{:?}", <JsonBody<Reply> as Payload>::schema_ref()),
+            format!("{:?}", <JsonReply<Reply> as Payload>::schema_ref()),
             format!("{:?}", <Json<Reply> as Payload>::schema_ref())
         );
         for note in [None, Some("a \"quoted\" note".to_owned())] {
@@ -82,7 +82,7 @@ mod tests {
                 note,
             };
             let expected = serde_json::to_vec(&reply.to_json()).unwrap();
-            let response = JsonBody(reply).into_response();
+            let response = JsonReply(reply).into_response();
             assert_eq!(
                 response.headers()[header::CONTENT_TYPE],
                 "application/json; charset=utf-8"

@@ -22,11 +22,8 @@ use entity::admin_audit_entry;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    admin_audit::{self, Actor, AuditFilter, Change},
-    begin_write,
-};
-use crate::money::signed_cents;
+use super::admin_audit::{self, Actor, AuditFilter, AuditedChange, Change};
+use crate::{money::signed_cents, store::database};
 
 /// One violated invariant, printable for operators.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,15 +64,11 @@ pub async fn run(db: &DatabaseConnection) -> Result<AuditReport, DbErr> {
 
     // 1. Balances against the sums of their log rows, both directions.
     let mut expected: BTreeMap<(i64, i64, String), i64> = BTreeMap::new();
-    // SUM yields DECIMAL on MariaDB/MySQL and NUMERIC on PostgreSQL.
-    let integer = match db.get_database_backend() {
-        sea_orm::DbBackend::MySql => "SIGNED",
-        _ => "BIGINT",
-    };
+    let sum = database::as_bigint(db, "SUM(amount_cents)");
     for row in rows(
         db,
         &format!(
-            "SELECT user_id, server_id, balance_type, CAST(SUM(amount_cents) AS {integer}) \
+            "SELECT user_id, server_id, balance_type, {sum} \
              FROM operation_log GROUP BY user_id, server_id, balance_type"
         ),
     )
@@ -262,14 +255,9 @@ pub async fn run_recorded(db: &DatabaseConnection, actor: &Actor) -> Result<Audi
     let report = run(db).await?;
     let summary = serde_json::to_value(RecordedAudit::of(&report))
         .map_err(|err| DbErr::Custom(format!("audit summary: {err}")))?;
-    let txn = begin_write(db).await?;
-    admin_audit::record(
-        &txn,
-        actor,
-        Change::new(RUN_ACTION, "audit", "ledger").after(summary),
-    )
-    .await?;
-    txn.commit().await?;
+    let txn = AuditedChange::begin(db, actor).await?;
+    txn.commit(Change::new(RUN_ACTION, "audit", "ledger").after(summary))
+        .await?;
     Ok(report)
 }
 
