@@ -36,7 +36,7 @@ use super::{
     users::UserRef,
     validate,
 };
-pub use crate::store::{CompleteError, Completion};
+pub use crate::store::{CompleteError, CompletedOrder, Completion};
 use crate::{
     money::Money,
     store::{NewOrder, OrderInsert, Store, StoreError},
@@ -480,20 +480,6 @@ async fn cancel_on<C: ConnectionTrait>(
     }
 }
 
-/// The order as it stands after a successful completion.
-#[derive(Debug, Clone)]
-pub struct CompletedOrder {
-    pub order_id: String,
-    pub payment_system: String,
-    pub payment_id: Option<String>,
-    pub amount: Money,
-    pub completed_at: DateTime<Utc>,
-    pub user_id: i64,
-    /// 0 for the general account.
-    pub server_id: i64,
-    pub balance_after: Money,
-}
-
 /// What an order refused by [`CompleteError::BalanceCeiling`] records.
 pub const BALANCE_CEILING_REFUSAL: &str = "the credit would take the user's main balance past \
      999999999999999.99, the largest balance kept; complete the order once the balance allows";
@@ -511,30 +497,11 @@ pub async fn complete(
     store: &dyn Store,
     request: &Completion,
 ) -> Result<CompletedOrder, CompleteError> {
-    let done = match store.complete(request).await {
-        Err(CompleteError::BalanceCeiling) => {
-            record_refusal(db, request, BALANCE_CEILING_REFUSAL).await;
-            return Err(CompleteError::BalanceCeiling);
-        }
-        done => done?,
-    };
-    let money = |cents: i64| {
-        Money::from_cents(cents).map_err(|err| {
-            CompleteError::ProcessingFailed(StoreError::Failed(format!(
-                "amount out of range in database: {err}"
-            )))
-        })
-    };
-    Ok(CompletedOrder {
-        amount: money(done.amount_cents)?,
-        balance_after: money(done.balance_after_cents)?,
-        order_id: done.order_id,
-        payment_system: done.payment_system,
-        payment_id: done.payment_id,
-        completed_at: done.completed_at,
-        user_id: done.user_id,
-        server_id: done.server_id,
-    })
+    let completed = store.complete(request).await;
+    if let Err(CompleteError::BalanceCeiling) = completed {
+        record_refusal(db, request, BALANCE_CEILING_REFUSAL).await;
+    }
+    completed
 }
 
 /// Records on the pending order `request` names that its completion was

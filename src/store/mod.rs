@@ -31,6 +31,8 @@ use chrono::{DateTime, Utc};
 use entity::payment_order::OrderStatus;
 use sea_orm::{ActiveEnum, sqlx};
 
+use crate::money::Money;
+
 /// What the store's operations return: a boxed future, so that the store
 /// can be shared as `Arc<dyn Store>` whatever the backend.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -247,12 +249,23 @@ pub struct CompletedOrder {
     pub order_id: String,
     pub payment_system: String,
     pub payment_id: Option<String>,
-    pub amount_cents: i64,
+    pub amount: Money,
     pub completed_at: DateTime<Utc>,
     pub user_id: i64,
     /// 0 for the general account.
     pub server_id: i64,
-    pub balance_after_cents: i64,
+    /// The credited main balance after the credit.
+    pub balance_after: Money,
+}
+
+/// Cents a completion read back as money; out of range only if the
+/// database holds what its CHECK constraints forbid.
+fn money(cents: i64) -> Result<Money, CompleteError> {
+    Money::from_cents(cents).map_err(|err| {
+        CompleteError::ProcessingFailed(StoreError::Failed(format!(
+            "amount out of range in database: {err}"
+        )))
+    })
 }
 
 /// A database operation that failed.

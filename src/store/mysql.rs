@@ -14,7 +14,7 @@ use sea_orm::{
 
 use super::{
     AccountKey, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Store,
-    StoreError, StoreFuture, TokenRow, now, token_row_of,
+    StoreError, StoreFuture, TokenRow, money, now, token_row_of,
 };
 
 /// The token by its hash, with its project's state and permissions, and the
@@ -211,11 +211,11 @@ impl MySqlStore {
             order_id: request.order_id.clone(),
             payment_system: request.payment_system.clone(),
             payment_id,
-            amount_cents,
+            amount: money(amount_cents)?,
             completed_at,
             user_id,
             server_id,
-            balance_after_cents: after,
+            balance_after: money(after)?,
         })
     }
 }

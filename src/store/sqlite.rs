@@ -37,7 +37,7 @@ use sea_orm::{ActiveEnum, sqlx::sqlite::SqliteConnectOptions};
 
 use super::{
     AccountKey, AccountRow, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder,
-    OrderInsert, Store, StoreError, StoreFuture, TokenRow, now, permission_list,
+    OrderInsert, Store, StoreError, StoreFuture, TokenRow, money, now, permission_list,
 };
 
 /// The token by its hash, with its project's state and permissions, and the
@@ -308,11 +308,11 @@ fn complete_in_transaction(
         order_id: request.order_id.clone(),
         payment_system: request.payment_system.clone(),
         payment_id,
-        amount_cents,
+        amount: money(amount_cents)?,
         completed_at,
         user_id,
         server_id,
-        balance_after_cents: after,
+        balance_after: money(after)?,
     })
 }
 

@@ -38,9 +38,9 @@ use sea_orm::{
 use self::group::Groups;
 use super::{
     AccountKey, AuditRow, CompleteError, CompletedOrder, Completion, GroupSizes, NewOrder,
-    OrderInsert, Store, StoreError, StoreFuture, TokenRow, now, token_row_of,
+    OrderInsert, Store, StoreError, StoreFuture, TokenRow, money, now, token_row_of,
 };
-use crate::config::PoolSettings;
+use crate::{config::PoolSettings, money::Money};
 
 /// Statements of one kind in flight at once, per instance. One made the
 /// largest groups, but a group waiting on a row lock (an operator's long
@@ -603,11 +603,11 @@ async fn complete_in_one_transaction(
                     order_id: request.order_id.clone(),
                     payment_system: request.payment_system.clone(),
                     payment_id: row.try_get("payment_id").map_err(read)?,
-                    amount_cents: row.try_get("amount_cents").map_err(read)?,
+                    amount: money(row.try_get("amount_cents").map_err(read)?)?,
                     completed_at,
                     user_id: row.try_get("user_id").map_err(read)?,
                     server_id: row.try_get("server_id").map_err(read)?,
-                    balance_after_cents: 0,
+                    balance_after: Money::ZERO,
                 };
                 let project_id: i64 = row.try_get("project_id").map_err(read)?;
                 completed.push((idx, order_ref, project_id, outcomes.len()));
@@ -638,7 +638,7 @@ async fn complete_in_one_transaction(
             .bind(
                 completed
                     .iter()
-                    .map(|c| order(c.3).amount_cents)
+                    .map(|c| order(c.3).amount.cents())
                     .collect::<Vec<_>>(),
             )
             .bind(completed.iter().map(|c| c.2).collect::<Vec<_>>())
@@ -656,7 +656,7 @@ async fn complete_in_one_transaction(
         for (row, &(_, _, _, at)) in credited.iter().zip(&completed) {
             let after: i64 = row.try_get("after").map_err(read)?;
             if let Ok(order) = &mut outcomes[at] {
-                order.balance_after_cents = after;
+                order.balance_after = money(after)?;
             }
         }
     }
