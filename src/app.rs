@@ -125,8 +125,9 @@ where
 /// parsing, security scheme, response), taken with its public
 /// `OpenApi::add_routes` and called without its router around them. That
 /// router (radix tree, method table, the query string split through serde,
-/// boxed futures moved from layer to layer) cost a balance request about a
-/// tenth of its instructions, which /healthz does not pay. The operations'
+/// boxed futures moved from layer to layer) is work /healthz does not pay,
+/// and SQLite's balance target, set against /healthz, needs it gone
+/// (docs/performance.md). The operations'
 /// extractors read everything from the request itself (`api::params`,
 /// `api::security`), so the router adds nothing they need. A request whose
 /// path or method is not listed (HEAD, unknown paths, wrong methods) goes

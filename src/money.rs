@@ -118,9 +118,9 @@ impl FromStr for Money {
 
 /// Always two fraction digits: `0.00`, `1250.50`.
 impl fmt::Display for Money {
-    /// `1250.50`. The digits are written right to left into one buffer:
-    /// `write!` with an integer part and a zero-padded fraction cost about
-    /// 750 instructions, and every balance reply renders two amounts.
+    /// `1250.50`. The digits are written right to left into one buffer
+    /// rather than with `write!` of an integer part and a zero-padded
+    /// fraction: every balance reply renders two amounts.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // 17 digits at most (MAX_CENTS) and the point.
         let mut text = [0u8; 20];

@@ -9,8 +9,7 @@
 //! non-blocking writer), not by the request's worker thread: written
 //! synchronously, the access log blocked a tokio worker whenever the kernel
 //! throttled writes to a busy disk, and every request on that worker waited
-//! with it (PostgreSQL completions at 64 connections: p99 189 ms with the
-//! access log on, 41 ms with it off; docs/performance.md). The thread gathers
+//! with it (the figures are in docs/performance.md). The thread gathers
 //! what queued up into one write. Lossy mode is off, so nothing is dropped: a
 //! line that finds the queue full waits for room. [`flush`] writes out what is
 //! queued; the command line calls it before it exits, so only a process
