@@ -73,8 +73,8 @@ async fn change_password(
     }
     let password = match Password::new(typed.to_owned()) {
         Ok(password) => Some(password),
-        Err(AdminError::Invalid(message)) => {
-            errors.add("password", message);
+        Err(AdminError::Invalid(field, message)) => {
+            errors.add(field, message);
             None
         }
         Err(err) => return Err(err.into()),

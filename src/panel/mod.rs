@@ -81,7 +81,7 @@ impl From<crate::service::AdminError> for PanelError {
         match err {
             AdminError::NotFound(what, id) => PanelError::NotFound(format!("{what} {id}")),
             AdminError::Db(err) => PanelError::Db(err),
-            AdminError::Invalid(message) | AdminError::Conflict(message) => {
+            AdminError::Invalid(_, message) | AdminError::Conflict(_, message) => {
                 PanelError::Refused(message)
             }
         }

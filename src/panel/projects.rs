@@ -72,9 +72,9 @@ async fn create(
 ) -> Result<Response, PanelError> {
     match projects::create(&state.db, &admin.actor(), form.get("name")).await {
         Ok(project) => Ok(page::redirect(&format!("/projects/{}", project.id))),
-        Err(AdminError::Invalid(message) | AdminError::Conflict(message)) => {
+        Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
             let mut errors = FieldErrors::default();
-            errors.add("name", message);
+            errors.add(field, message);
             let all = projects::list(&state.db).await?;
             Ok(page::invalid(list_page(
                 &admin,
@@ -154,10 +154,10 @@ async fn rename(
 ) -> Result<Response, PanelError> {
     match projects::rename(&state.db, &admin.actor(), id, form.get("name")).await {
         Ok(_) => Ok(page::redirect(&format!("/projects/{id}"))),
-        Err(AdminError::Invalid(message) | AdminError::Conflict(message)) => {
+        Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
             let p = projects::get(&state.db, id).await?;
             let mut errors = FieldErrors::default();
-            errors.add("name", message);
+            errors.add(field, message);
             Ok(page::invalid(project_page(
                 &admin,
                 &p,

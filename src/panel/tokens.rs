@@ -110,12 +110,12 @@ fn read_fields(form: &PostForm) -> (TokenFields, FieldErrors) {
 }
 
 /// A service refusal the form checks did not foresee, shown next to the
-/// name.
+/// field it is about.
 fn refused(err: AdminError) -> Result<FieldErrors, PanelError> {
     match err {
-        AdminError::Invalid(message) | AdminError::Conflict(message) => {
+        AdminError::Invalid(field, message) | AdminError::Conflict(field, message) => {
             let mut errors = FieldErrors::default();
-            errors.add("name", message);
+            errors.add(field, message);
             Ok(errors)
         }
         err => Err(err.into()),

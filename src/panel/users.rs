@@ -264,12 +264,12 @@ async fn create_user(
     let email = form.get("email");
     match users::create(&state.db, &admin.actor(), id, email).await {
         Ok(user) => Ok(page::redirect(&format!("/users/{}", user.id))),
-        Err(AdminError::Invalid(message) | AdminError::Conflict(message)) => {
+        Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
             let mut forms = ProjectForms {
                 email,
                 ..ProjectForms::default()
             };
-            forms.errors.add("email", message);
+            forms.errors.add(field, message);
             let view = project_view(&state, id, "").await?;
             Ok(page::invalid(users_page(&admin, &view, "", &forms)))
         }
@@ -287,7 +287,9 @@ async fn create_server(
     let name = form.get("server_name");
     match servers::create(&state.db, &admin.actor(), id, name).await {
         Ok(_) => Ok(page::redirect(&format!("/projects/{id}/users"))),
-        Err(AdminError::Invalid(message) | AdminError::Conflict(message)) => {
+        // The server form's one field, named apart from the user form's on
+        // the same page.
+        Err(AdminError::Invalid(_, message) | AdminError::Conflict(_, message)) => {
             let mut forms = ProjectForms {
                 server_name: name,
                 ..ProjectForms::default()
@@ -541,8 +543,8 @@ async fn set_balance(
             Err(AdminError::NotFound("server", _)) => {
                 errors.add("server", "this server is not one of the project's");
             }
-            Err(AdminError::Invalid(message) | AdminError::Conflict(message)) => {
-                errors.add("balance", message);
+            Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
+                errors.add(field, message);
             }
             Err(err) => return Err(err.into()),
         }

@@ -227,11 +227,14 @@ pub async fn create_login_link(
         .filter(administrator::Column::Name.eq(name.trim()))
         .one(db)
         .await?
-        .ok_or_else(|| AdminError::Invalid(format!("no administrator is named {name:?}")))?;
+        .ok_or_else(|| {
+            AdminError::Invalid("name", format!("no administrator is named {name:?}"))
+        })?;
     if !administrator.active {
-        return Err(AdminError::Invalid(format!(
-            "administrator {name:?} is disabled; enable them first"
-        )));
+        return Err(AdminError::Invalid(
+            "name",
+            format!("administrator {name:?} is disabled; enable them first"),
+        ));
     }
     let secret = Secret::generate();
     let expires_at = now() + LOGIN_LINK_LIFETIME;

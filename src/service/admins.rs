@@ -43,15 +43,18 @@ impl Password {
     pub fn new(text: String) -> Result<Password, AdminError> {
         let length = text.chars().count();
         if length < PASSWORD_MIN_LEN {
-            Err(AdminError::Invalid(format!(
-                "the password must be at least {PASSWORD_MIN_LEN} characters"
-            )))
+            Err(AdminError::Invalid(
+                "password",
+                format!("the password must be at least {PASSWORD_MIN_LEN} characters"),
+            ))
         } else if length > PASSWORD_MAX_LEN {
-            Err(AdminError::Invalid(format!(
-                "the password must be at most {PASSWORD_MAX_LEN} characters"
-            )))
+            Err(AdminError::Invalid(
+                "password",
+                format!("the password must be at most {PASSWORD_MAX_LEN} characters"),
+            ))
         } else if text.chars().any(char::is_control) {
             Err(AdminError::Invalid(
+                "password",
                 "the password must not contain control characters".into(),
             ))
         } else {
@@ -83,10 +86,10 @@ async fn argon2_work<T: Send + 'static>(
     let _turn = HASHING
         .acquire()
         .await
-        .map_err(|err| AdminError::Invalid(format!("hashing failed: {err}")))?;
+        .map_err(|err| AdminError::Invalid("password", format!("hashing failed: {err}")))?;
     tokio::task::spawn_blocking(work)
         .await
-        .map_err(|err| AdminError::Invalid(format!("hashing failed: {err}")))
+        .map_err(|err| AdminError::Invalid("password", format!("hashing failed: {err}")))
 }
 
 /// Hashes `password` with a fresh salt from the OS CSPRNG.
@@ -96,7 +99,9 @@ async fn hash(password: Password) -> Result<String, AdminError> {
         Argon2::default()
             .hash_password(password.0.as_bytes(), &salt)
             .map(|hash| hash.to_string())
-            .map_err(|err| AdminError::Invalid(format!("the password cannot be hashed: {err}")))
+            .map_err(|err| {
+                AdminError::Invalid("password", format!("the password cannot be hashed: {err}"))
+            })
     })
     .await?
 }
@@ -128,10 +133,10 @@ pub async fn create(
     name: &str,
     password: Password,
 ) -> Result<administrator::Model, AdminError> {
-    let name = validate::check_name("administrator", name).map_err(AdminError::Invalid)?;
+    let name = validate::check_name("administrator", name).map_err(AdminError::invalid("name"))?;
     let taken = || format!("an administrator named {name:?} already exists");
     if find(db, &name).await?.is_some() {
-        return Err(AdminError::Conflict(taken()));
+        return Err(AdminError::Conflict("name", taken()));
     }
     // Hashed before the transaction: it takes a while, and on SQLite a
     // write transaction holds the database's write lock.
@@ -146,7 +151,7 @@ pub async fn create(
     }
     .insert(&*txn)
     .await
-    .map_err(|err| AdminError::conflict_on_unique(err, taken))?;
+    .map_err(|err| AdminError::conflict_on_unique(err, "name", taken))?;
     let change =
         Change::new("administrator.create", "administrator", admin.id).after(audited(&admin));
     txn.commit(change).await?;
@@ -174,7 +179,9 @@ pub async fn set_active(
         .lock_exclusive()
         .one(&*txn)
         .await?
-        .ok_or_else(|| AdminError::Invalid(format!("no administrator is named {name:?}")))?;
+        .ok_or_else(|| {
+            AdminError::Invalid("name", format!("no administrator is named {name:?}"))
+        })?;
     let mut row: administrator::ActiveModel = before.clone().into();
     row.active = Set(active);
     let admin = row.update(&*txn).await?;

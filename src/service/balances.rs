@@ -230,8 +230,8 @@ pub async fn set(
     bonus: Option<Money>,
     reason: &str,
 ) -> Result<BalanceChange, AdminError> {
-    check_amounts(main, bonus).map_err(AdminError::Invalid)?;
-    let reason = validate::check_reason(reason).map_err(AdminError::Invalid)?;
+    check_amounts(main, bonus).map_err(AdminError::invalid("balance"))?;
+    let reason = validate::check_reason(reason).map_err(AdminError::invalid("reason"))?;
     let user = users::get(db, user_id).await?;
     let server_id = match server_id {
         None | Some(0) => balance::GENERAL_ACCOUNT,

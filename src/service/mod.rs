@@ -25,24 +25,38 @@ pub mod validate;
 
 use sea_orm::{DbErr, SqlErr};
 
-/// Errors of the administrative operations (the command line).
+/// Errors of the administrative operations (the panel, the command line).
+/// A refusal names the field it is about (`name`, `email`, `password`,
+/// `reason`...), so that the panel shows it next to that field.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
     #[error("{0} {1} does not exist")]
     NotFound(&'static str, i64),
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{0}")]
-    Conflict(String),
+    /// A field's value breaks a rule: the field, and why.
+    #[error("{1}")]
+    Invalid(&'static str, String),
+    /// A field's value is taken: the field, and by what.
+    #[error("{1}")]
+    Conflict(&'static str, String),
     #[error("database error: {0}")]
     Db(#[from] DbErr),
 }
 
 impl AdminError {
-    /// Maps a unique-constraint violation to a conflict with `message`.
-    pub(crate) fn conflict_on_unique(err: DbErr, message: impl FnOnce() -> String) -> Self {
+    /// `field` refused with a sentence: for `map_err` on the checks of
+    /// `validate`, which answer the sentence alone.
+    pub(crate) fn invalid(field: &'static str) -> impl FnOnce(String) -> AdminError {
+        move |message| AdminError::Invalid(field, message)
+    }
+
+    /// Maps a unique-constraint violation to a conflict of `field`.
+    pub(crate) fn conflict_on_unique(
+        err: DbErr,
+        field: &'static str,
+        message: impl FnOnce() -> String,
+    ) -> Self {
         match err.sql_err() {
-            Some(SqlErr::UniqueConstraintViolation(_)) => AdminError::Conflict(message()),
+            Some(SqlErr::UniqueConstraintViolation(_)) => AdminError::Conflict(field, message()),
             _ => AdminError::Db(err),
         }
     }

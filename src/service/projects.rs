@@ -23,7 +23,7 @@ pub async fn create(
     actor: &Actor,
     name: &str,
 ) -> Result<project::Model, AdminError> {
-    let name = validate::check_name("project", name).map_err(AdminError::Invalid)?;
+    let name = validate::check_name("project", name).map_err(AdminError::invalid("name"))?;
     let txn = AuditedChange::begin(db, actor).await?;
     let model = project::ActiveModel {
         name: Set(name),
@@ -71,7 +71,7 @@ pub async fn rename(
     id: i64,
     name: &str,
 ) -> Result<project::Model, AdminError> {
-    let name = validate::check_name("project", name).map_err(AdminError::Invalid)?;
+    let name = validate::check_name("project", name).map_err(AdminError::invalid("name"))?;
     let txn = AuditedChange::begin(db, actor).await?;
     let before = get_for_update(&*txn, id).await?;
     let mut model: project::ActiveModel = before.clone().into();

@@ -19,7 +19,7 @@ pub async fn create(
     project_id: i64,
     name: &str,
 ) -> Result<server::Model, AdminError> {
-    let name = validate::check_name("server", name).map_err(AdminError::Invalid)?;
+    let name = validate::check_name("server", name).map_err(AdminError::invalid("name"))?;
     projects::get(db, project_id).await?;
     let txn = AuditedChange::begin(db, actor).await?;
     let model = server::ActiveModel {

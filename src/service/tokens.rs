@@ -184,11 +184,11 @@ pub async fn create(
     description: Option<&str>,
     permissions: &[Permission],
 ) -> Result<(TokenInfo, TokenValue), AdminError> {
-    let name = validate::check_name("token", name).map_err(AdminError::Invalid)?;
+    let name = validate::check_name("token", name).map_err(AdminError::invalid("name"))?;
     let description = description
         .map(validate::check_description)
         .transpose()
-        .map_err(AdminError::Invalid)?
+        .map_err(AdminError::invalid("description"))?
         .flatten();
     projects::get(db, project_id).await?;
     let value = TokenValue::generate();
@@ -265,11 +265,11 @@ pub async fn edit(
     let name = name
         .map(|n| validate::check_name("token", n))
         .transpose()
-        .map_err(AdminError::Invalid)?;
+        .map_err(AdminError::invalid("name"))?;
     let description = description
         .map(validate::check_description)
         .transpose()
-        .map_err(AdminError::Invalid)?;
+        .map_err(AdminError::invalid("description"))?;
     let txn = AuditedChange::begin(db, actor).await?;
     let before = get_for_update(&*txn, id).await?;
     let mut model: app_token::ActiveModel = before.token.clone().into();

@@ -56,9 +56,10 @@ pub async fn create(
     email: &str,
 ) -> Result<user::Model, AdminError> {
     if !validate::is_email(email) {
-        return Err(AdminError::Invalid(format!(
-            "{email:?} is not a valid e-mail address"
-        )));
+        return Err(AdminError::Invalid(
+            "email",
+            format!("{email:?} is not a valid e-mail address"),
+        ));
     }
     projects::get(db, project_id).await?;
     let email = validate::normalize_email(email);
@@ -70,7 +71,7 @@ pub async fn create(
         .one(&*txn)
         .await?;
     if exists.is_some() {
-        return Err(AdminError::Conflict(duplicate()));
+        return Err(AdminError::Conflict("email", duplicate()));
     }
     let model = user::ActiveModel {
         project_id: Set(project_id),
@@ -80,7 +81,7 @@ pub async fn create(
     }
     .insert(&*txn)
     .await
-    .map_err(|err| AdminError::conflict_on_unique(err, duplicate))?;
+    .map_err(|err| AdminError::conflict_on_unique(err, "email", duplicate))?;
     let change = Change::new("user.create", "user", model.id)
         .after(json!({"project_id": model.project_id, "email": model.email}));
     txn.commit(change).await?;
