@@ -564,35 +564,15 @@ fn described(principal: &auth::Principal) -> (i64, i64, Vec<bool>) {
     )
 }
 
+/// The test of reads made at once, on the test's one thread
+/// (`current_thread`; see the test).
 mod read_together {
     use super::*;
 
-    #[tokio::test]
-    async fn sqlite() {
-        common::run(
-            Backend::Sqlite,
-            lookups_read_together_are_each_the_lookup_read_alone,
-        )
-        .await
-    }
-
-    #[tokio::test]
-    async fn postgres() {
-        common::run(
-            Backend::Postgres,
-            lookups_read_together_are_each_the_lookup_read_alone,
-        )
-        .await
-    }
-
-    #[tokio::test]
-    async fn mysql() {
-        common::run(
-            Backend::MySql,
-            lookups_read_together_are_each_the_lookup_read_alone,
-        )
-        .await
-    }
+    on_every_backend!(
+        #[tokio::test]
+        common::run: [lookups_read_together_are_each_the_lookup_read_alone],
+    );
 }
 
 fn outcome(result: &Result<balances::AccountBalance, balances::BalanceLookupError>) -> String {

@@ -570,30 +570,13 @@ async fn complete_at_once(
 mod at_once {
     use super::*;
 
-    macro_rules! on_one_thread {
-        ($($backend:ident: $kind:ident),*) => {
-            mod credited_in_turn {
-                use super::*;
-                $(
-                    #[tokio::test]
-                    async fn $backend() {
-                        common::run(Backend::$kind, completions_queued_together_are_credited_in_turn).await
-                    }
-                )*
-            }
-            mod failing_order_fails_alone {
-                use super::*;
-                $(
-                    #[tokio::test]
-                    async fn $backend() {
-                        common::run(Backend::$kind, a_failing_order_fails_alone_in_its_group).await
-                    }
-                )*
-            }
-        };
-    }
-
-    on_one_thread!(sqlite: Sqlite, postgres: Postgres, mysql: MySql);
+    on_every_backend!(
+        #[tokio::test]
+        common::run: [
+            completions_queued_together_are_credited_in_turn,
+            a_failing_order_fails_alone_in_its_group,
+        ],
+    );
 }
 
 fn completion(app: &TestApp, order_id: &str, payment_system: &str) -> Completion {

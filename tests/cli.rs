@@ -724,7 +724,7 @@ async fn migrate_is_idempotent(app: TestApp) {
 /// Several processes starting at once on an empty database all succeed and
 /// leave one complete schema.
 async fn concurrent_first_starts_migrate_safely(app: TestApp) {
-    let fresh = common::TestDatabase::create(app.backend).await.unwrap();
+    let fresh = common::TestDatabase::create(app.backend).await;
     let children: Vec<_> = (0..4)
         .map(|_| {
             Command::new(env!("CARGO_BIN_EXE_masterpay"))

@@ -43,36 +43,9 @@ use sea_orm::{
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-/// One test per backend for each test taking a [`Panel`] (the panel on,
-/// one administrator) and for each taking a [`Backend`] (its own settings).
-macro_rules! panel_tests {
-    (panel: [$($name:ident),* $(,)?], backend: [$($own:ident),* $(,)?] $(,)?) => {
-        panel_tests!(@backend sqlite, Sqlite, [$($name),*], [$($own),*]);
-        panel_tests!(@backend postgres, Postgres, [$($name),*], [$($own),*]);
-        panel_tests!(@backend mysql, MySql, [$($name),*], [$($own),*]);
-    };
-    (@backend $module:ident, $backend:ident, [$($name:ident),*], [$($own:ident),*]) => {
-        mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    if let Some(panel) = super::Panel::start(super::Backend::$backend, false).await {
-                        super::$name(panel).await
-                    }
-                }
-            )*
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $own() {
-                    super::$own(super::Backend::$backend).await
-                }
-            )*
-        }
-    };
-}
-
-panel_tests!(
-    panel: [
+on_every_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    with_panel: [
         pages_need_a_session,
         posts_without_a_session_change_nothing,
         sign_in_replaces_the_cookie_with_a_session_cookie,
@@ -107,9 +80,11 @@ panel_tests!(
         users_and_servers_created_in_the_panel_are_audited,
         changing_ones_password_ends_the_other_sessions,
     ],
-    backend: [
+    // These start a panel with settings of their own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    common::with_backend: [
         secure_cookies_are_host_prefixed_and_secure,
-        behind_a_trusted_proxy_each_client_has_its_own_address
+        behind_a_trusted_proxy_each_client_has_its_own_address,
     ],
 );
 
@@ -124,8 +99,17 @@ struct Panel {
     secure: bool,
 }
 
+/// Runs `test` on a [`Panel`] of `backend` with the default settings.
+async fn with_panel<F, Fut>(backend: Backend, test: F)
+where
+    F: FnOnce(Panel) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    test(Panel::start(backend, false).await).await
+}
+
 impl Panel {
-    async fn start(backend: Backend, secure: bool) -> Option<Panel> {
+    async fn start(backend: Backend, secure: bool) -> Panel {
         Panel::start_with(backend, secure, Vec::new()).await
     }
 
@@ -134,13 +118,13 @@ impl Panel {
         backend: Backend,
         secure: bool,
         trusted_proxies: Vec<std::net::IpAddr>,
-    ) -> Option<Panel> {
+    ) -> Panel {
         let app = TestApp::spawn_with(backend, |s| {
             s.admin_listen = Some("127.0.0.1:0".into());
             s.admin_cookie_secure = secure;
             s.admin_trusted_proxies = trusted_proxies;
         })
-        .await?;
+        .await;
         let base = app.panel_base.clone().expect("the panel listens");
         let mut panel = Panel {
             app,
@@ -149,7 +133,7 @@ impl Panel {
             secure,
         };
         panel.admin_id = panel.administrator(ADMIN).await;
-        Some(panel)
+        panel
     }
 
     /// Creates the administrator `name` with [`PASSWORD`]; returns its id.
@@ -678,9 +662,7 @@ async fn sign_in_replaces_the_cookie_with_a_session_cookie(panel: Panel) {
 }
 
 async fn secure_cookies_are_host_prefixed_and_secure(backend: Backend) {
-    let Some(panel) = Panel::start(backend, true).await else {
-        return;
-    };
+    let panel = Panel::start(backend, true).await;
     let mut browser = panel.browser();
     let shown = browser.get("/sign-in").await;
     shown.assert_status(200);
@@ -979,10 +961,7 @@ async fn a_login_link_used_at_once_signs_in_once(panel: Panel) {
 /// without the setting, `X-Forwarded-For` is the client's own say and
 /// ignored.
 async fn behind_a_trusted_proxy_each_client_has_its_own_address(backend: Backend) {
-    let Some(panel) = Panel::start_with(backend, false, vec!["127.0.0.1".parse().unwrap()]).await
-    else {
-        return;
-    };
+    let panel = Panel::start_with(backend, false, vec!["127.0.0.1".parse().unwrap()]).await;
     let sign_in_from = |address: &'static str, name: &'static str, password: &'static str| {
         let mut browser = panel.browser();
         async move {
@@ -1043,9 +1022,7 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_address(backend: Backend
 
     // Without trusted proxies the header changes nothing: the TCP peer
     // is paused whatever address it claims.
-    let Some(plain) = Panel::start(backend, false).await else {
-        return;
-    };
+    let plain = Panel::start(backend, false).await;
     for n in 1..=5 {
         let mut browser = plain.browser();
         let csrf = browser.get("/sign-in").await.csrf();

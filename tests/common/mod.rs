@@ -1,11 +1,13 @@
 //! Test harness: every test gets a fresh database of its own and a real
-//! server on a free port, on each configured backend.
+//! server on a free port, on each backend.
 //!
-//! SQLite always runs. PostgreSQL and MariaDB/MySQL run when
-//! `MASTERPAY_TEST_POSTGRES_URL` / `MASTERPAY_TEST_MYSQL_URL` name a server
-//! (`.ci/run` sets both); each test then creates its own database there and
-//! drops it afterwards. [`on_every_backend!`] turns one `async fn(TestApp)`
-//! into one `#[tokio::test]` per backend, so a failure names its backend.
+//! SQLite always runs. PostgreSQL and MariaDB/MySQL need a server, named by
+//! `MASTERPAY_TEST_POSTGRES_URL` / `MASTERPAY_TEST_MYSQL_URL` (`.ci/env.sh`
+//! names the local ones); each test creates its own database there and drops
+//! it afterwards. Without its URL a backend's tests are reported as ignored
+//! (build.rs decides; under CI they run and fail instead).
+//! [`on_every_backend!`] turns one test function into one test per backend,
+//! so a failure names its backend.
 
 #![allow(dead_code)]
 
@@ -64,26 +66,30 @@ fn random_suffix() -> String {
 }
 
 impl TestDatabase {
-    /// A fresh, empty database, or `None` when the backend is not configured.
-    pub async fn create(backend: Backend) -> Option<TestDatabase> {
+    /// A fresh, empty database. Panics when the backend's URL is not set:
+    /// such tests are built ignored, so this happens only under CI or with
+    /// `--ignored`, where a test that did not run must not pass.
+    pub async fn create(backend: Backend) -> TestDatabase {
         let Some(var) = backend.env_var() else {
             let dir = tempfile::tempdir().expect("temp dir");
             let url = format!("sqlite://{}", dir.path().join("test.db").display());
-            return Some(TestDatabase {
+            return TestDatabase {
                 backend,
                 url,
                 admin_url: None,
                 name: String::new(),
                 _dir: Some(dir),
+            };
+        };
+        let admin_url = std::env::var(var)
+            .ok()
+            .filter(|url| !url.is_empty())
+            .unwrap_or_else(|| {
+                panic!(
+                    "{var} is not set: this test needs a {backend:?} server \
+                     (`. .ci/env.sh` names the local one)"
+                )
             });
-        };
-        let admin_url = match std::env::var(var) {
-            Ok(url) if !url.is_empty() => url,
-            _ => {
-                eprintln!("skipped on {backend:?}: {var} is not set");
-                return None;
-            }
-        };
         let name = format!("mp_test_{}", random_suffix());
         let admin = Database::connect(admin_url.as_str())
             .await
@@ -95,13 +101,13 @@ impl TestDatabase {
         admin.close().await.ok();
         let mut url = Url::parse(&admin_url).expect("valid database URL");
         url.set_path(&format!("/{name}"));
-        Some(TestDatabase {
+        TestDatabase {
             backend,
             url: url.to_string(),
             admin_url: Some(admin_url),
             name,
             _dir: None,
-        })
+        }
     }
 }
 
@@ -157,16 +163,13 @@ pub struct TestApp {
 }
 
 impl TestApp {
-    pub async fn spawn(backend: Backend) -> Option<TestApp> {
+    pub async fn spawn(backend: Backend) -> TestApp {
         Self::spawn_with(backend, |_| {}).await
     }
 
     /// Like [`TestApp::spawn`], with settings adjusted by `adjust`.
-    pub async fn spawn_with(
-        backend: Backend,
-        adjust: impl FnOnce(&mut Settings),
-    ) -> Option<TestApp> {
-        let database = TestDatabase::create(backend).await?;
+    pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) -> TestApp {
+        let database = TestDatabase::create(backend).await;
         let db = database::connect(&database.url, &test_pool())
             .await
             .expect("connect test database");
@@ -198,7 +201,7 @@ impl TestApp {
         let project = projects::create(&db, &Actor::CommandLine, "Test project")
             .await
             .expect("project");
-        Some(TestApp {
+        TestApp {
             backend,
             base,
             panel_base,
@@ -211,7 +214,7 @@ impl TestApp {
             shutdown: Some(tx),
             server: Some(server),
             database,
-        })
+        }
     }
 
     pub fn backend_kind(&self) -> DbBackend {
@@ -491,45 +494,77 @@ impl Reply {
     }
 }
 
-/// Runs `test` on a fresh app of `backend`; skips when it is not configured.
+/// Runs `test` on a fresh app of `backend`.
 pub async fn run<F, Fut>(backend: Backend, test: F)
 where
     F: FnOnce(TestApp) -> Fut,
     Fut: Future<Output = ()>,
 {
-    if let Some(app) = TestApp::spawn(backend).await {
-        test(app).await;
-    }
+    test(TestApp::spawn(backend).await).await
 }
 
-/// One `#[tokio::test]` per backend for each listed `async fn(TestApp)`.
+/// Runs `test` with `backend` alone, for a test that starts its own app.
+pub async fn with_backend<F, Fut>(backend: Backend, test: F)
+where
+    F: FnOnce(Backend) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    test(backend).await
+}
+
+/// One test per backend for each listed test function, in the modules
+/// `sqlite`, `postgres` and `mysql`, so that a failure names its backend.
+///
+/// `on_every_backend!(a, b)` runs each `async fn(TestApp)` with [`run`] on
+/// four worker threads. The general form gives each group of tests its test
+/// attribute and its harness, an `async fn(Backend, test)` that builds the
+/// test's argument from the backend and runs it (such as [`run`] or
+/// [`with_backend`]), named as from the invoking module:
+///
+/// ```ignore
+/// on_every_backend!(
+///     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+///     with_panel: [a, b],
+///     #[tokio::test]
+///     common::run: [c],
+/// );
+/// ```
+///
+/// A PostgreSQL or MariaDB test is ignored when build.rs found no URL for
+/// its server.
 #[macro_export]
 macro_rules! on_every_backend {
+    (@backend $module:ident, $backend:ident, #[$ignore:meta],
+     $([#[$test:meta] $harness:path: $($name:ident)*])*) => {
+        mod $module {
+            // The harnesses are named as from the invoking module.
+            #[allow(unused_imports)]
+            use super::*;
+            $($(
+                #[$test]
+                #[$ignore]
+                async fn $name() {
+                    $harness($crate::common::Backend::$backend, super::$name).await
+                }
+            )*)*
+        }
+    };
+    ($(#[$test:meta] $harness:path: [$($name:ident),* $(,)?]),+ $(,)?) => {
+        // `any()` never holds: SQLite always runs.
+        $crate::on_every_backend!(@backend sqlite, Sqlite, #[cfg_attr(any(), ignore)],
+            $([#[$test] $harness: $($name)*])+);
+        $crate::on_every_backend!(@backend postgres, Postgres,
+            #[cfg_attr(no_postgres_url, ignore = "MASTERPAY_TEST_POSTGRES_URL is not set")],
+            $([#[$test] $harness: $($name)*])+);
+        $crate::on_every_backend!(@backend mysql, MySql,
+            #[cfg_attr(no_mysql_url, ignore = "MASTERPAY_TEST_MYSQL_URL is not set")],
+            $([#[$test] $harness: $($name)*])+);
+    };
     ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    $crate::common::run($crate::common::Backend::Sqlite, super::$name).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    $crate::common::run($crate::common::Backend::Postgres, super::$name).await
-                }
-            )*
-        }
-        mod mysql {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    $crate::common::run($crate::common::Backend::MySql, super::$name).await
-                }
-            )*
-        }
+        $crate::on_every_backend!(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            $crate::common::run: [$($name),*]
+        );
     };
 }
 
