@@ -442,10 +442,12 @@ async fn database_outage_fails_fast_with_json_and_recovers_by_itself(app: TestAp
     let proxy = TcpProxy::start(target).await;
     let mut via_proxy = direct.clone();
     via_proxy.set_port(Some(proxy.port)).unwrap();
-    // The service's own defaults: what an operator gets.
+    // The service's own defaults: what an operator gets. On a free port and
+    // without the panel, whose default address may be taken.
     let settings = Settings {
         database_url: via_proxy.to_string(),
         listen: "127.0.0.1:0".into(),
+        admin_listen: None,
         ..Settings::default()
     };
     let db = database::connect(&settings.database_url, &settings.pool)
