@@ -890,3 +890,57 @@ impl TestApp {
             .id
     }
 }
+
+/// A store opened as the application opens it (`database::open_store` on a
+/// migrated database), with one active project and no server in front: the
+/// argument of a test of the `Store` operations themselves.
+pub struct StoreTest {
+    pub backend: Backend,
+    pub db: DatabaseConnection,
+    pub store: std::sync::Arc<dyn masterpay::store::Store>,
+    pub project_id: i64,
+    // Last, so that the database is dropped after the store.
+    pub database: TestDatabase,
+}
+
+impl StoreTest {
+    /// A fresh store of `backend`, or `None` when it is not configured.
+    pub async fn open(backend: Backend) -> Option<StoreTest> {
+        let database = TestDatabase::create(backend).await?;
+        let db = database::connect(&database.url, &test_pool())
+            .await
+            .expect("connect test database");
+        database::migrate(&db).await.expect("migrate test database");
+        let store = database::open_store(
+            &db,
+            &database.url,
+            &test_pool(),
+            std::sync::Arc::new(masterpay::store::Uncounted),
+        )
+        .expect("store");
+        let project_id = projects::create(&db, &Actor::CommandLine, "Test project")
+            .await
+            .expect("project")
+            .id;
+        Some(StoreTest {
+            backend,
+            db,
+            store,
+            project_id,
+            database,
+        })
+    }
+}
+
+/// Runs `test` on a fresh store of `backend` ([`StoreTest`]); skips when
+/// the backend is not configured. [`run`]'s counterpart for the store's
+/// own tests (tests/store.rs).
+pub async fn run_store<F, Fut>(backend: Backend, test: F)
+where
+    F: FnOnce(StoreTest) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    if let Some(store) = StoreTest::open(backend).await {
+        test(store).await;
+    }
+}
