@@ -1,5 +1,10 @@
 //! The hot path's storage seam.
 //!
+//! Each rule written in SQL here is written once per backend module
+//! ([`sqlite`], [`postgres`], [`mysql`]): a change to one is made in all
+//! three, and tests/store.rs, the conformance suite of [`Store`], must pass
+//! on all three. Every new store operation joins that suite.
+//!
 //! The requests that come in volume need three things of the database: a
 //! token read by its hash (every v2 request; for a balance request with the
 //! asked account read in the same statement), an order inserted (its user
