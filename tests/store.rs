@@ -30,38 +30,17 @@ use masterpay::{
         users::{self, UserRef},
     },
     store::{
-        AccountKey, AccountRow, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert,
-        TokenRow,
+        AccountKey, AccountRow, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder,
+        OrderInsert, TokenRow,
     },
 };
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder};
 
-/// One test per backend for each listed `async fn(StoreTest)`, in the
-/// modules `sqlite`, `postgres` and `mysql` as `on_every_backend!` makes
-/// them, each group of tests under its own test attribute. Not that macro
-/// itself: it hands every test a running `TestApp` on four worker threads,
-/// and these tests need only a store, some of them on one thread.
-macro_rules! on_every_store {
-    (@backend $module:ident, $backend:ident, $([#[$test:meta] $($name:ident)*])*) => {
-        mod $module {
-            $($(
-                #[$test]
-                async fn $name() {
-                    crate::common::run_store(crate::common::Backend::$backend, super::$name).await
-                }
-            )*)*
-        }
-    };
-    ($(#[$test:meta] [$($name:ident),* $(,)?]),+ $(,)?) => {
-        on_every_store!(@backend sqlite, Sqlite, $([#[$test] $($name)*])+);
-        on_every_store!(@backend postgres, Postgres, $([#[$test] $($name)*])+);
-        on_every_store!(@backend mysql, MySql, $([#[$test] $($name)*])+);
-    };
-}
-
-on_every_store!(
+// Each listed `async fn(StoreTest)` runs on every backend, on a store
+// without a server in front; the at-once cases on one thread.
+on_every_backend!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    [
+    common::run_store: [
         // read_token
         an_unknown_hash_reads_no_token,
         a_token_reads_with_its_permissions_and_states,
@@ -78,13 +57,13 @@ on_every_store!(
         a_cancelled_order_is_never_credited,
         a_completion_finds_only_an_order_of_its_project_and_payment_system,
         racing_completions_of_one_order_credit_it_once,
-        // Still to be written, here and below with the other completions:
-        // a completion whose credit would pass the balance ceiling.
+        a_credit_past_the_balance_ceiling_is_refused_and_changes_nothing,
+        an_operators_change_commits_with_its_audit_row_and_a_refusal_writes_none,
         // record_token_use
         a_token_use_is_recorded,
     ],
     #[tokio::test]
-    [
+    common::run_store: [
         inserts_at_once_naming_one_order_id_insert_one_order,
         inserts_at_once_with_one_idempotency_key_insert_one_order,
         completions_at_once_of_two_accounts_are_credited_in_turn,
@@ -623,10 +602,10 @@ async fn a_completion_credits_its_order_once_and_logs_it(t: StoreTest) {
             done.order_id.as_str(),
             done.payment_system.as_str(),
             done.payment_id.as_deref(),
-            done.amount_cents,
+            done.amount.cents(),
             done.user_id,
             done.server_id,
-            done.balance_after_cents,
+            done.balance_after.cents(),
         ),
         (order_id.as_str(), PS, Some("pay-1"), 500, alice, 0, 1_500)
     );
@@ -657,7 +636,7 @@ async fn a_completion_credits_its_order_once_and_logs_it(t: StoreTest) {
         .await
         .expect("completed");
     assert_eq!(
-        (done.server_id, done.payment_id, done.balance_after_cents),
+        (done.server_id, done.payment_id, done.balance_after.cents()),
         (eu, None, 250)
     );
     assert_eq!(t.order_row(&on_eu).await.payment_id, None);
@@ -786,7 +765,7 @@ async fn a_completion_finds_only_an_order_of_its_project_and_payment_system(t: S
     assert!(t.credits().await.is_empty());
 
     let done = t.complete(&right).await.expect("the right completion");
-    assert_eq!(done.balance_after_cents, 500);
+    assert_eq!(done.balance_after.cents(), 500);
 }
 
 /// Completions of one order racing on many tasks: exactly one completes
@@ -806,7 +785,7 @@ async fn racing_completions_of_one_order_credit_it_once(t: StoreTest) {
         match task.await.expect("task") {
             Ok(done) => {
                 completed += 1;
-                assert_eq!(done.balance_after_cents, 500);
+                assert_eq!(done.balance_after.cents(), 500);
             }
             Err(CompleteError::AlreadyCompleted) => {}
             Err(err) => panic!("neither completed nor already completed: {err:?}"),
@@ -817,8 +796,105 @@ async fn racing_completions_of_one_order_credit_it_once(t: StoreTest) {
     assert_eq!(t.credits().await.len(), 1);
 }
 
-// Still to be written here (and listed at the top): a completion whose
-// credit would pass the balance ceiling.
+/// A credit that would take the main balance past the largest balance kept
+/// breaks the balances' CHECK: the order is refused for good
+/// (`BalanceCeiling`, not a failure to retry), and nothing changed. On
+/// PostgreSQL it shares a group with an order that can be credited, which
+/// is completed all the same.
+async fn a_credit_past_the_balance_ceiling_is_refused_and_changes_nothing(t: StoreTest) {
+    let whale = t.user("whale@example.com").await;
+    let bob = t.user("bob@example.com").await;
+    t.set_balance(whale, 0, "999999999999999.50", "0").await;
+    let too_much = t.order(whale, 0, "1").await;
+    let fits = t.order(bob, 0, "1").await;
+
+    let (refusing, fitting) = (t.completion(&too_much, None), t.completion(&fits, None));
+    let (refused, done) = tokio::join!(t.complete(&refusing), t.complete(&fitting));
+    assert!(
+        matches!(refused, Err(CompleteError::BalanceCeiling)),
+        "{refused:?}"
+    );
+    assert_eq!(
+        done.expect("the other order completed")
+            .balance_after
+            .cents(),
+        100
+    );
+    assert_eq!(t.order_row(&too_much).await.status, OrderStatus::Pending);
+    assert_eq!(t.balance(whale, 0).await, Some((99_999_999_999_999_950, 0)));
+    assert_eq!(t.credits().await.len(), 1, "only the other order's credit");
+    // Once the balance allows, the same order completes.
+    t.set_balance(whale, 0, "0", "0").await;
+    let done = t
+        .complete(&t.completion(&too_much, None))
+        .await
+        .expect("completed once the balance allows");
+    assert_eq!(done.balance_after.cents(), 100);
+}
+
+/// An operator's completion or creation carries its admin audit row, which
+/// the store writes in the change's own transaction: there with the change,
+/// absent without it (a refusal, a conflict).
+async fn an_operators_change_commits_with_its_audit_row_and_a_refusal_writes_none(t: StoreTest) {
+    use entity::admin_audit_entry;
+    let audit = |action: &str, object_id: &str| AuditRow {
+        at: masterpay::store::now(),
+        administrator_id: None,
+        actor: "command line".into(),
+        action: action.into(),
+        object_kind: "order".into(),
+        object_id: object_id.into(),
+        before: None,
+        after: Some(r#"{"status":"pending"}"#.into()),
+        address: None,
+    };
+    let rows = |action: &'static str| {
+        admin_audit_entry::Entity::find()
+            .filter(admin_audit_entry::Column::Action.eq(action))
+            .count(&t.db)
+    };
+    let alice = t.user("alice@example.com").await;
+    let mut order = t.new_order("Order:Audited01", Some(alice), None, 0, 700);
+    order.audit = Some(audit("order.create", "Order:Audited01"));
+    assert!(matches!(
+        t.insert(&order).await,
+        OrderInsert::Inserted { .. }
+    ));
+    assert_eq!(rows("order.create").await.unwrap(), 1);
+    // The same order id again: nothing inserted, no row.
+    assert_eq!(t.insert(&order).await, OrderInsert::Conflict);
+    assert_eq!(rows("order.create").await.unwrap(), 1);
+
+    let mut completion = t.completion("Order:Audited01", None);
+    completion.audit = Some(audit("order.complete", "Order:Audited01"));
+    t.complete(&completion).await.expect("completed");
+    assert_eq!(rows("order.complete").await.unwrap(), 1);
+    // Completed already: refused, no second row.
+    let again = t.complete(&completion).await;
+    assert!(
+        matches!(again, Err(CompleteError::AlreadyCompleted)),
+        "{again:?}"
+    );
+    assert_eq!(rows("order.complete").await.unwrap(), 1);
+    let stored = admin_audit_entry::Entity::find()
+        .filter(admin_audit_entry::Column::Action.eq("order.complete"))
+        .one(&t.db)
+        .await
+        .unwrap()
+        .expect("the row");
+    assert_eq!(
+        (
+            stored.object_id.as_str(),
+            stored.actor.as_str(),
+            stored.after.as_deref()
+        ),
+        (
+            "Order:Audited01",
+            "command line",
+            Some(r#"{"status":"pending"}"#)
+        )
+    );
+}
 
 /// Orders of two accounts completed at once, interleaved (on PostgreSQL:
 /// one group, their credits summed per account in one statement). Each
@@ -845,7 +921,7 @@ async fn completions_at_once_of_two_accounts_are_credited_in_turn(t: StoreTest) 
     for (order_id, answer) in orders.iter().zip(answers) {
         let done = answer.unwrap_or_else(|err| panic!("{order_id}: {err:?}"));
         let order_ref = t.order_row(order_id).await.id;
-        after_of.insert(order_ref, done.balance_after_cents);
+        after_of.insert(order_ref, done.balance_after.cents());
     }
 
     let credits = t.credits().await;
@@ -1094,6 +1170,7 @@ impl StoreTest {
             payment_system: PS.into(),
             idempotency_key: None,
             request_hash: None,
+            audit: None,
         }
     }
 
@@ -1103,6 +1180,7 @@ impl StoreTest {
             order_id: order_id.to_owned(),
             payment_system: PS.into(),
             payment_id: payment_id.map(str::to_owned),
+            audit: None,
         }
     }
 

@@ -26,7 +26,7 @@ use masterpay::{
     store::database,
 };
 use reqwest::Url;
-use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend};
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement};
 use serde_json::Value;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,21 +116,44 @@ impl Drop for TestDatabase {
         let Some(admin_url) = self.admin_url.clone() else {
             return;
         };
-        let sql = match self.backend {
-            Backend::Postgres => format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-            _ => format!("DROP DATABASE IF EXISTS {}", self.name),
-        };
-        // Drop runs inside the test's runtime; use a runtime of our own.
+        let (backend, name) = (self.backend, self.name.clone());
+        // Drop runs inside the test's runtime, which it blocks until the
+        // database is gone; use a runtime of our own. The test's pooled
+        // connections may still be open then (on a one-thread runtime the
+        // task returning a connection to its pool cannot run while this
+        // waits), one of them in a transaction whose locks a plain DROP
+        // would wait for: the drop ends them first.
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("runtime");
             rt.block_on(async move {
-                if let Ok(admin) = Database::connect(admin_url.as_str()).await {
+                let Ok(admin) = Database::connect(admin_url.as_str()).await else {
+                    return;
+                };
+                if backend == Backend::Postgres {
+                    let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
                     let _ = admin.execute_unprepared(&sql).await;
-                    let _ = admin.close().await;
+                } else {
+                    let sessions = format!(
+                        "SELECT id FROM information_schema.processlist WHERE db = '{name}'"
+                    );
+                    let listed = admin
+                        .query_all_raw(Statement::from_string(
+                            admin.get_database_backend(),
+                            sessions,
+                        ))
+                        .await;
+                    for row in listed.unwrap_or_default() {
+                        if let Ok(id) = row.try_get_by_index::<i64>(0) {
+                            let _ = admin.execute_unprepared(&format!("KILL {id}")).await;
+                        }
+                    }
+                    let sql = format!("DROP DATABASE IF EXISTS {name}");
+                    let _ = admin.execute_unprepared(&sql).await;
                 }
+                let _ = admin.close().await;
             });
         })
         .join();
@@ -904,9 +927,9 @@ pub struct StoreTest {
 }
 
 impl StoreTest {
-    /// A fresh store of `backend`, or `None` when it is not configured.
-    pub async fn open(backend: Backend) -> Option<StoreTest> {
-        let database = TestDatabase::create(backend).await?;
+    /// A fresh store of `backend`.
+    pub async fn open(backend: Backend) -> StoreTest {
+        let database = TestDatabase::create(backend).await;
         let db = database::connect(&database.url, &test_pool())
             .await
             .expect("connect test database");
@@ -922,25 +945,22 @@ impl StoreTest {
             .await
             .expect("project")
             .id;
-        Some(StoreTest {
+        StoreTest {
             backend,
             db,
             store,
             project_id,
             database,
-        })
+        }
     }
 }
 
-/// Runs `test` on a fresh store of `backend` ([`StoreTest`]); skips when
-/// the backend is not configured. [`run`]'s counterpart for the store's
-/// own tests (tests/store.rs).
+/// Runs `test` on a fresh store of `backend` ([`StoreTest`]): [`run`]'s
+/// counterpart for the store's own tests (tests/store.rs).
 pub async fn run_store<F, Fut>(backend: Backend, test: F)
 where
     F: FnOnce(StoreTest) -> Fut,
     Fut: Future<Output = ()>,
 {
-    if let Some(store) = StoreTest::open(backend).await {
-        test(store).await;
-    }
+    test(StoreTest::open(backend).await).await;
 }
