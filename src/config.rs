@@ -1,16 +1,18 @@
 //! Runtime settings: flags > environment > TOML file > defaults.
 //!
-//! clap reads each flag together with its environment variable (a flag wins
-//! over its variable), the optional file named by `--config` /
-//! `MASTERPAY_CONFIG` fills what neither gave, and the defaults below fill
-//! the rest. Every default is safe for the panel's 3-second webhook caller:
-//! a request waits at most 1.5 s for a database connection and is answered
+//! Each key is declared once, in [`SettingsArgs`]: its flag (on `serve`), its
+//! `MASTERPAY_*` variable and its key in the file named by `--config` /
+//! `MASTERPAY_CONFIG` come from the same field, so that they cannot drift
+//! apart. Every command reads the environment and the file, not only
+//! `serve`: `admin login-link` must name the panel address `serve` listens
+//! on. Every default is safe for the panel's 3-second webhook caller: a
+//! request waits at most 1.5 s for a database connection and is answered
 //! within 2.5 s whatever happens.
 
 use std::{net::IpAddr, path::Path, time::Duration};
 
-use clap::Args;
-use serde::Deserialize;
+use clap::{Args, FromArgMatches};
+use serde::{Deserialize, Serialize};
 
 /// Default database: an SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://masterpay.db";
@@ -87,10 +89,16 @@ impl Default for Settings {
     }
 }
 
-/// Settings as flags and environment variables (all optional, so that the
-/// file and the defaults can fill the gaps).
-#[derive(Debug, Clone, Default, Args)]
+/// The settings one source gives, each key `None` unless it gives it: flags
+/// with their environment variables, or the variables alone (clap), or the
+/// TOML file (serde; the keys are the long flags with underscores, and an
+/// unknown one is refused so that a misspelt key is not silently ignored).
+#[derive(Debug, Clone, Default, Args, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct SettingsArgs {
+    /// A global flag (`--database-url`), read by the command line itself.
+    #[arg(skip)]
+    pub database_url: Option<String>,
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long, env = "MASTERPAY_LISTEN")]
     pub listen: Option<String>,
@@ -128,26 +136,23 @@ pub struct SettingsArgs {
     pub shutdown_grace_ms: Option<u64>,
 }
 
-/// The TOML file: the same keys as the long flags, with underscores.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileSettings {
-    pub database_url: Option<String>,
-    pub listen: Option<String>,
-    pub admin_listen: Option<String>,
-    pub admin_cookie_secure: Option<bool>,
-    pub admin_trusted_proxies: Option<Vec<String>>,
-    pub db_max_connections: Option<u32>,
-    pub db_acquire_timeout_ms: Option<u64>,
-    pub db_statement_timeout_ms: Option<u64>,
-    pub request_timeout_ms: Option<u64>,
-    pub idle_timeout_ms: Option<u64>,
-    pub max_body_bytes: Option<usize>,
-    pub shutdown_grace_ms: Option<u64>,
-}
+impl SettingsArgs {
+    /// The `MASTERPAY_*` variables alone, for the commands without these
+    /// flags: clap reads them as it does for `serve`, from no arguments.
+    pub fn from_environment() -> anyhow::Result<SettingsArgs> {
+        SettingsArgs::augment_args(clap::Command::new("masterpay"))
+            .try_get_matches_from(["masterpay"])
+            .and_then(|matches| SettingsArgs::from_arg_matches(&matches))
+            .map_err(|err| {
+                let rendered = err.to_string();
+                let first = rendered.lines().next().unwrap_or_default();
+                let first = first.trim_start_matches("error: ");
+                anyhow::anyhow!("MASTERPAY_* variables: {first}")
+            })
+    }
 
-impl FileSettings {
-    pub fn load(path: &Path) -> anyhow::Result<FileSettings> {
+    /// The TOML file at `path`.
+    pub fn load(path: &Path) -> anyhow::Result<SettingsArgs> {
         let text = std::fs::read_to_string(path)
             .map_err(|err| anyhow::anyhow!("cannot read config file {}: {err}", path.display()))?;
         toml::from_str(&text).map_err(|err| {
@@ -155,47 +160,55 @@ impl FileSettings {
             anyhow::anyhow!("config file {}: {message}", path.display())
         })
     }
+
+    /// The keys `self` gives, over those of `lower`. Merged as JSON objects
+    /// (an absent key is `null`), so that a new key needs no line here.
+    fn over(self, lower: SettingsArgs) -> SettingsArgs {
+        let object = |layer| match serde_json::to_value(layer) {
+            Ok(serde_json::Value::Object(keys)) => keys,
+            _ => unreachable!("a struct of options is a JSON object"),
+        };
+        let mut merged = object(lower);
+        merged.extend(
+            object(self)
+                .into_iter()
+                .filter(|(_, value)| !value.is_null()),
+        );
+        serde_json::from_value(merged.into()).expect("the same keys with the same types")
+    }
 }
 
 impl Settings {
-    /// Merges flags/environment over the file over the defaults, and checks
-    /// that the result makes sense.
-    pub fn resolve(
-        database_url: Option<String>,
-        args: &SettingsArgs,
-        file: &FileSettings,
-    ) -> anyhow::Result<Settings> {
+    /// `given` (flags and environment) over `file` over the defaults,
+    /// checked.
+    pub fn resolve(file: SettingsArgs, given: SettingsArgs) -> anyhow::Result<Settings> {
+        // Destructured, so that a key added above cannot be left unused here.
+        let SettingsArgs {
+            database_url,
+            listen,
+            admin_listen,
+            admin_cookie_secure,
+            admin_trusted_proxies,
+            db_max_connections,
+            db_acquire_timeout_ms,
+            db_statement_timeout_ms,
+            request_timeout_ms,
+            idle_timeout_ms,
+            max_body_bytes,
+            shutdown_grace_ms,
+        } = given.over(file);
         let d = Settings::default();
-        let ms = |flag: Option<u64>, file: Option<u64>, default: Duration| {
-            flag.or(file).map(Duration::from_millis).unwrap_or(default)
-        };
+        let ms = |given: Option<u64>, default| given.map_or(default, Duration::from_millis);
         let settings = Settings {
-            database_url: database_url
-                .or_else(|| file.database_url.clone())
-                .unwrap_or(d.database_url),
-            listen: args
-                .listen
-                .clone()
-                .or_else(|| file.listen.clone())
-                .unwrap_or(d.listen),
-            admin_listen: match args
-                .admin_listen
-                .clone()
-                .or_else(|| file.admin_listen.clone())
-            {
+            database_url: database_url.unwrap_or(d.database_url),
+            listen: listen.unwrap_or(d.listen),
+            admin_listen: match admin_listen {
                 Some(off) if off.trim().eq_ignore_ascii_case(ADMIN_LISTEN_OFF) => None,
                 Some(address) => Some(address),
                 None => d.admin_listen,
             },
-            admin_cookie_secure: args
-                .admin_cookie_secure
-                .or(file.admin_cookie_secure)
-                .unwrap_or(d.admin_cookie_secure),
-            admin_trusted_proxies: match args
-                .admin_trusted_proxies
-                .as_ref()
-                .or(file.admin_trusted_proxies.as_ref())
-            {
+            admin_cookie_secure: admin_cookie_secure.unwrap_or(d.admin_cookie_secure),
+            admin_trusted_proxies: match admin_trusted_proxies {
                 Some(proxies) => proxies
                     .iter()
                     .map(|text| text.trim())
@@ -209,36 +222,14 @@ impl Settings {
                 None => d.admin_trusted_proxies,
             },
             pool: PoolSettings {
-                max_connections: args
-                    .db_max_connections
-                    .or(file.db_max_connections)
-                    .unwrap_or(d.pool.max_connections),
-                acquire_timeout: ms(
-                    args.db_acquire_timeout_ms,
-                    file.db_acquire_timeout_ms,
-                    d.pool.acquire_timeout,
-                ),
-                statement_timeout: ms(
-                    args.db_statement_timeout_ms,
-                    file.db_statement_timeout_ms,
-                    d.pool.statement_timeout,
-                ),
+                max_connections: db_max_connections.unwrap_or(d.pool.max_connections),
+                acquire_timeout: ms(db_acquire_timeout_ms, d.pool.acquire_timeout),
+                statement_timeout: ms(db_statement_timeout_ms, d.pool.statement_timeout),
             },
-            request_timeout: ms(
-                args.request_timeout_ms,
-                file.request_timeout_ms,
-                d.request_timeout,
-            ),
-            idle_timeout: ms(args.idle_timeout_ms, file.idle_timeout_ms, d.idle_timeout),
-            max_body_bytes: args
-                .max_body_bytes
-                .or(file.max_body_bytes)
-                .unwrap_or(d.max_body_bytes),
-            shutdown_grace: ms(
-                args.shutdown_grace_ms,
-                file.shutdown_grace_ms,
-                d.shutdown_grace,
-            ),
+            request_timeout: ms(request_timeout_ms, d.request_timeout),
+            idle_timeout: ms(idle_timeout_ms, d.idle_timeout),
+            max_body_bytes: max_body_bytes.unwrap_or(d.max_body_bytes),
+            shutdown_grace: ms(shutdown_grace_ms, d.shutdown_grace),
         };
         if settings.pool.max_connections == 0 {
             anyhow::bail!("db_max_connections must be at least 1");
@@ -286,40 +277,51 @@ fn is_loopback(address: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn file(text: &str) -> SettingsArgs {
+        toml::from_str(text).unwrap()
+    }
+
     #[test]
     fn flags_beat_the_file_and_the_file_beats_defaults() {
-        let file: FileSettings = toml::from_str(
-            "listen = \"0.0.0.0:9000\"\ndb_max_connections = 4\nrequest_timeout_ms = 900\n",
-        )
-        .unwrap();
-        let args = SettingsArgs {
+        let file = file(
+            "listen = \"0.0.0.0:9000\"\ndb_max_connections = 4\nrequest_timeout_ms = 900\n\
+             admin_trusted_proxies = [\"127.0.0.1\"]\n",
+        );
+        let given = SettingsArgs {
             db_max_connections: Some(32),
             ..Default::default()
         };
-        let s = Settings::resolve(None, &args, &file).unwrap();
+        let s = Settings::resolve(file, given).unwrap();
         assert_eq!(s.listen, "0.0.0.0:9000");
         assert_eq!(s.pool.max_connections, 32);
         assert_eq!(s.request_timeout, Duration::from_millis(900));
+        assert_eq!(s.admin_trusted_proxies, [IpAddr::from([127, 0, 0, 1])]);
         assert_eq!(s.database_url, DEFAULT_DATABASE_URL);
         assert_eq!(s.max_body_bytes, 64 * 1024);
+        assert_eq!(s.shutdown_grace, Duration::from_secs(10));
     }
 
     #[test]
     fn unknown_keys_and_zero_limits_are_refused() {
-        assert!(toml::from_str::<FileSettings>("lisen = \"x\"").is_err());
-        let args = SettingsArgs {
+        let unknown = toml::from_str::<SettingsArgs>("lisen = \"x\"").unwrap_err();
+        assert!(
+            unknown.message().contains("unknown field `lisen`"),
+            "{unknown}"
+        );
+        let given = SettingsArgs {
             request_timeout_ms: Some(0),
             ..Default::default()
         };
-        assert!(Settings::resolve(None, &args, &FileSettings::default()).is_err());
+        let zero = Settings::resolve(SettingsArgs::default(), given).unwrap_err();
+        assert_eq!(
+            zero.to_string(),
+            "request_timeout_ms must be greater than 0"
+        );
     }
 
     #[test]
     fn the_panel_leaves_loopback_only_with_secure_cookies() {
-        let resolve = |toml_text: &str| {
-            let file: FileSettings = toml::from_str(toml_text).unwrap();
-            Settings::resolve(None, &SettingsArgs::default(), &file)
-        };
+        let resolve = |toml_text: &str| Settings::resolve(file(toml_text), SettingsArgs::default());
         let default = resolve("").unwrap();
         assert_eq!(default.admin_listen.as_deref(), Some(DEFAULT_ADMIN_LISTEN));
         assert_eq!(
@@ -351,11 +353,11 @@ mod tests {
         );
         assert!(resolve("admin_trusted_proxies = [\"proxy.local\"]").is_err());
         assert!(default.admin_trusted_proxies.is_empty());
-        let args = SettingsArgs {
+        let given = SettingsArgs {
             admin_listen: Some("0.0.0.0:8081".into()),
             admin_cookie_secure: Some(true),
             ..Default::default()
         };
-        assert!(Settings::resolve(None, &args, &FileSettings::default()).is_ok());
+        assert!(Settings::resolve(file("admin_listen = \"off\""), given).is_ok());
     }
 }

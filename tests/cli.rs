@@ -26,6 +26,7 @@ on_every_backend!(
     token_audit_rows_never_hold_its_value_or_hash,
     disabling_an_administrator_ends_their_sessions_at_once,
     admin_login_link_prints_a_single_use_url_stored_as_sha256,
+    admin_login_link_names_the_configured_panel_address,
     serve_demo_prints_a_sign_in_link_that_opens_the_panel,
     order_get_shows_a_refused_completion_and_order_complete_completes_it,
 );
@@ -1453,6 +1454,60 @@ async fn admin_login_link_prints_a_single_use_url_stored_as_sha256(app: TestApp)
             .len(),
         0,
         "disabling voided the unused links; refusals made none"
+    );
+}
+
+/// Every command reads the settings `serve` reads: the link is under the
+/// panel address of `MASTERPAY_ADMIN_LISTEN` (over the file's), unless
+/// `--base-url` names another. Nothing listens on these ports.
+async fn admin_login_link_names_the_configured_panel_address(app: TestApp) {
+    let url = app.database.url.clone();
+    let created = masterpay_with_stdin(
+        &url,
+        &["admin", "create", "--name", "ann"],
+        "a long enough password\n",
+    );
+    assert!(created.status.success(), "{created:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("masterpay.toml");
+    std::fs::write(&config, "admin_listen = \"127.0.0.1:47182\"\n").unwrap();
+    let config = config.to_str().unwrap();
+    let login_link = |admin_listen: Option<&str>, extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_masterpay"));
+        cmd.args(["--config", config, "admin", "login-link", "--name", "ann"])
+            .args(extra)
+            .env("MASTERPAY_DATABASE_URL", &url)
+            .env_remove("MASTERPAY_LOG")
+            .env_remove("MASTERPAY_ADMIN_LISTEN");
+        if let Some(address) = admin_listen {
+            cmd.env("MASTERPAY_ADMIN_LISTEN", address);
+        }
+        let out = cmd.output().expect("run masterpay");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        (out.status.success(), stdout + &stderr)
+    };
+    for (admin_listen, extra, prefix) in [
+        (None, &[][..], "http://127.0.0.1:47182/sign-in/link/"),
+        (
+            Some("127.0.0.1:47181"),
+            &[],
+            "http://127.0.0.1:47181/sign-in/link/",
+        ),
+        (
+            Some("127.0.0.1:47181"),
+            &["--base-url", "https://panel.example"],
+            "https://panel.example/sign-in/link/",
+        ),
+    ] {
+        let (ok, shown) = login_link(admin_listen, extra);
+        assert!(ok && shown.starts_with(prefix), "{admin_listen:?}: {shown}");
+    }
+    let (ok, shown) = login_link(Some("0.0.0.0:47181"), &[]);
+    assert!(!ok, "{shown}");
+    assert!(
+        shown.contains("admin_listen 0.0.0.0:47181 is not a loopback address"),
+        "{shown}"
     );
 }
 

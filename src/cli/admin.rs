@@ -40,7 +40,7 @@ pub enum AdminCommand {
         name: String,
         /// The panel's address as the browser reaches it [default:
         /// http:// (https:// with admin_cookie_secure) and admin_listen from
-        /// the config file, or 127.0.0.1:8081].
+        /// MASTERPAY_ADMIN_LISTEN or the config file, or 127.0.0.1:8081].
         #[arg(long)]
         base_url: Option<String>,
     },

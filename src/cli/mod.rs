@@ -25,7 +25,7 @@ use sea_orm::DatabaseConnection;
 
 pub use self::output::Output;
 use crate::{
-    config::{FileSettings, Settings, SettingsArgs},
+    config::{Settings, SettingsArgs},
     store::{Store, Uncounted, database},
 };
 
@@ -131,14 +131,20 @@ async fn dispatch(cli: Cli) -> CliResult {
         return openapi::run(args);
     }
     let file = match &cli.config {
-        Some(path) => FileSettings::load(path)?,
-        None => FileSettings::default(),
+        Some(path) => SettingsArgs::load(path)?,
+        None => SettingsArgs::default(),
     };
-    let flags = match &cli.command {
+    // Only `serve` has the flags; every command reads their variables, so
+    // that `admin login-link` names the panel `serve` was configured with.
+    let given = match &cli.command {
         Command::Serve(args) => args.settings.clone(),
-        _ => SettingsArgs::default(),
+        _ => SettingsArgs::from_environment()?,
     };
-    let settings = Settings::resolve(cli.database_url.clone(), &flags, &file)?;
+    let given = SettingsArgs {
+        database_url: cli.database_url.clone(),
+        ..given
+    };
+    let settings = Settings::resolve(file, given)?;
     let db = open(&settings).await?;
     match cli.command {
         Command::Serve(args) => serve::run(args.demo, settings, db, out).await,
