@@ -18,7 +18,11 @@
 //!   completion, administration); no HTTP types.
 //! - [`store`]: the request path's storage seam, the `Store` trait with one
 //!   implementation per backend, and connecting and migrating.
-//! - [`money`], [`config`], [`metrics`], [`telemetry`]: leaves.
+//! - [`domain`]: the contract's formats (order id, payment system, e-mail,
+//!   idempotency key, the user as a caller names one), one type each, which
+//!   the API, the command line and the panel all parse the same way.
+//! - [`domain`], [`money`] (the amount), [`config`], [`metrics`],
+//!   [`telemetry`]: leaves.
 //!
 //! The schema lives in the `entity` and `migration` crates.
 
@@ -26,6 +30,7 @@ pub mod api;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod domain;
 pub mod metrics;
 pub mod money;
 pub mod panel;

@@ -14,6 +14,10 @@ use rust_decimal::Decimal;
 /// integer digits. The schema carries the same ceiling as a CHECK constraint.
 pub const MAX_CENTS: i64 = 99_999_999_999_999_999;
 
+/// The text of an amount as it is written in (see the `FromStr` impl), as
+/// the API publishes it: at most 15 integer and 2 fraction digits.
+pub const PATTERN: &str = r"^[0-9]{1,15}(\.[0-9]{1,2})?$";
+
 /// A non-negative amount of money with two fraction digits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Money(i64);
@@ -29,6 +33,9 @@ pub enum MoneyError {
     TooPrecise,
     #[error("must be at most 999999999999999.99")]
     TooLarge,
+    /// Zero where something must be paid (an order's amount).
+    #[error("must be at least 0.01")]
+    Zero,
 }
 
 impl Money {
@@ -72,6 +79,14 @@ impl Money {
         Self::from_cents(cents)
     }
 
+    /// The amount when it is not zero: what an order may ask for.
+    pub fn positive(self) -> Result<Money, MoneyError> {
+        match self {
+            Money::ZERO => Err(MoneyError::Zero),
+            amount => Ok(amount),
+        }
+    }
+
     pub fn checked_add(self, other: Money) -> Option<Money> {
         self.0
             .checked_add(other.0)
@@ -88,8 +103,9 @@ pub fn signed_cents(cents: i64) -> String {
 }
 
 /// Parses the strict decimal notation people and scripts write:
-/// digits, optionally a point and one or two digits (`10`, `10.5`, `0.01`).
-/// No sign, exponent, separators or surrounding spaces.
+/// digits, optionally a point and one or two digits (`10`, `10.5`, `0.01`):
+/// exactly the texts [`PATTERN`] matches. No sign, exponent, separators or
+/// surrounding spaces.
 impl FromStr for Money {
     type Err = MoneyError;
 
@@ -110,6 +126,9 @@ impl FromStr for Money {
         }
         if frac.is_some_and(|f| f.len() > 2) {
             return Err(MoneyError::TooPrecise);
+        }
+        if int.len() > 15 {
+            return Err(MoneyError::TooLarge);
         }
         let decimal = Decimal::from_str_exact(text).map_err(|_| MoneyError::TooLarge)?;
         Money::from_decimal(decimal)
@@ -183,6 +202,39 @@ mod tests {
         ] {
             assert_eq!(text.parse::<Money>(), Err(err), "{text:?}");
         }
+    }
+
+    /// What parses is exactly what the published pattern matches.
+    #[test]
+    fn parses_what_the_pattern_says() {
+        let pattern = regex::Regex::new(PATTERN).unwrap();
+        for text in [
+            "0",
+            "1",
+            "10.5",
+            "10.50",
+            "0.01",
+            "999999999999999.99",
+            "000000000000001",
+            "0000000000000001",
+            "1000000000000000",
+            "1.234",
+            "1.",
+            ".5",
+            "-1",
+            "+1",
+            "1e3",
+            " 1",
+            "",
+        ] {
+            assert_eq!(
+                text.parse::<Money>().is_ok(),
+                pattern.is_match(text),
+                "{text:?}"
+            );
+        }
+        assert_eq!(Money::ZERO.positive(), Err(MoneyError::Zero));
+        assert_eq!(Money::MAX.positive(), Ok(Money::MAX));
     }
 
     #[test]
