@@ -329,9 +329,8 @@ async fn the_lookup_read_with_the_token_is_the_lookup_read_alone(app: TestApp) {
 
     let store = app.store();
     let usage = UsageRecorder::default();
-    let who = |user_id: Option<i64>, email: Option<&str>| UserRef {
-        user_id,
-        email: email.map(str::to_owned),
+    let who = |user_id: Option<i64>, email: Option<&str>| {
+        UserRef::new(user_id, email.map(|e| e.parse().unwrap())).unwrap()
     };
     let mut cases = Vec::new();
     for server_id in [0, server, foreign_server, 987_654] {
@@ -354,7 +353,7 @@ async fn the_lookup_read_with_the_token_is_the_lookup_read_alone(app: TestApp) {
     let mut outcomes = std::collections::BTreeSet::new();
     for request in &cases {
         let key = balances::account_key(request);
-        let caller = auth::authenticate(&store, &usage, &token, key.clone())
+        let caller = auth::authenticate(&store, &usage, &token, Some(key.clone()))
             .await
             .expect("token");
         assert_eq!(caller.principal.project_id, app.project_id);
@@ -391,15 +390,12 @@ async fn a_prefetched_lookup_answers_only_the_same_lookup(app: TestApp) {
     let store = app.store();
     let usage = UsageRecorder::default();
     let lookup = |user_id| LookupRequest {
-        who: UserRef {
-            user_id: Some(user_id),
-            email: None,
-        },
+        who: UserRef::Id(user_id),
         server_id: 0,
     };
     let (for_alice, for_bob) = (lookup(alice), lookup(bob));
     let key = balances::account_key(&for_alice);
-    let caller = auth::authenticate(&store, &usage, &token, key)
+    let caller = auth::authenticate(&store, &usage, &token, Some(key))
         .await
         .expect("token");
     let read = |request| {
@@ -452,9 +448,8 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
 
     let (store, groups) = app.recorded_store();
     let usage = UsageRecorder::default();
-    let who = |user_id: Option<i64>, email: Option<&str>| UserRef {
-        user_id,
-        email: email.map(str::to_owned),
+    let who = |user_id: Option<i64>, email: Option<&str>| {
+        UserRef::new(user_id, email.map(|e| e.parse().unwrap())).unwrap()
     };
     let tokens_used = [
         full,
@@ -495,7 +490,7 @@ async fn lookups_read_together_are_each_the_lookup_read_alone(app: TestApp) {
         cases.push((token, None));
     }
     let authenticate = |token: &'static str, request: &Option<LookupRequest>| {
-        let key = request.as_ref().and_then(balances::account_key);
+        let key = request.as_ref().map(balances::account_key);
         auth::authenticate(&store, &usage, token, key)
     };
     let together = futures::future::join_all(

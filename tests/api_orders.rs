@@ -1870,13 +1870,10 @@ async fn concurrent_creations_are_each_inserted_once(app: TestApp) {
     let (store, groups) = app.recorded_store();
     let request = |cents: i64| orders::OrderRequest {
         project_id: app.project_id,
-        who: UserRef {
-            user_id: Some(user),
-            email: None,
-        },
+        who: UserRef::Id(user),
         server_id: 0,
         amount: masterpay::money::Money::from_cents(cents).unwrap(),
-        payment_system: PS.into(),
+        payment_system: PS.parse().unwrap(),
         order_id: None,
     };
     let requests: Vec<_> = (1..=64).map(request).collect();
@@ -1888,7 +1885,7 @@ async fn concurrent_creations_are_each_inserted_once(app: TestApp) {
     .await;
     let mut ids: Vec<String> = created
         .into_iter()
-        .map(|c| c.expect("created").order.order_id)
+        .map(|c| c.expect("created").order.order_id.into())
         .collect();
     ids.sort();
     ids.dedup();

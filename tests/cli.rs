@@ -149,7 +149,7 @@ async fn every_command_works_and_json_prints_exactly_one_object(app: TestApp) {
     );
     let order_id = order["order_id"].as_str().unwrap();
     assert!(
-        masterpay::service::validate::is_order_id(order_id),
+        order_id.parse::<masterpay::domain::OrderId>().is_ok(),
         "{order_id}"
     );
     let fixed = json(
@@ -339,7 +339,7 @@ async fn bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
                 "--email",
                 "not-an-email",
             ],
-            "not a valid e-mail",
+            "must be a valid e-mail address",
         ),
         (
             vec![
@@ -471,7 +471,7 @@ async fn bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
                 "--payment-system",
                 "paygate",
             ],
-            "payment system",
+            "must be cstm: followed by 4 to 20 lower-case letters",
         ),
         (
             vec![
@@ -488,7 +488,7 @@ async fn bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
                 "--order-id",
                 "Order:x",
             ],
-            "order id",
+            "must be Order: followed by 8 to 11 letters or digits",
         ),
         (
             vec![
@@ -1133,7 +1133,7 @@ async fn every_change_writes_one_audit_row_of_the_command_line(app: TestApp) {
     );
     let generated = generated["order_id"].as_str().unwrap().to_owned();
     assert!(
-        masterpay::service::validate::is_order_id(&generated),
+        generated.parse::<masterpay::domain::OrderId>().is_ok(),
         "{generated}"
     );
     assert_eq!(generated.len(), "Order:".len() + 11);

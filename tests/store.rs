@@ -682,8 +682,8 @@ async fn a_cancelled_order_is_never_credited(t: StoreTest) {
         None,
         &orders::Cancellation {
             project_id: t.project_id,
-            order_id: order_id.clone(),
-            payment_system: PS.into(),
+            order_id: order_id.parse().unwrap(),
+            payment_system: PS.parse().unwrap(),
         },
     )
     .await
@@ -1045,7 +1045,8 @@ impl StoreTest {
     }
 
     async fn user_in(&self, project_id: i64, email: &str) -> i64 {
-        users::create(&self.db, &Actor::CommandLine, project_id, email)
+        let email = email.parse().expect("an e-mail address");
+        users::create(&self.db, &Actor::CommandLine, project_id, &email)
             .await
             .expect("user")
             .id
@@ -1114,20 +1115,18 @@ impl StoreTest {
     ) -> String {
         let request = orders::OrderRequest {
             project_id,
-            who: UserRef {
-                user_id: Some(user),
-                email: None,
-            },
+            who: UserRef::Id(user),
             server_id: server,
             amount: amount.parse().unwrap(),
-            payment_system: PS.into(),
-            order_id: order_id.map(str::to_owned),
+            payment_system: PS.parse().unwrap(),
+            order_id: order_id.map(|id| id.parse().unwrap()),
         };
         orders::create(&self.db, &*self.store, &request, None)
             .await
             .expect("order")
             .order
             .order_id
+            .into()
     }
 
     /// Deletes a project that still has tokens, which its foreign key

@@ -5,19 +5,20 @@ use serde::Serialize;
 
 use super::{
     balance_query::{
-        BalanceType, BalanceTypeSpec, EmailSpec, ServerIdSpec, UserIdSpec, validate_query,
+        BalanceQuery, BalanceType, BalanceTypeSpec, EmailSpec, ServerIdSpec, UserIdSpec,
     },
     error::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, InternalErrorBody, StoreFailure,
-        UnavailableBody, ValidationErrorBody,
+        UnavailableBody, ValidationErrorBody, answer, shared_replies,
     },
     json_reply::JsonReply,
     params::{QueryParam, RawParam},
     security::BalanceToken,
     tags::ApiTags,
+    validation::validate,
 };
 use crate::{
-    service::balances::{self, BalanceLookupError},
+    service::balances::{self, AccountBalance, BalanceLookupError},
     state::AppState,
 };
 
@@ -49,6 +50,24 @@ pub struct BalanceResponse {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bonus_balance: Option<String>,
+}
+
+impl BalanceResponse {
+    /// The answer with the balances `shown` of `balance`.
+    fn of(balance: AccountBalance, shown: BalanceType) -> Self {
+        let main = || Some(balance.main.to_string());
+        let bonus = || Some(balance.bonus.to_string());
+        let (main_balance, bonus_balance) = match shown {
+            BalanceType::Main => (main(), None),
+            BalanceType::Bonus => (None, bonus()),
+            BalanceType::Both => (main(), bonus()),
+        };
+        BalanceResponse {
+            success: true,
+            main_balance,
+            bonus_balance,
+        }
+    }
 }
 
 impl Example for BalanceResponse {
@@ -89,6 +108,22 @@ pub enum BalanceReply {
     Unavailable(Json<UnavailableBody>),
 }
 
+shared_replies!(BalanceReply, store);
+
+impl From<BalanceLookupError> for BalanceReply {
+    fn from(err: BalanceLookupError) -> Self {
+        match err {
+            BalanceLookupError::UserNotFound => {
+                Self::NotFound(BalanceNotFoundCode::UserNotFound.into())
+            }
+            BalanceLookupError::ServerNotFound => {
+                Self::NotFound(BalanceNotFoundCode::ServerNotFound.into())
+            }
+            BalanceLookupError::Store(err) => StoreFailure::of(&err, "balance lookup").into(),
+        }
+    }
+}
+
 #[OpenApi(tag = "ApiTags::MasterAccount")]
 impl BalanceApi {
     /// Get a master-account balance
@@ -118,36 +153,17 @@ impl BalanceApi {
         /// `main` or `bonus`; both balances when omitted.
         balance_type: QueryParam<RawParam<BalanceTypeSpec>>,
     ) -> BalanceReply {
-        let query = match validate_query(&server_id, &user_id, &email, &balance_type) {
-            Ok(query) => query,
-            Err(errors) => return BalanceReply::BadRequest(Json(ValidationErrorBody::new(errors))),
-        };
-        match balances::lookup(&*state.store, &caller.0, &query.lookup).await {
-            Ok(balance) => {
-                let main = balance.main.to_string();
-                let bonus = balance.bonus.to_string();
-                let (main_balance, bonus_balance) = match query.balance_type {
-                    BalanceType::Main => (Some(main), None),
-                    BalanceType::Bonus => (None, Some(bonus)),
-                    BalanceType::Both => (Some(main), Some(bonus)),
-                };
-                BalanceReply::Ok(JsonReply(BalanceResponse {
-                    success: true,
-                    main_balance,
-                    bonus_balance,
-                }))
-            }
-            Err(BalanceLookupError::UserNotFound) => BalanceReply::NotFound(Json(
-                BalanceNotFoundBody::new(BalanceNotFoundCode::UserNotFound),
-            )),
-            Err(BalanceLookupError::ServerNotFound) => BalanceReply::NotFound(Json(
-                BalanceNotFoundBody::new(BalanceNotFoundCode::ServerNotFound),
-            )),
-            Err(BalanceLookupError::Store(err)) => match StoreFailure::of(&err, "balance lookup") {
-                StoreFailure::Internal(body) => BalanceReply::Internal(body),
-                StoreFailure::Unavailable(body) => BalanceReply::Unavailable(body),
-            },
-        }
+        answer(async {
+            let query = validate(|check| {
+                BalanceQuery::read(check, &server_id, &user_id, &email, &balance_type)
+            })?;
+            let balance = balances::lookup(&*state.store, &caller.0, &query.lookup).await?;
+            Ok(BalanceReply::Ok(JsonReply(BalanceResponse::of(
+                balance,
+                query.balance_type,
+            ))))
+        })
+        .await
     }
 }
 

@@ -1,18 +1,16 @@
 //! The query of `GET /v2/master-account/balance`: its parameters as
-//! published, and their validation, which both the endpoint and the
+//! published, and their reading, which both the endpoint and the
 //! authentication middleware (to read the asked account with the token) use.
 
-use poem_openapi::{registry::MetaSchema, types::ParseFromParameter};
+use poem_openapi::registry::MetaSchema;
 use serde_json::json;
 
 use super::{
-    error::FieldErrors,
+    formats::{FieldValue, text_schema},
     params::{ParamSpec, RawParam},
+    validation::{Validation, validate},
 };
-use crate::service::{
-    balances::{LookupRequest, UserRef},
-    validate,
-};
+use crate::{domain::Email, service::balances::LookupRequest};
 
 pub struct ServerIdSpec;
 impl ParamSpec for ServerIdSpec {
@@ -53,12 +51,11 @@ impl ParamSpec for EmailSpec {
     fn schema() -> MetaSchema {
         MetaSchema {
             format: Some("email"),
-            max_length: Some(validate::EMAIL_MAX_LEN),
             description: Some(
                 "The user's e-mail address (case-insensitive). Required when user_id is absent. When both are given they must name the same user. The examples of user_id and email name the same user: the first one `masterpay serve --demo` creates on a new database.",
             ),
             example: Some(json!("alice1@example.com")),
-            ..MetaSchema::new("string")
+            ..text_schema::<Email>()
         }
     }
 }
@@ -77,11 +74,26 @@ impl ParamSpec for BalanceTypeSpec {
     }
 }
 
+/// Which balances the answer holds.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum BalanceType {
     Main,
     Bonus,
     Both,
+}
+
+impl FieldValue for BalanceType {
+    const NOT_TEXT: &'static str = "must be main or bonus";
+
+    /// `main` or `bonus`, exactly: [`BalanceType::Both`] is the absent
+    /// parameter's.
+    fn from_text(text: &str) -> Result<Self, String> {
+        match text {
+            "main" => Ok(BalanceType::Main),
+            "bonus" => Ok(BalanceType::Bonus),
+            _ => Err(Self::NOT_TEXT.to_owned()),
+        }
+    }
 }
 
 /// The query after validation: the lookup it asks for, and which of its
@@ -91,111 +103,27 @@ pub struct BalanceQuery {
     pub balance_type: BalanceType,
 }
 
-/// Validates every parameter and reports all offending ones at once.
-pub fn validate_query(
-    server_id: &RawParam<ServerIdSpec>,
-    user_id: &RawParam<UserIdSpec>,
-    email: &RawParam<EmailSpec>,
-    balance_type: &RawParam<BalanceTypeSpec>,
-) -> Result<BalanceQuery, FieldErrors> {
-    let mut errors = FieldErrors::new();
-    let who = validate_user(user_id, email, &mut errors);
-    let mut fail = |field: &str, sentence: &str| {
-        errors.insert(field.to_owned(), sentence.to_owned());
-    };
-
-    let server = match server_id.single("server_id") {
-        Err(e) => {
-            fail("server_id", &e);
-            None
-        }
-        Ok(None) => {
-            fail("server_id", "server_id is required");
-            None
-        }
-        Ok(Some(text)) => match parse_integer(text) {
-            Some(n) if n >= 0 => Some(n),
-            _ => {
-                fail("server_id", "server_id must be an integer >= 0");
-                None
-            }
-        },
-    };
-
-    let kind = match balance_type.single("balance_type") {
-        Err(e) => {
-            fail("balance_type", &e);
-            None
-        }
-        Ok(None) => Some(BalanceType::Both),
-        Ok(Some("main")) => Some(BalanceType::Main),
-        Ok(Some("bonus")) => Some(BalanceType::Bonus),
-        Ok(Some(_)) => {
-            fail("balance_type", "balance_type must be main or bonus");
-            None
-        }
-    };
-
-    match (server, who, kind) {
-        (Some(server_id), Some(who), Some(balance_type)) if errors.is_empty() => Ok(BalanceQuery {
-            lookup: LookupRequest { who, server_id },
-            balance_type,
-        }),
-        _ => Err(errors),
+impl BalanceQuery {
+    /// The query the parameters ask for, every offending one named.
+    pub fn read(
+        check: &mut Validation,
+        server_id: &RawParam<ServerIdSpec>,
+        user_id: &RawParam<UserIdSpec>,
+        email: &RawParam<EmailSpec>,
+        balance_type: &RawParam<BalanceTypeSpec>,
+    ) -> Option<BalanceQuery> {
+        let who = check.user_params(user_id, email);
+        let server_id = check.integer_param(server_id, 0..=i64::MAX);
+        let server_id = check.given("server_id", server_id);
+        let balance_type = check.param(balance_type);
+        Some(BalanceQuery {
+            lookup: LookupRequest {
+                who: who?,
+                server_id: server_id?,
+            },
+            balance_type: balance_type?.unwrap_or(BalanceType::Both),
+        })
     }
-}
-
-/// The user a query names by `user_id`, `email` or both; each offending
-/// parameter goes into `errors`, and `user_id` when neither is given.
-pub fn validate_user(
-    user_id: &RawParam<UserIdSpec>,
-    email: &RawParam<EmailSpec>,
-    errors: &mut FieldErrors,
-) -> Option<UserRef> {
-    let mut fail = |field: &str, sentence: &str| {
-        errors.insert(field.to_owned(), sentence.to_owned());
-    };
-    let user = match user_id.single("user_id") {
-        Err(e) => {
-            fail("user_id", &e);
-            None
-        }
-        Ok(None) | Ok(Some("")) => None,
-        Ok(Some(text)) => match parse_integer(text) {
-            Some(n) if n >= 1 => Some(n),
-            _ => {
-                fail("user_id", "user_id must be an integer >= 1");
-                None
-            }
-        },
-    };
-    let user_given = !matches!(user_id.single("user_id"), Ok(None) | Ok(Some("")));
-
-    let mail = match email.single("email") {
-        Err(e) => {
-            fail("email", &e);
-            None
-        }
-        Ok(None) | Ok(Some("")) => None,
-        Ok(Some(text)) if validate::is_email(text) => Some(text.to_owned()),
-        Ok(Some(_)) => {
-            fail("email", "email must be a valid e-mail address");
-            None
-        }
-    };
-    let email_given = !matches!(email.single("email"), Ok(None) | Ok(Some("")));
-
-    if !user_given && !email_given {
-        fail("user_id", "user_id is required when email is empty");
-    }
-
-    let valid = (user_given || email_given)
-        && user.is_some() == user_given
-        && mail.is_some() == email_given;
-    valid.then_some(UserRef {
-        user_id: user,
-        email: mail,
-    })
 }
 
 /// The path of this endpoint.
@@ -221,29 +149,22 @@ pub fn requested_lookup(path: &str, query: Option<&str>) -> Option<LookupRequest
             _ => {}
         }
     }
-    let query = validate_query(
-        &RawParam::parse_from_parameters(server_id).ok()?,
-        &RawParam::parse_from_parameters(user_id).ok()?,
-        &RawParam::parse_from_parameters(email).ok()?,
-        &RawParam::parse_from_parameters(balance_type).ok()?,
-    )
-    .ok()?;
-    Some(query.lookup)
-}
-
-/// A plain decimal integer: optional minus sign and digits, nothing else
-/// (no `+`, spaces, exponent or fraction), within `i64`.
-pub fn parse_integer(text: &str) -> Option<i64> {
-    let digits = text.strip_prefix('-').unwrap_or(text);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
+    let query = validate(|check| {
+        BalanceQuery::read(
+            check,
+            &RawParam::new("server_id", server_id),
+            &RawParam::new("user_id", user_id),
+            &RawParam::new("email", email),
+            &RawParam::new("balance_type", balance_type),
+        )
+    });
+    Some(query.ok()?.lookup)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::UserRef;
 
     /// The lookup the middleware reads with the token is the one the
     /// endpoint validates from the same query (as poem hands it the values:
@@ -252,10 +173,7 @@ mod tests {
     #[test]
     fn the_requested_lookup_is_the_endpoints() {
         let lookup = |user_id: Option<i64>, email: Option<&str>, server_id| LookupRequest {
-            who: UserRef {
-                user_id,
-                email: email.map(str::to_owned),
-            },
+            who: UserRef::new(user_id, email.map(|e| e.parse().unwrap())).unwrap(),
             server_id,
         };
         let asked = |query: &str| requested_lookup(PATH, Some(query));

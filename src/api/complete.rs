@@ -7,18 +7,20 @@ use serde_json::Value;
 use super::{
     error::{
         AlreadyCompletedBody, AlreadyCompletedCode, AuthErrorBody, CompleteFailedBody,
-        CompleteFailedCode, CompleteUnavailableBody, CompleteUnavailableCode, FieldErrors,
-        OrderNotFoundBody, OrderNotFoundCode, PayloadTooLargeBody, PaymentRefusedBody,
-        PaymentRefusedCode, RequestTimeoutBody, ValidationErrorBody,
+        CompleteFailedCode, CompleteUnavailableBody, CompleteUnavailableCode, OrderNotFoundBody,
+        OrderNotFoundCode, PayloadTooLargeBody, PaymentRefusedBody, PaymentRefusedCode,
+        RequestTimeoutBody, ValidationErrorBody, answer, shared_replies,
     },
-    request_body::{Fields, JsonObject},
+    request_body::JsonObject,
     security::CompleteToken,
     tags::ApiTags,
+    validation::{Validation, validate},
 };
 use crate::{
+    domain::{OrderId, PaymentSystem},
     service::{
-        orders::{self, CompleteError, Completion},
-        validate,
+        orders::{self, CompleteError, CompletedOrder, Completion},
+        validate::PAYMENT_ID_MAX_LEN,
     },
     state::AppState,
 };
@@ -32,15 +34,9 @@ pub struct CompleteApi;
 pub struct CompleteOrderRequest {
     /// The payment system the order was created with: `cstm:` followed by 4
     /// to 20 lower-case letters. Must match the one stored with the order.
-    #[oai(validator(pattern = r"^cstm:[a-z]{4,20}$", min_length = 9, max_length = 25))]
-    pub payment_system: String,
+    pub payment_system: PaymentSystem,
     /// The order's id: `Order:` followed by 8 to 11 letters or digits.
-    #[oai(validator(
-        pattern = r"^Order:[A-Za-z0-9]{8,11}$",
-        min_length = 14,
-        max_length = 17
-    ))]
-    pub order_id: String,
+    pub order_id: OrderId,
     /// The payment's id in the payment system, for reconciliation; optional,
     /// at most 255 characters. `null`, absent and `""` all mean none.
     #[oai(nullable, validator(max_length = 255))]
@@ -50,8 +46,8 @@ pub struct CompleteOrderRequest {
 impl Example for CompleteOrderRequest {
     fn example() -> Self {
         CompleteOrderRequest {
-            payment_system: "cstm:paygate".into(),
-            order_id: "Order:AbC123xYz".into(),
+            payment_system: PaymentSystem::example(),
+            order_id: OrderId::example(),
             payment_id: Some("pay_8f2c1a".into()),
         }
     }
@@ -64,11 +60,9 @@ pub struct CompleteOrderResponse {
     /// Always `true` on success.
     pub success: bool,
     /// The order's id, as sent.
-    #[oai(validator(pattern = r"^Order:[A-Za-z0-9]{8,11}$"))]
-    pub order_id: String,
+    pub order_id: OrderId,
     /// The order's payment system, as sent.
-    #[oai(validator(pattern = r"^cstm:[a-z]{4,20}$"))]
-    pub payment_system: String,
+    pub payment_system: PaymentSystem,
     /// The payment id recorded with the order, or null when none was given.
     /// Always present.
     #[oai(nullable)]
@@ -96,8 +90,8 @@ impl Example for CompleteOrderResponse {
     fn example() -> Self {
         CompleteOrderResponse {
             success: true,
-            order_id: "Order:AbC123xYz".into(),
-            payment_system: "cstm:paygate".into(),
+            order_id: OrderId::example(),
+            payment_system: PaymentSystem::example(),
             payment_id: Some("pay_8f2c1a".into()),
             status: OrderStatus::Completed,
             amount: "10.25".into(),
@@ -156,30 +150,118 @@ pub enum CompleteReply {
     Unavailable(Json<CompleteUnavailableBody>),
 }
 
-/// Checks each field of the body and names every offending one; fields
-/// other than these three are ignored.
-fn validate_body(body: &Value) -> Result<(String, String, Option<String>), FieldErrors> {
-    let mut fields = Fields::of(body, None)?;
-    let payment_system = fields.payment_system();
-    let order_id = fields.order_id();
-    let payment_id = match fields.value("payment_id") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(text)) if text.is_empty() => None,
-        Some(Value::String(text)) if text.chars().count() <= validate::PAYMENT_ID_MAX_LEN => {
-            Some(text.clone())
+shared_replies!(CompleteReply);
+
+impl From<CompleteError> for CompleteReply {
+    fn from(err: CompleteError) -> Self {
+        match err {
+            CompleteError::OrderNotFound => Self::NotFound(OrderNotFoundCode::OrderNotFound.into()),
+            CompleteError::AlreadyCompleted => {
+                Self::Conflict(AlreadyCompletedCode::OrderAlreadyCompleted.into())
+            }
+            CompleteError::Cancelled => Self::Conflict(AlreadyCompletedCode::OrderCancelled.into()),
+            CompleteError::UpdateFailed(err) => {
+                tracing::error!(error = %err, "order status update failed");
+                Self::Failed(CompleteFailedCode::OrderUpdateFailed.into())
+            }
+            CompleteError::ProcessingFailed(err) => {
+                tracing::error!(error = %err, "payment processing failed");
+                Self::Failed(CompleteFailedCode::PaymentProcessingError.into())
+            }
+            CompleteError::BalanceCeiling => {
+                Self::Refused(PaymentRefusedCode::PaymentProcessingError.into())
+            }
+            CompleteError::Unavailable(err) => {
+                tracing::error!(error = %err, "payment processing: database unavailable");
+                Self::Unavailable(CompleteUnavailableCode::PaymentProcessingError.into())
+            }
         }
-        Some(_) => {
-            fields.fail(
-                "payment_id",
-                "payment_id must be a string of at most 255 characters".into(),
+    }
+}
+
+/// Counts how the completion of `order_id` ended, by the completions
+/// metric's labels, and logs a success or a refusal for good (the
+/// conversion into the reply logs the failures with their error).
+fn record_outcome(
+    state: &AppState,
+    order_id: &OrderId,
+    completed: &Result<CompletedOrder, CompleteError>,
+) {
+    state.metrics.record_completion(match completed {
+        Ok(done) => {
+            tracing::info!(
+                order_id = %done.order_id,
+                user_id = done.user_id,
+                server_id = done.server_id,
+                amount = %done.amount,
+                "order completed"
             );
-            None
+            "completed"
         }
-    };
-    let request = payment_system
-        .zip(order_id)
-        .map(|(payment_system, order_id)| (payment_system, order_id, payment_id));
-    fields.finish(request)
+        Err(CompleteError::OrderNotFound) => "order_not_found",
+        Err(CompleteError::AlreadyCompleted) => "already_completed",
+        Err(CompleteError::Cancelled) => "order_cancelled",
+        Err(CompleteError::UpdateFailed(_)) => "order_update_failed",
+        Err(CompleteError::ProcessingFailed(_)) => "payment_processing_error",
+        Err(CompleteError::BalanceCeiling) => {
+            tracing::warn!(%order_id, "completion refused: the credit would pass the balance ceiling");
+            "balance_ceiling"
+        }
+        Err(CompleteError::Unavailable(_)) => "unavailable",
+    });
+}
+
+impl CompleteOrderRequest {
+    /// The body read, every offending field named; fields other than these
+    /// three are ignored.
+    fn read(body: &JsonObject<Self>, check: &mut Validation) -> Option<Self> {
+        let mut fields = body.fields(check, None)?;
+        let payment_system = fields.required("payment_system");
+        let order_id = fields.required("order_id");
+        let payment_id = match fields.value("payment_id") {
+            None => Some(None),
+            Some(Value::String(text)) if text.is_empty() => Some(None),
+            Some(Value::String(text)) if text.chars().count() <= PAYMENT_ID_MAX_LEN => {
+                Some(Some(text.clone()))
+            }
+            Some(_) => {
+                let rule = format!("must be a string of at most {PAYMENT_ID_MAX_LEN} characters");
+                fields.refuse("payment_id", rule);
+                None
+            }
+        };
+        Some(CompleteOrderRequest {
+            payment_system: payment_system?,
+            order_id: order_id?,
+            payment_id: payment_id?,
+        })
+    }
+
+    /// The completion it asks for, in `project_id`.
+    fn completion(&self, project_id: i64) -> Completion {
+        Completion {
+            project_id,
+            order_id: self.order_id.to_string(),
+            payment_system: self.payment_system.to_string(),
+            payment_id: self.payment_id.clone(),
+            audit: None,
+        }
+    }
+}
+
+impl CompleteOrderResponse {
+    /// The answer to `request`, which completed as `done` says.
+    fn of(request: CompleteOrderRequest, done: CompletedOrder) -> Self {
+        CompleteOrderResponse {
+            success: true,
+            order_id: request.order_id,
+            payment_system: request.payment_system,
+            payment_id: done.payment_id,
+            status: OrderStatus::Completed,
+            amount: done.amount.to_string(),
+            completed_at: done.completed_at,
+        }
+    }
 }
 
 #[OpenApi(tag = "ApiTags::PaymentOrders")]
@@ -210,83 +292,15 @@ impl CompleteApi {
         state: poem::web::Data<&AppState>,
         body: JsonObject<CompleteOrderRequest>,
     ) -> CompleteReply {
-        let (payment_system, order_id, payment_id) = match validate_body(&body.0) {
-            Ok(fields) => fields,
-            Err(errors) => {
-                state.metrics.record_completion("validation_error");
-                return CompleteReply::BadRequest(Json(ValidationErrorBody::new(errors)));
-            }
-        };
-        let completion = Completion {
-            project_id: auth.0.principal.project_id,
-            order_id,
-            payment_system,
-            payment_id,
-            audit: None,
-        };
-        let result = orders::complete(&state.db, &*state.store, &completion).await;
-        state.metrics.record_completion(match &result {
-            Ok(_) => "completed",
-            Err(CompleteError::OrderNotFound) => "order_not_found",
-            Err(CompleteError::AlreadyCompleted) => "already_completed",
-            Err(CompleteError::Cancelled) => "order_cancelled",
-            Err(CompleteError::UpdateFailed(_)) => "order_update_failed",
-            Err(CompleteError::ProcessingFailed(_)) => "payment_processing_error",
-            Err(CompleteError::BalanceCeiling) => "balance_ceiling",
-            Err(CompleteError::Unavailable(_)) => "unavailable",
-        });
-        match result {
-            Ok(done) => {
-                tracing::info!(
-                    order_id = %done.order_id,
-                    user_id = done.user_id,
-                    server_id = done.server_id,
-                    amount = %done.amount,
-                    "order completed"
-                );
-                CompleteReply::Ok(Json(CompleteOrderResponse {
-                    success: true,
-                    order_id: done.order_id,
-                    payment_system: done.payment_system,
-                    payment_id: done.payment_id,
-                    status: OrderStatus::Completed,
-                    amount: done.amount.to_string(),
-                    completed_at: done.completed_at,
-                }))
-            }
-            Err(CompleteError::OrderNotFound) => CompleteReply::NotFound(Json(
-                OrderNotFoundBody::new(OrderNotFoundCode::OrderNotFound),
-            )),
-            Err(CompleteError::AlreadyCompleted) => CompleteReply::Conflict(Json(
-                AlreadyCompletedBody::new(AlreadyCompletedCode::OrderAlreadyCompleted),
-            )),
-            Err(CompleteError::Cancelled) => CompleteReply::Conflict(Json(
-                AlreadyCompletedBody::new(AlreadyCompletedCode::OrderCancelled),
-            )),
-            Err(CompleteError::UpdateFailed(err)) => {
-                tracing::error!(error = %err, "order status update failed");
-                CompleteReply::Failed(Json(CompleteFailedBody::new(
-                    CompleteFailedCode::OrderUpdateFailed,
-                )))
-            }
-            Err(CompleteError::ProcessingFailed(err)) => {
-                tracing::error!(error = %err, "payment processing failed");
-                CompleteReply::Failed(Json(CompleteFailedBody::new(
-                    CompleteFailedCode::PaymentProcessingError,
-                )))
-            }
-            Err(CompleteError::BalanceCeiling) => {
-                tracing::warn!(order_id = %completion.order_id, "completion refused: the credit would pass the balance ceiling");
-                CompleteReply::Refused(Json(PaymentRefusedBody::new(
-                    PaymentRefusedCode::PaymentProcessingError,
-                )))
-            }
-            Err(CompleteError::Unavailable(err)) => {
-                tracing::error!(error = %err, "payment processing: database unavailable");
-                CompleteReply::Unavailable(Json(CompleteUnavailableBody::new(
-                    CompleteUnavailableCode::PaymentProcessingError,
-                )))
-            }
-        }
+        answer(async {
+            let request = validate(|check| CompleteOrderRequest::read(&body, check))
+                .inspect_err(|_| state.metrics.record_completion("validation_error"))?;
+            let completion = request.completion(auth.0.principal.project_id);
+            let completed = orders::complete(&state.db, &*state.store, &completion).await;
+            record_outcome(&state, &request.order_id, &completed);
+            let reply = CompleteOrderResponse::of(request, completed?);
+            Ok(CompleteReply::Ok(Json(reply)))
+        })
+        .await
     }
 }

@@ -22,7 +22,11 @@ use serde::Serialize;
 
 use poem_openapi::payload::Json;
 
-use crate::{service::auth::AuthError, store::StoreError};
+use crate::{
+    domain::{Email, TextFormat},
+    service::auth::AuthError,
+    store::StoreError,
+};
 
 /// Field name → one human-readable sentence.
 pub type FieldErrors = BTreeMap<String, String>;
@@ -172,6 +176,13 @@ macro_rules! error_body {
         impl Example for $body {
             fn example() -> Self {
                 $body::new($code::$example)
+            }
+        }
+
+        /// The body of an endpoint's reply enum, written as its code.
+        impl From<$code> for Json<$body> {
+            fn from(code: $code) -> Json<$body> {
+                Json($body::new(code))
             }
         }
     };
@@ -426,7 +437,7 @@ impl Example for ValidationErrorBody {
     fn example() -> Self {
         ValidationErrorBody::new(FieldErrors::from([(
             "email".to_owned(),
-            "email must be a valid e-mail address".to_owned(),
+            format!("email {}", Email::INVALID),
         )]))
     }
 }
@@ -443,14 +454,44 @@ impl StoreFailure {
     pub fn of(err: &StoreError, what: &str) -> StoreFailure {
         if err.is_unavailable() {
             tracing::error!(error = %err, "{what}: database unavailable");
-            StoreFailure::Unavailable(Json(UnavailableBody::new(
-                UnavailableCode::ServiceUnavailable,
-            )))
+            StoreFailure::Unavailable(UnavailableCode::ServiceUnavailable.into())
         } else {
             tracing::error!(error = %err, "{what} failed");
-            StoreFailure::Internal(Json(InternalErrorBody::new(
-                InternalErrorCode::InternalError,
-            )))
+            StoreFailure::Internal(InternalErrorCode::InternalError.into())
         }
     }
+}
+
+/// The replies endpoints share, converted into `$reply` for `?` in its
+/// handler: VALIDATION_ERROR from the validation step, and with `store` a
+/// [`StoreFailure`] as its `Internal` or `Unavailable`.
+macro_rules! shared_replies {
+    ($reply:ident) => {
+        impl From<$crate::api::error::FieldErrors> for $reply {
+            fn from(errors: $crate::api::error::FieldErrors) -> Self {
+                $reply::BadRequest(Json($crate::api::error::ValidationErrorBody::new(errors)))
+            }
+        }
+    };
+    ($reply:ident, store) => {
+        shared_replies!($reply);
+
+        impl From<$crate::api::error::StoreFailure> for $reply {
+            fn from(failure: $crate::api::error::StoreFailure) -> Self {
+                match failure {
+                    $crate::api::error::StoreFailure::Internal(body) => $reply::Internal(body),
+                    $crate::api::error::StoreFailure::Unavailable(body) => {
+                        $reply::Unavailable(body)
+                    }
+                }
+            }
+        }
+    };
+}
+pub(crate) use shared_replies;
+
+/// An endpoint's reply, from its steps written with `?`: a step that
+/// refuses ends them with its refusal, converted into the reply enum.
+pub async fn answer<R>(steps: impl Future<Output = Result<R, R>>) -> R {
+    steps.await.unwrap_or_else(|refusal| refusal)
 }

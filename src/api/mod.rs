@@ -8,6 +8,7 @@ pub mod balance_query;
 pub mod complete;
 pub mod docs;
 pub mod error;
+pub mod formats;
 pub mod json_reply;
 pub mod middleware;
 pub mod operations;
@@ -16,6 +17,7 @@ pub mod params;
 pub mod request_body;
 pub mod security;
 pub mod tags;
+pub mod validation;
 
 use poem::{
     Response,

@@ -9,17 +9,19 @@ use poem_openapi::{
 use serde_json::json;
 
 use super::{
-    balance_query::{EmailSpec, UserIdSpec, parse_integer, validate_user},
+    balance_query::{EmailSpec, UserIdSpec},
     error::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, FieldErrors, InternalErrorBody,
-        StoreFailure, UnavailableBody, ValidationErrorBody,
+        StoreFailure, UnavailableBody, ValidationErrorBody, answer, shared_replies,
     },
     params::{ParamSpec, QueryParam, RawParam},
     security::OperationsToken,
     tags::ApiTags,
+    validation::{Validation, validate},
 };
 use crate::{
-    service::ledger::{self, Entry, HistoryError, HistoryRequest},
+    money::signed_cents,
+    service::ledger::{self, Entry, HistoryError, HistoryRequest, Page},
     state::AppState,
 };
 
@@ -87,20 +89,13 @@ impl From<Entry> for Operation {
                 BalanceType::Main => OperationBalanceType::Main,
                 BalanceType::Bonus => OperationBalanceType::Bonus,
             },
-            amount: signed_amount(entry.amount_cents),
+            amount: signed_cents(entry.amount_cents),
             balance_before: entry.balance_before.to_string(),
             balance_after: entry.balance_after.to_string(),
             order_id: entry.order_id,
             created_at: entry.created_at,
         }
     }
-}
-
-/// Cents as a signed decimal string with two fraction digits.
-fn signed_amount(cents: i64) -> String {
-    let sign = if cents < 0 { "-" } else { "" };
-    let magnitude = cents.unsigned_abs();
-    format!("{sign}{}.{:02}", magnitude / 100, magnitude % 100)
 }
 
 impl Example for Operation {
@@ -134,6 +129,16 @@ pub struct OperationsPage {
     /// arrive: no entry is skipped or repeated.
     #[oai(nullable)]
     pub next_cursor: Option<String>,
+}
+
+impl From<Page> for OperationsPage {
+    fn from(page: Page) -> OperationsPage {
+        OperationsPage {
+            success: true,
+            operations: page.entries.into_iter().map(Operation::from).collect(),
+            next_cursor: page.next_cursor,
+        }
+    }
 }
 
 impl Example for OperationsPage {
@@ -216,63 +221,47 @@ pub enum OperationsReply {
     Unavailable(Json<UnavailableBody>),
 }
 
-/// The page the query asks for, in `project_id`.
-fn validate_query(
+shared_replies!(OperationsReply, store);
+
+impl From<HistoryError> for OperationsReply {
+    fn from(err: HistoryError) -> Self {
+        match err {
+            HistoryError::BadCursor => FieldErrors::from([(
+                "cursor".to_owned(),
+                "cursor must be a next_cursor given for these same parameters".to_owned(),
+            )])
+            .into(),
+            HistoryError::UserNotFound => Self::NotFound(BalanceNotFoundCode::UserNotFound.into()),
+            HistoryError::ServerNotFound => {
+                Self::NotFound(BalanceNotFoundCode::ServerNotFound.into())
+            }
+            HistoryError::Store(err) => StoreFailure::of(&err, "operation history").into(),
+        }
+    }
+}
+
+/// The page the query asks for, in `project_id`, every offending
+/// parameter named.
+fn read_request(
+    check: &mut Validation,
     project_id: i64,
     user_id: &RawParam<UserIdSpec>,
     email: &RawParam<EmailSpec>,
     server_id: &RawParam<AccountFilterSpec>,
     limit: &RawParam<LimitSpec>,
     cursor: &RawParam<CursorSpec>,
-) -> Result<HistoryRequest, FieldErrors> {
-    let mut errors = FieldErrors::new();
-    let who = validate_user(user_id, email, &mut errors);
-    let mut number =
-        |name: &str, raw: Result<Option<&str>, String>, ok: fn(i64) -> bool, rule| match raw {
-            Ok(None) => Some(None),
-            Ok(Some(text)) => match parse_integer(text) {
-                Some(n) if ok(n) => Some(Some(n)),
-                _ => {
-                    errors.insert(name.into(), format!("{name} must be {rule}"));
-                    None
-                }
-            },
-            Err(sentence) => {
-                errors.insert(name.into(), sentence);
-                None
-            }
-        };
-    let server_id = number(
-        "server_id",
-        server_id.single("server_id"),
-        |n| n >= 0,
-        "an integer >= 0",
-    );
-    let limit = number(
-        "limit",
-        limit.single("limit"),
-        |n| (1..=ledger::MAX_LIMIT as i64).contains(&n),
-        "an integer from 1 to 100",
-    );
-    let cursor = match cursor.single("cursor") {
-        Ok(cursor) => Some(cursor.map(str::to_owned)),
-        Err(sentence) => {
-            errors.insert("cursor".into(), sentence);
-            None
-        }
-    };
-    match (who, server_id, limit, cursor) {
-        (Some(who), Some(server_id), Some(limit), Some(cursor)) if errors.is_empty() => {
-            Ok(HistoryRequest {
-                project_id,
-                who,
-                server_id,
-                limit: limit.map_or(ledger::DEFAULT_LIMIT, |n| n as u64),
-                cursor,
-            })
-        }
-        _ => Err(errors),
-    }
+) -> Option<HistoryRequest> {
+    let who = check.user_params(user_id, email);
+    let server_id = check.integer_param(server_id, 0..=i64::MAX);
+    let limit = check.integer_param(limit, 1..=ledger::MAX_LIMIT as i64);
+    let cursor = check.param(cursor);
+    Some(HistoryRequest {
+        project_id,
+        who: who?,
+        server_id: server_id?,
+        limit: limit?.map_or(ledger::DEFAULT_LIMIT, |n| n as u64),
+        cursor: cursor?,
+    })
 }
 
 #[OpenApi(tag = "ApiTags::MasterAccount")]
@@ -310,55 +299,16 @@ impl OperationsApi {
         /// was given (opaque). The first page when omitted.
         cursor: QueryParam<RawParam<CursorSpec>>,
     ) -> OperationsReply {
-        let request = match validate_query(
-            caller.0.principal.project_id,
-            &user_id,
-            &email,
-            &server_id,
-            &limit,
-            &cursor,
-        ) {
-            Ok(request) => request,
-            Err(errors) => {
-                return OperationsReply::BadRequest(Json(ValidationErrorBody::new(errors)));
-            }
-        };
-        match ledger::page(&state.db, &request).await {
-            Ok(page) => OperationsReply::Ok(Json(OperationsPage {
-                success: true,
-                operations: page.entries.into_iter().map(Operation::from).collect(),
-                next_cursor: page.next_cursor,
-            })),
-            Err(HistoryError::BadCursor) => {
-                OperationsReply::BadRequest(Json(ValidationErrorBody::new(FieldErrors::from([(
-                    "cursor".to_owned(),
-                    "cursor must be a next_cursor given for these same parameters".to_owned(),
-                )]))))
-            }
-            Err(HistoryError::UserNotFound) => OperationsReply::NotFound(Json(
-                BalanceNotFoundBody::new(BalanceNotFoundCode::UserNotFound),
-            )),
-            Err(HistoryError::ServerNotFound) => OperationsReply::NotFound(Json(
-                BalanceNotFoundBody::new(BalanceNotFoundCode::ServerNotFound),
-            )),
-            Err(HistoryError::Store(err)) => match StoreFailure::of(&err, "operation history") {
-                StoreFailure::Internal(body) => OperationsReply::Internal(body),
-                StoreFailure::Unavailable(body) => OperationsReply::Unavailable(body),
-            },
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signed_amounts_keep_their_sign_and_two_digits() {
-        assert_eq!(signed_amount(0), "0.00");
-        assert_eq!(signed_amount(1025), "10.25");
-        assert_eq!(signed_amount(-5), "-0.05");
-        assert_eq!(signed_amount(-125_050), "-1250.50");
-        assert_eq!(signed_amount(i64::MIN), "-92233720368547758.08");
+        answer(async {
+            let project_id = caller.0.principal.project_id;
+            let request = validate(|check| {
+                read_request(
+                    check, project_id, &user_id, &email, &server_id, &limit, &cursor,
+                )
+            })?;
+            let page = ledger::page(&state.db, &request).await?;
+            Ok(OperationsReply::Ok(Json(page.into())))
+        })
+        .await
     }
 }

@@ -3,9 +3,10 @@
 //! poem-openapi rejects a request at the first parameter that does not parse,
 //! with its own plain-text error. The contract wants every offending field
 //! reported at once in the JSON error body (docs/api.md), so each parameter
-//! is taken as the raw strings the query holds ([`RawParam`]) and validated
-//! by the endpoint. The schema published for it is still the precise one
-//! (type, minimum, pattern, enum, example), given by a [`ParamSpec`].
+//! is taken as the raw strings the query holds ([`RawParam`]) and read by
+//! the endpoint's validation step (`api::validation`). The schema published
+//! for it is still the precise one (type, minimum, pattern, enum, example),
+//! given by a [`ParamSpec`].
 //!
 //! [`QueryParam`] publishes a parameter as poem-openapi's `Query` does, but
 //! reads it from the request's own query string, not from the pairs
@@ -18,9 +19,8 @@ use std::{borrow::Cow, marker::PhantomData, ops::Deref};
 use poem::{Request, RequestBody, Result};
 use poem_openapi::{
     ApiExtractor, ApiExtractorType, ExtractParamOptions,
-    error::ParseParamError,
     registry::{MetaParamIn, MetaSchema, MetaSchemaRef, Registry},
-    types::{ParseFromParameter, ParseResult, Type},
+    types::Type,
 };
 
 /// What the OpenAPI document says about a parameter.
@@ -30,20 +30,33 @@ pub trait ParamSpec: Send + Sync + 'static {
     fn schema() -> MetaSchema;
 }
 
-/// All values a query parameter was given, unparsed.
+/// All values a parameter was given, unparsed, and its name.
 pub struct RawParam<S> {
+    name: &'static str,
     values: Vec<String>,
     _spec: PhantomData<S>,
 }
 
 impl<S> RawParam<S> {
-    /// The single value of the parameter: `Ok(None)` when absent, an error
-    /// sentence when it was repeated.
-    pub fn single(&self, field: &str) -> Result<Option<&str>, String> {
+    pub fn new<A: AsRef<str>>(name: &'static str, values: impl IntoIterator<Item = A>) -> Self {
+        RawParam {
+            name,
+            values: values.into_iter().map(|v| v.as_ref().to_owned()).collect(),
+            _spec: PhantomData,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The single value of the parameter: `Ok(None)` when absent, what is
+    /// wrong with it when it was repeated.
+    pub fn single(&self) -> Result<Option<&str>, &'static str> {
         match self.values.as_slice() {
             [] => Ok(None),
             [one] => Ok(Some(one)),
-            _ => Err(format!("{field} must be given only once")),
+            _ => Err("must be given only once"),
         }
     }
 }
@@ -69,24 +82,6 @@ impl<S: ParamSpec> Type for RawParam<S> {
         &'a self,
     ) -> Box<dyn Iterator<Item = &'a Self::RawElementValueType> + 'a> {
         Box::new(std::iter::once(self))
-    }
-}
-
-impl<S: ParamSpec> ParseFromParameter for RawParam<S> {
-    fn parse_from_parameter(value: &str) -> ParseResult<Self> {
-        Ok(RawParam {
-            values: vec![value.to_owned()],
-            _spec: PhantomData,
-        })
-    }
-
-    fn parse_from_parameters<I: IntoIterator<Item = A>, A: AsRef<str>>(
-        iter: I,
-    ) -> ParseResult<Self> {
-        Ok(RawParam {
-            values: iter.into_iter().map(|v| v.as_ref().to_owned()).collect(),
-            _spec: PhantomData,
-        })
     }
 }
 
@@ -150,15 +145,15 @@ impl<T, L> Deref for Param<T, L> {
     }
 }
 
-impl<'a, T: ParseFromParameter, L: ParamIn> ApiExtractor<'a> for Param<T, L> {
+impl<'a, S: ParamSpec, L: ParamIn> ApiExtractor<'a> for Param<RawParam<S>, L> {
     const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::Parameter];
-    const PARAM_IS_REQUIRED: bool = T::IS_REQUIRED;
+    const PARAM_IS_REQUIRED: bool = S::REQUIRED;
 
-    type ParamType = T;
-    type ParamRawType = T::RawValueType;
+    type ParamType = RawParam<S>;
+    type ParamRawType = RawParam<S>;
 
     fn register(registry: &mut Registry) {
-        T::register(registry);
+        RawParam::<S>::register(registry);
     }
 
     fn param_in() -> Option<MetaParamIn> {
@@ -166,7 +161,7 @@ impl<'a, T: ParseFromParameter, L: ParamIn> ApiExtractor<'a> for Param<T, L> {
     }
 
     fn param_schema_ref() -> Option<MetaSchemaRef> {
-        Some(T::schema_ref())
+        Some(RawParam::<S>::schema_ref())
     }
 
     fn param_raw_type(&self) -> Option<&Self::ParamRawType> {
@@ -176,16 +171,9 @@ impl<'a, T: ParseFromParameter, L: ParamIn> ApiExtractor<'a> for Param<T, L> {
     async fn from_request(
         request: &'a Request,
         _body: &mut RequestBody,
-        param_opts: ExtractParamOptions<T>,
+        param_opts: ExtractParamOptions<RawParam<S>>,
     ) -> Result<Self> {
-        T::parse_from_parameters(L::values(request, param_opts.name))
-            .map(|value| Param(value, PhantomData))
-            .map_err(|err| {
-                ParseParamError {
-                    name: param_opts.name,
-                    reason: err.into_message(),
-                }
-                .into()
-            })
+        let values = L::values(request, param_opts.name);
+        Ok(Param(RawParam::new(param_opts.name, values), PhantomData))
     }
 }

@@ -1,6 +1,6 @@
 //! The JSON object a POST endpoint receives, read within the body limit
-//! and the body timeout, and kept as JSON so that the endpoint can name
-//! every offending field (docs/api.md, "Errors").
+//! and the body timeout, and kept as JSON so that the endpoint's
+//! validation step can name every offending field (docs/api.md, "Errors").
 
 use std::marker::PhantomData;
 
@@ -10,18 +10,29 @@ use poem_openapi::{
     registry::{MetaMediaType, MetaRequest, Registry},
     types::Type,
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::error::{ApiError, FieldErrors};
-use crate::{
-    service::{users::UserRef, validate},
-    state::AppState,
+use super::{
+    error::ApiError,
+    validation::{Fields, Validation},
 };
+use crate::state::AppState;
 
-/// A request body as received: any JSON, validated field by field by the
-/// endpoint so that every offending field is named. Published with the
-/// schema of `T`.
+/// A request body as received: any JSON, read field by field by the
+/// endpoint's validation step so that every offending field is named.
+/// Published with the schema of `T`.
 pub struct JsonObject<T>(pub Value, PhantomData<T>);
+
+impl<T> JsonObject<T> {
+    /// The body's fields, each one not in `known` (when given) an offence.
+    pub fn fields<'c>(
+        &self,
+        check: &'c mut Validation,
+        known: Option<&[&str]>,
+    ) -> Option<Fields<'_, 'c>> {
+        check.object(&self.0, known)
+    }
+}
 
 impl<'a, T: Type> ApiExtractor<'a> for JsonObject<T> {
     const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::RequestObject];
@@ -101,120 +112,6 @@ impl<'a, T: Type> ApiExtractor<'a> for JsonObject<T> {
         let value = serde_json::from_slice(&bytes)
             .map_err(|_| ApiError::validation_field("body", "the body must be a JSON object"))?;
         Ok(JsonObject(value, PhantomData))
-    }
-}
-
-/// The fields of a JSON object body, checked one by one; every offending
-/// field is recorded.
-pub(super) struct Fields<'a> {
-    object: &'a Map<String, Value>,
-    errors: FieldErrors,
-}
-
-impl<'a> Fields<'a> {
-    /// The object's fields, with each one not in `known` (when given)
-    /// recorded as an error; `Err` with the error under `body` when `body`
-    /// is no object.
-    pub(super) fn of(body: &'a Value, known: Option<&[&str]>) -> Result<Fields<'a>, FieldErrors> {
-        let Value::Object(object) = body else {
-            return Err(FieldErrors::from([(
-                "body".to_owned(),
-                "the body must be a JSON object".to_owned(),
-            )]));
-        };
-        let mut errors = FieldErrors::new();
-        let unknown = |name: &&String| known.is_some_and(|known| !known.contains(&name.as_str()));
-        for name in object.keys().filter(unknown) {
-            errors.insert(
-                name.clone(),
-                format!("{name} is not a field of this request"),
-            );
-        }
-        Ok(Fields { object, errors })
-    }
-
-    pub(super) fn fail(&mut self, name: &str, sentence: String) {
-        self.errors.insert(name.to_owned(), sentence);
-    }
-
-    /// The field `name` as sent, if it was.
-    pub(super) fn value(&self, name: &str) -> Option<&'a Value> {
-        self.object.get(name)
-    }
-
-    /// The required `payment_system`.
-    pub(super) fn payment_system(&mut self) -> Option<String> {
-        self.string(
-            "payment_system",
-            validate::is_payment_system,
-            "cstm: followed by 4 to 20 lower-case letters",
-        )
-    }
-
-    /// The required `order_id`.
-    pub(super) fn order_id(&mut self) -> Option<String> {
-        self.string(
-            "order_id",
-            validate::is_order_id,
-            "Order: followed by 8 to 11 letters or digits",
-        )
-    }
-
-    /// A required string field that `ok` accepts.
-    pub(super) fn string(
-        &mut self,
-        name: &str,
-        ok: fn(&str) -> bool,
-        format: &str,
-    ) -> Option<String> {
-        match self.object.get(name) {
-            None | Some(Value::Null) => self.fail(name, format!("{name} is required")),
-            Some(Value::String(text)) if ok(text) => return Some(text.clone()),
-            Some(_) => self.fail(name, format!("{name} must be {format}")),
-        }
-        None
-    }
-
-    /// An integer field of at least `min`: `Ok(None)` when absent or null.
-    pub(super) fn integer(&mut self, name: &str, min: i64) -> Result<Option<i64>, ()> {
-        match self.object.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n >= min) => Ok(n.as_i64()),
-            Some(_) => {
-                self.fail(name, format!("{name} must be an integer >= {min}"));
-                Err(())
-            }
-        }
-    }
-
-    /// The user named by `user_id`, `email` or both.
-    pub(super) fn user(&mut self) -> Option<UserRef> {
-        let user_id = self.integer("user_id", 1);
-        let email = match self.object.get("email") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(text)) if text.is_empty() => Ok(None),
-            Some(Value::String(text)) if validate::is_email(text) => Ok(Some(text.clone())),
-            Some(_) => {
-                self.fail("email", "email must be a valid e-mail address".into());
-                Err(())
-            }
-        };
-        match (user_id, email) {
-            (Ok(None), Ok(None)) => {
-                self.fail("user_id", "user_id is required when email is empty".into());
-                None
-            }
-            (Ok(user_id), Ok(email)) => Some(UserRef { user_id, email }),
-            _ => None,
-        }
-    }
-
-    /// `value` when no field offended, else every offence.
-    pub(super) fn finish<T>(self, value: Option<T>) -> Result<T, FieldErrors> {
-        match value {
-            Some(value) if self.errors.is_empty() => Ok(value),
-            _ => Err(self.errors),
-        }
     }
 }
 

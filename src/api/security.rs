@@ -83,7 +83,7 @@ async fn authenticate(req: &Request) -> Result<Authenticated, ApiError> {
     let account = if req.method() == Method::GET {
         balance_query::requested_lookup(req.uri().path(), req.uri().query())
             .as_ref()
-            .and_then(balances::account_key)
+            .map(balances::account_key)
     } else {
         None
     };

@@ -141,7 +141,8 @@ mod tests {
             .await
             .unwrap()
             .id;
-        let user = users::create(&db, &Actor::CommandLine, project, "a+b@example.com")
+        let email = "a+b@example.com".parse().unwrap();
+        let user = users::create(&db, &Actor::CommandLine, project, &email)
             .await
             .unwrap()
             .id;
@@ -187,14 +188,11 @@ mod tests {
         // Completed once beforehand: every later completion of it is 409.
         let done = orders::OrderRequest {
             project_id: project,
-            who: users::UserRef {
-                user_id: Some(user),
-                email: None,
-            },
+            who: users::UserRef::Id(user),
             server_id: 0,
             amount: Money::from_cents(500).unwrap(),
-            payment_system: "cstm:paygate".into(),
-            order_id: Some("Order:ABCDEFGH".into()),
+            payment_system: "cstm:paygate".parse().unwrap(),
+            order_id: Some("Order:ABCDEFGH".parse().unwrap()),
         };
         let state = AppState::new(db.clone(), &settings).expect("state");
         orders::create(&db, &*state.store, &done, None)
@@ -205,7 +203,7 @@ mod tests {
             order_id: None,
             ..done.clone()
         };
-        orders::create(&db, &*state.store, &keyed, Some("key-1"))
+        orders::create(&db, &*state.store, &keyed, Some(&"key-1".parse().unwrap()))
             .await
             .unwrap();
         let once = orders::Completion {

@@ -4,8 +4,11 @@ use clap::Subcommand;
 use sea_orm::DatabaseConnection;
 use serde_json::json;
 
-use super::{CliResult, Output, parse_amount};
-use crate::service::{admin_audit::Actor, balances};
+use super::{CliResult, Output};
+use crate::{
+    money::Money,
+    service::{admin_audit::Actor, balances},
+};
 
 #[derive(Debug, Subcommand)]
 pub enum BalanceCommand {
@@ -18,10 +21,10 @@ pub enum BalanceCommand {
         server: Option<i64>,
         /// New main balance, e.g. 100 or 100.50.
         #[arg(long, allow_hyphen_values = true)]
-        main: Option<String>,
+        main: Option<Money>,
         /// New bonus balance.
         #[arg(long, allow_hyphen_values = true)]
-        bonus: Option<String>,
+        bonus: Option<Money>,
         /// Why the balance is set (at most 500 characters); kept in the
         /// administration audit log.
         #[arg(long)]
@@ -37,8 +40,6 @@ pub async fn run(cmd: BalanceCommand, db: &DatabaseConnection, out: Output) -> C
         bonus,
         reason,
     } = cmd;
-    let main = main.map(|m| parse_amount("--main", &m)).transpose()?;
-    let bonus = bonus.map(|b| parse_amount("--bonus", &b)).transpose()?;
     let change = balances::set(db, &Actor::CommandLine, user, server, main, bonus, &reason).await?;
     let server_id = server.unwrap_or(0);
     out.emit(

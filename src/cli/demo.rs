@@ -3,7 +3,7 @@
 use sea_orm::DatabaseConnection;
 use serde_json::json;
 
-use super::{Output, parse_amount};
+use super::Output;
 use crate::service::{
     admin_audit::Actor,
     admin_sessions,
@@ -43,8 +43,10 @@ pub async fn seed(
     let actor = &Actor::CommandLine;
     let project = projects::create(db, actor, "Demo project").await?;
     let suffix = project.id;
-    let alice = users::create(db, actor, project.id, &format!("alice{suffix}@example.com")).await?;
-    let bob = users::create(db, actor, project.id, &format!("bob{suffix}@example.com")).await?;
+    let alice = format!("alice{suffix}@example.com").parse()?;
+    let alice = users::create(db, actor, project.id, &alice).await?;
+    let bob = format!("bob{suffix}@example.com").parse()?;
+    let bob = users::create(db, actor, project.id, &bob).await?;
     let server = servers::create(db, actor, project.id, "Survival #1").await?;
     servers::create(db, actor, project.id, "Creative #2").await?;
     balances::set(
@@ -52,8 +54,8 @@ pub async fn seed(
         actor,
         alice.id,
         None,
-        Some(parse_amount("main", "1250.50")?),
-        Some(parse_amount("bonus", "25")?),
+        Some("1250.50".parse()?),
+        Some("25".parse()?),
         REASON,
     )
     .await?;
@@ -62,22 +64,13 @@ pub async fn seed(
         actor,
         alice.id,
         Some(server.id),
-        Some(parse_amount("main", "99.99")?),
+        Some("99.99".parse()?),
         None,
         REASON,
     )
     .await?;
-    balances::set(
-        db,
-        actor,
-        bob.id,
-        None,
-        Some(parse_amount("main", "10")?),
-        None,
-        REASON,
-    )
-    .await?;
-    let mut order_ids = Vec::new();
+    balances::set(db, actor, bob.id, None, Some("10".parse()?), None, REASON).await?;
+    let mut order_ids: Vec<String> = Vec::new();
     for (user, server_id, amount) in [
         (alice.id, None, "10.25"),
         (alice.id, Some(server.id), "5.00"),
@@ -85,19 +78,17 @@ pub async fn seed(
     ] {
         let request = OrderRequest {
             project_id: project.id,
-            who: UserRef {
-                user_id: Some(user),
-                email: None,
-            },
+            who: UserRef::Id(user),
             server_id: server_id.unwrap_or(0),
-            amount: parse_amount("amount", amount)?,
-            payment_system: "cstm:paygate".into(),
+            amount: amount.parse()?,
+            payment_system: "cstm:paygate".parse()?,
             order_id: None,
         };
         order_ids.push(
             orders::create_as(db, store, actor, &request)
                 .await?
-                .order_id,
+                .order_id
+                .into(),
         );
     }
     let (token, value) = tokens::create(

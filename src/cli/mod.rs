@@ -209,12 +209,6 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// Parses a money argument into a one-line error naming the flag.
-pub(crate) fn parse_amount(flag: &str, text: &str) -> anyhow::Result<crate::money::Money> {
-    text.parse()
-        .map_err(|err| anyhow::anyhow!("{flag} {text:?}: amount {err}"))
-}
-
 /// Parses `--allow a,b` into permissions.
 pub(crate) fn parse_permissions(
     text: &str,

@@ -6,9 +6,11 @@ use entity::payment_order::OrderStatus;
 use sea_orm::{ActiveEnum, DatabaseConnection};
 use serde_json::{Value, json};
 
-use super::{CliResult, Output, parse_amount};
+use super::{CliResult, Output};
 use crate::{
     config::Settings,
+    domain::{OrderId, PaymentSystem},
+    money::Money,
     service::{
         admin_audit::Actor,
         orders::{self, Cancellation, CompleteError, Order, OrderFilter, OrderRequest},
@@ -26,25 +28,25 @@ pub enum OrderCommand {
         user: i64,
         /// Amount, e.g. 10 or 10.25 (at most two fraction digits).
         #[arg(long, allow_hyphen_values = true)]
-        amount: String,
+        amount: Money,
         /// cstm: followed by 4 to 20 lower-case letters.
         #[arg(long)]
-        payment_system: String,
+        payment_system: PaymentSystem,
         /// Server credited on completion; omitted for the general account.
         #[arg(long)]
         server: Option<i64>,
         /// Order: followed by 8 to 11 letters or digits; generated when omitted.
         #[arg(long)]
-        order_id: Option<String>,
+        order_id: Option<OrderId>,
     },
     /// Show an order.
-    Get { order_id: String },
+    Get { order_id: OrderId },
     /// Cancel a pending order (it is then never credited).
-    Cancel { order_id: String },
+    Cancel { order_id: OrderId },
     /// Complete a pending order as the API's completion does (credited
     /// exactly once), recorded in the admin audit log: how an order whose
     /// completion was refused is completed once its balance allows.
-    Complete { order_id: String },
+    Complete { order_id: OrderId },
     /// List a project's orders, newest first.
     List {
         #[arg(long)]
@@ -95,12 +97,9 @@ pub async fn run(
         } => {
             let request = OrderRequest {
                 project_id: project,
-                who: UserRef {
-                    user_id: Some(user),
-                    email: None,
-                },
+                who: UserRef::Id(user),
                 server_id: server.unwrap_or(0),
-                amount: parse_amount("--amount", &amount)?,
+                amount,
                 payment_system,
                 order_id,
             };

@@ -5,7 +5,10 @@ use sea_orm::DatabaseConnection;
 use serde_json::json;
 
 use super::{CliResult, Output};
-use crate::service::{admin_audit::Actor, users};
+use crate::{
+    domain::Email,
+    service::{admin_audit::Actor, users},
+};
 
 #[derive(Debug, Subcommand)]
 pub enum UserCommand {
@@ -14,7 +17,7 @@ pub enum UserCommand {
         #[arg(long)]
         project: i64,
         #[arg(long)]
-        email: String,
+        email: Email,
     },
 }
 

@@ -22,6 +22,7 @@ use super::{
     session::{PostForm, SignedIn},
     users::{account_name, entries_table, parse_money, parse_server},
 };
+use crate::domain::{OrderId, PaymentSystem};
 use crate::service::{
     AdminError,
     admin_audit::{self, AuditFilter},
@@ -32,7 +33,6 @@ use crate::service::{
     },
     projects, servers,
     users::{self, UserRef},
-    validate,
 };
 
 /// Orders listed at most, newest first.
@@ -84,13 +84,9 @@ fn parse_filter(params: &Params, errors: &mut FieldErrors) -> OrderFilter {
     let mut filter = OrderFilter::default();
     let order_id = params.get("order_id");
     if !order_id.is_empty() {
-        if validate::is_order_id(order_id) {
-            filter.order_id = Some(order_id.to_owned());
-        } else {
-            errors.add(
-                "order_id",
-                "not an order id: Order: followed by 8 to 11 letters or digits",
-            );
+        match order_id.parse::<OrderId>() {
+            Ok(order_id) => filter.order_id = Some(order_id),
+            Err(err) => errors.add("order_id", err.to_string()),
         }
     }
     let project = params.get("project");
@@ -348,19 +344,11 @@ async fn create(
     let who = if sent.user.is_empty() {
         errors.add("user", "give the user's id or e-mail");
         None
-    } else if let Some(id) = parse_id(sent.user) {
-        Some(UserRef {
-            user_id: Some(id),
-            email: None,
-        })
-    } else if validate::is_email(sent.user) {
-        Some(UserRef {
-            user_id: None,
-            email: Some(sent.user.to_owned()),
-        })
     } else {
-        errors.add("user", "not a user id (a number) or an e-mail address");
-        None
+        sent.user
+            .parse::<UserRef>()
+            .map_err(|err| errors.add("user", err.to_string()))
+            .ok()
     };
     let server_id = parse_server(sent.server);
     if server_id.is_none() {
@@ -380,15 +368,20 @@ async fn create(
             None
         }
     };
-    if let (Some(project_id), Some(who), Some(server_id), Some(amount)) =
-        (project_id, who, server_id, amount)
+    let payment_system = sent
+        .payment_system
+        .parse::<PaymentSystem>()
+        .map_err(|err| errors.add("payment_system", err.to_string()))
+        .ok();
+    if let (Some(project_id), Some(who), Some(server_id), Some(amount), Some(payment_system)) =
+        (project_id, who, server_id, amount, payment_system)
     {
         let request = OrderRequest {
             project_id,
             who,
             server_id,
             amount,
-            payment_system: sent.payment_system.to_owned(),
+            payment_system,
             order_id: None,
         };
         match orders::create_as(&state.db, &*state.store, &admin.actor(), &request).await {
@@ -411,7 +404,6 @@ async fn create(
                 // The form names the server `server`; an order id is never typed.
                 let field = match field {
                     "server_id" => "server",
-                    "payment_system" => "payment_system",
                     "amount" => "amount",
                     _ => "order",
                 };
@@ -463,7 +455,7 @@ async fn order_view(
     let servers = servers::list(db, project_id).await?;
     let audit_filter = AuditFilter {
         object_kind: Some("order".to_owned()),
-        object_id: Some(order.order_id.clone()),
+        object_id: Some(order.order_id.to_string()),
         ..AuditFilter::default()
     };
     let audit = admin_audit::list(db, &audit_filter, AUDIT_LIMIT).await?;

@@ -17,6 +17,7 @@ use super::{
     session::{PostForm, SignedIn},
 };
 use crate::{
+    domain::Email,
     money::{Money, signed_cents},
     service::{
         AdminError,
@@ -262,7 +263,11 @@ async fn create_user(
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     let email = form.get("email");
-    match users::create(&state.db, &admin.actor(), id, email).await {
+    let created = match email.parse::<Email>() {
+        Ok(address) => users::create(&state.db, &admin.actor(), id, &address).await,
+        Err(err) => Err(AdminError::Invalid("email", err.to_string())),
+    };
+    match created {
         Ok(user) => Ok(page::redirect(&format!("/users/{}", user.id))),
         Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
             let mut forms = ProjectForms {
@@ -361,10 +366,7 @@ async fn user_view(
         .collect();
     let mut request = HistoryRequest {
         project_id: user.project_id,
-        who: UserRef {
-            user_id: Some(user.id),
-            email: None,
-        },
+        who: UserRef::Id(user.id),
         server_id: None,
         limit: HISTORY_LIMIT,
         cursor: before.filter(|c| !c.is_empty()),

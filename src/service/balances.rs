@@ -21,6 +21,7 @@ use super::{
     now, servers, users, validate,
 };
 use crate::{
+    domain::Email,
     money::Money,
     store::{AccountKey, Store, StoreError},
 };
@@ -63,9 +64,7 @@ pub async fn lookup(
     caller: &Authenticated,
     request: &LookupRequest,
 ) -> Result<AccountBalance, BalanceLookupError> {
-    let Some(key) = account_key(request) else {
-        return Err(BalanceLookupError::UserNotFound);
-    };
+    let key = account_key(request);
     let row = match &caller.account {
         Some((read_for, row)) if *read_for == key => *row,
         _ => store
@@ -74,10 +73,10 @@ pub async fn lookup(
             .and_then(|token| token.account)
             .ok_or(BalanceLookupError::UserNotFound)?,
     };
-    let user = match (key.user_id, &key.email) {
-        (Some(_), None) => row.user_by_id,
-        (None, Some(_)) => row.user_by_email,
-        _ => row.user_by_id.filter(|&id| row.user_by_email == Some(id)),
+    let user = match request.who {
+        UserRef::Id(_) => row.user_by_id,
+        UserRef::Email(_) => row.user_by_email,
+        UserRef::Both(..) => row.user_by_id.filter(|&id| row.user_by_email == Some(id)),
     };
     if user.is_none() {
         return Err(BalanceLookupError::UserNotFound);
@@ -95,18 +94,13 @@ pub async fn lookup(
     })
 }
 
-/// The account `request` names as the store reads it (the e-mail
-/// lower-cased, as stored); `None` when it names no user.
-pub fn account_key(request: &LookupRequest) -> Option<AccountKey> {
-    let who = &request.who;
-    if who.user_id.is_none() && who.email.is_none() {
-        return None;
-    }
-    Some(AccountKey {
-        user_id: who.user_id,
-        email: who.email.as_deref().map(validate::normalize_email),
+/// The account `request` names, as the store reads it.
+pub fn account_key(request: &LookupRequest) -> AccountKey {
+    AccountKey {
+        user_id: request.who.user_id(),
+        email: request.who.email().map(Email::to_string),
         server_id: request.server_id,
-    })
+    }
 }
 
 async fn read<C: ConnectionTrait>(

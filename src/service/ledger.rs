@@ -19,7 +19,7 @@ use entity::{
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use sha2::{Digest, Sha256};
 
-use super::{servers, users, users::UserRef, validate};
+use super::{servers, users, users::UserRef};
 use crate::{money::Money, store::StoreError};
 
 /// Entries per page at most.
@@ -150,10 +150,12 @@ const CHECK_LEN: usize = 12;
 
 /// The checksum of a cursor starting below `before` for `request`'s query.
 fn cursor_check(request: &HistoryRequest, before: i64) -> [u8; CHECK_LEN] {
-    let email = request.who.email.as_deref().map(validate::normalize_email);
     let scope = format!(
         "operations cursor\nproject={}\nuser_id={:?}\nemail={:?}\nserver_id={:?}\nbefore={before}",
-        request.project_id, request.who.user_id, email, request.server_id,
+        request.project_id,
+        request.who.user_id(),
+        request.who.email().map(|email| email.as_str()),
+        request.server_id,
     );
     let digest = Sha256::digest(scope.as_bytes());
     let mut check = [0; CHECK_LEN];
@@ -299,10 +301,7 @@ mod tests {
     fn request(user_id: i64, server_id: Option<i64>) -> HistoryRequest {
         HistoryRequest {
             project_id: 1,
-            who: UserRef {
-                user_id: Some(user_id),
-                email: None,
-            },
+            who: UserRef::Id(user_id),
             server_id,
             limit: 20,
             cursor: None,

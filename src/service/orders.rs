@@ -34,10 +34,10 @@ use super::{
     admin_audit::{self, Actor, AuditedChange, Change},
     now,
     users::UserRef,
-    validate,
 };
 pub use crate::store::{CompleteError, CompletedOrder, Completion};
 use crate::{
+    domain::{Email, IdempotencyKey, OrderId, PaymentSystem},
     money::Money,
     store::{NewOrder, OrderInsert, Store, StoreError},
 };
@@ -45,14 +45,14 @@ use crate::{
 /// An order as the API and the command line show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Order {
-    pub order_id: String,
+    pub order_id: OrderId,
     pub project_id: i64,
     pub status: OrderStatus,
     pub user_id: i64,
     /// 0 for the general account.
     pub server_id: i64,
     pub amount: Money,
-    pub payment_system: String,
+    pub payment_system: PaymentSystem,
     pub payment_id: Option<String>,
     pub created_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
@@ -67,16 +67,22 @@ impl TryFrom<payment_order::Model> for Order {
     type Error = StoreError;
 
     fn try_from(row: payment_order::Model) -> Result<Order, StoreError> {
+        // Only what the schema's constraints or this service's parsing let
+        // in is stored: anything else is a database to look into.
+        let broken = |what: &str, err: &dyn std::fmt::Display| {
+            StoreError::Failed(format!("order {what} in database {err}"))
+        };
         Ok(Order {
-            amount: Money::from_cents(row.amount_cents).map_err(|err| {
-                StoreError::Failed(format!("order amount out of range in database: {err}"))
-            })?,
-            order_id: row.order_id,
+            amount: Money::from_cents(row.amount_cents).map_err(|err| broken("amount", &err))?,
+            order_id: row.order_id.parse().map_err(|err| broken("id", &err))?,
+            payment_system: row
+                .payment_system
+                .parse()
+                .map_err(|err| broken("payment system", &err))?,
             project_id: row.project_id,
             status: row.status,
             user_id: row.user_id,
             server_id: row.server_id.unwrap_or(entity::balance::GENERAL_ACCOUNT),
-            payment_system: row.payment_system,
             payment_id: row.payment_id,
             created_at: row.created_at,
             completed_at: row.completed_at,
@@ -95,10 +101,10 @@ pub struct OrderRequest {
     /// 0 for the general account.
     pub server_id: i64,
     pub amount: Money,
-    pub payment_system: String,
+    pub payment_system: PaymentSystem,
     /// Generated (`Order:` + 11 random letters and digits) when absent; only
     /// the command line names one.
-    pub order_id: Option<String>,
+    pub order_id: Option<OrderId>,
 }
 
 impl OrderRequest {
@@ -106,15 +112,16 @@ impl OrderRequest {
     /// for a repeat of it whatever its JSON spelling (key order, `10.5` or
     /// `10.50`, the e-mail's case), different for any other request.
     pub fn fingerprint(&self) -> String {
-        let email = self.who.email.as_deref().map(validate::normalize_email);
+        // Written as it was when the fields were plain strings: the hashes
+        // stored with earlier orders must still match their repeats.
         let text = format!(
             "user_id={:?}\nemail={:?}\nserver_id={}\namount_cents={}\npayment_system={}\norder_id={:?}",
-            self.who.user_id,
-            email,
+            self.who.user_id(),
+            self.who.email().map(Email::as_str),
             self.server_id,
             self.amount.cents(),
             self.payment_system,
-            self.order_id,
+            self.order_id.as_deref(),
         );
         hex::encode(Sha256::digest(text.as_bytes()))
     }
@@ -131,8 +138,8 @@ pub struct Created {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CreateError {
-    /// The request breaks a format rule (the API checks them first).
-    /// A field's value breaks a rule: the field, and why.
+    /// A field's value breaks a rule its type does not carry (an amount of
+    /// zero, a negative server id): the field, and why.
     #[error("{1}")]
     Invalid(&'static str, String),
     #[error("user not found in the project")]
@@ -167,7 +174,7 @@ pub async fn create(
     db: &DatabaseConnection,
     store: &dyn Store,
     request: &OrderRequest,
-    idempotency_key: Option<&str>,
+    idempotency_key: Option<&IdempotencyKey>,
 ) -> Result<Created, CreateError> {
     insert(db, store, request, idempotency_key, None).await
 }
@@ -190,19 +197,19 @@ async fn insert(
     db: &DatabaseConnection,
     store: &dyn Store,
     request: &OrderRequest,
-    idempotency_key: Option<&str>,
+    idempotency_key: Option<&IdempotencyKey>,
     actor: Option<&Actor>,
 ) -> Result<Created, CreateError> {
     check_request(request)?;
     let request_hash = idempotency_key.map(|_| request.fingerprint());
-    let email = request.who.email.as_deref().map(validate::normalize_email);
+    let email = request.who.email().map(Email::to_string);
     let mut draws = 0;
     loop {
         let order_id = order_id_for(request);
         let audit = actor.map(|actor| {
             let change = Change::new("order.create", "order", &order_id).after(json!({
                 "project_id": request.project_id,
-                "user_id": request.who.user_id,
+                "user_id": request.who.user_id(),
                 "email": email,
                 "server_id": request.server_id,
                 "amount": request.amount.to_string(),
@@ -212,14 +219,14 @@ async fn insert(
             admin_audit::row(actor, change)
         });
         let order = NewOrder {
-            order_id,
+            order_id: order_id.to_string(),
             project_id: request.project_id,
-            user_id: request.who.user_id,
+            user_id: request.who.user_id(),
             email: email.clone(),
             server_id: request.server_id,
             amount_cents: request.amount.cents(),
-            payment_system: request.payment_system.clone(),
-            idempotency_key: idempotency_key.map(str::to_owned),
+            payment_system: request.payment_system.to_string(),
+            idempotency_key: idempotency_key.map(IdempotencyKey::to_string),
             request_hash: request_hash.clone(),
             audit,
         };
@@ -231,13 +238,13 @@ async fn insert(
         {
             return Ok(Created {
                 order: Order {
-                    order_id: order.order_id,
+                    order_id,
                     project_id: order.project_id,
                     status: OrderStatus::Pending,
                     user_id,
                     server_id: order.server_id,
                     amount: request.amount,
-                    payment_system: order.payment_system,
+                    payment_system: request.payment_system.clone(),
                     payment_id: None,
                     created_at,
                     completed_at: None,
@@ -259,13 +266,13 @@ async fn insert(
         match inserted {
             OrderInsert::UserNotFound => return Err(CreateError::UserNotFound),
             OrderInsert::ServerNotFound => return Err(CreateError::ServerNotFound),
-            _ => order_id_taken(request, order.order_id, &mut draws)?,
+            _ => order_id_taken(request, order_id, &mut draws)?,
         }
     }
 }
 
 /// The order id to insert `request` under: its own, or a fresh draw.
-fn order_id_for(request: &OrderRequest) -> String {
+fn order_id_for(request: &OrderRequest) -> OrderId {
     request.order_id.clone().unwrap_or_else(generate_order_id)
 }
 
@@ -273,11 +280,11 @@ fn order_id_for(request: &OrderRequest) -> String {
 /// or when [`ORDER_ID_DRAWS`] drawn ids were all taken; `Ok` to draw again.
 fn order_id_taken(
     request: &OrderRequest,
-    order_id: String,
+    order_id: OrderId,
     draws: &mut usize,
 ) -> Result<(), CreateError> {
     if request.order_id.is_some() {
-        return Err(CreateError::OrderIdTaken(order_id));
+        return Err(CreateError::OrderIdTaken(order_id.into()));
     }
     *draws += 1;
     if *draws == ORDER_ID_DRAWS {
@@ -307,12 +314,12 @@ fn audited(order: &Order) -> Value {
 async fn replay(
     db: &DatabaseConnection,
     project_id: i64,
-    key: &str,
+    key: &IdempotencyKey,
     fingerprint: Option<&str>,
 ) -> Result<Option<Created>, CreateError> {
     let Some(row) = payment_order::Entity::find()
         .filter(payment_order::Column::ProjectId.eq(project_id))
-        .filter(payment_order::Column::IdempotencyKey.eq(key))
+        .filter(payment_order::Column::IdempotencyKey.eq(key.as_str()))
         .one(db)
         .await?
     else {
@@ -335,29 +342,10 @@ async fn replay(
     }))
 }
 
+/// The rules of a creation its fields' types do not carry.
 fn check_request(request: &OrderRequest) -> Result<(), CreateError> {
-    if !validate::is_payment_system(&request.payment_system) {
-        return Err(CreateError::Invalid(
-            "payment_system",
-            format!(
-                "payment system {:?} must be cstm: followed by 4 to 20 lower-case letters",
-                request.payment_system
-            ),
-        ));
-    }
-    if let Some(order_id) = &request.order_id
-        && !validate::is_order_id(order_id)
-    {
-        return Err(CreateError::Invalid(
-            "order_id",
-            format!("order id {order_id:?} must be Order: followed by 8 to 11 letters or digits"),
-        ));
-    }
-    if request.amount == Money::ZERO {
-        return Err(CreateError::Invalid(
-            "amount",
-            "amount must be at least 0.01".into(),
-        ));
+    if let Err(err) = request.amount.positive() {
+        return Err(CreateError::Invalid("amount", format!("amount {err}")));
     }
     if request.server_id < 0 {
         return Err(CreateError::Invalid(
@@ -369,8 +357,10 @@ fn check_request(request: &OrderRequest) -> Result<(), CreateError> {
 }
 
 /// `Order:` plus 11 characters from [A-Za-z0-9], drawn from the OS CSPRNG.
-pub fn generate_order_id() -> String {
+pub fn generate_order_id() -> OrderId {
     format!("Order:{}", super::random_alphanumeric(11))
+        .parse()
+        .expect("Order: and 11 letters and digits make an order id")
 }
 
 /// The order `order_id` of `project_id` (of any project when `None`).
@@ -387,13 +377,13 @@ pub async fn get(
     query.one(db).await?.map(Order::try_from).transpose()
 }
 
-/// A cancellation whose formats were already validated.
+/// A cancellation of `order_id` of `project_id`.
 #[derive(Debug, Clone)]
 pub struct Cancellation {
     pub project_id: i64,
-    pub order_id: String,
+    pub order_id: OrderId,
     /// Must be the order's, as on completion.
-    pub payment_system: String,
+    pub payment_system: PaymentSystem,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -444,9 +434,9 @@ async fn cancel_on<C: ConnectionTrait>(
 ) -> Result<Order, CancelError> {
     let named = || {
         payment_order::Column::OrderId
-            .eq(&request.order_id)
+            .eq(request.order_id.as_str())
             .and(payment_order::Column::ProjectId.eq(request.project_id))
-            .and(payment_order::Column::PaymentSystem.eq(&request.payment_system))
+            .and(payment_order::Column::PaymentSystem.eq(request.payment_system.as_str()))
     };
     let cancelled = payment_order::Entity::update_many()
         .col_expr(
@@ -546,8 +536,8 @@ pub async fn complete_as(
         .after(audited(&after));
     let request = Completion {
         project_id,
-        order_id: order.order_id,
-        payment_system: order.payment_system,
+        order_id: order.order_id.into(),
+        payment_system: order.payment_system.into(),
         payment_id: order.payment_id,
         audit: Some(admin_audit::row(actor, change)),
     };
@@ -560,7 +550,7 @@ pub struct OrderFilter {
     /// One project's orders; every project's when `None`.
     pub project_id: Option<i64>,
     /// Exactly this order id.
-    pub order_id: Option<String>,
+    pub order_id: Option<OrderId>,
     pub user_id: Option<i64>,
     pub status: Option<OrderStatus>,
     /// Created at or after this moment.

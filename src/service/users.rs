@@ -10,17 +10,10 @@ use serde_json::json;
 use super::{
     AdminError,
     admin_audit::{Actor, AuditedChange, Change},
-    now, projects, validate,
+    now, projects,
 };
-
-/// How the caller names the user: by id, by e-mail, or both (then both must
-/// name the same user of the project).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UserRef {
-    pub user_id: Option<i64>,
-    /// Already validated as an e-mail address.
-    pub email: Option<String>,
-}
+use crate::domain::Email;
+pub use crate::domain::UserRef;
 
 /// The id of the user of `project_id` that `who` names (by id, by e-mail,
 /// or by both naming the same user); `None` when there is none.
@@ -29,15 +22,12 @@ pub async fn resolve<C: ConnectionTrait>(
     project_id: i64,
     who: &UserRef,
 ) -> Result<Option<i64>, DbErr> {
-    let email = who.email.as_deref().map(validate::normalize_email);
     let mut named = Condition::all();
-    match (who.user_id, &email) {
-        (None, None) => return Ok(None),
-        (Some(id), _) => named = named.add(user::Column::Id.eq(id)),
-        (None, Some(_)) => {}
+    if let Some(id) = who.user_id() {
+        named = named.add(user::Column::Id.eq(id));
     }
-    if let Some(email) = email {
-        named = named.add(user::Column::Email.eq(email));
+    if let Some(email) = who.email() {
+        named = named.add(user::Column::Email.eq(email.as_str()));
     }
     user::Entity::find()
         .select_only()
@@ -53,21 +43,14 @@ pub async fn create(
     db: &DatabaseConnection,
     actor: &Actor,
     project_id: i64,
-    email: &str,
+    email: &Email,
 ) -> Result<user::Model, AdminError> {
-    if !validate::is_email(email) {
-        return Err(AdminError::Invalid(
-            "email",
-            format!("{email:?} is not a valid e-mail address"),
-        ));
-    }
     projects::get(db, project_id).await?;
-    let email = validate::normalize_email(email);
     let duplicate = || format!("a user with e-mail {email} already exists in project {project_id}");
     let txn = AuditedChange::begin(db, actor).await?;
     let exists = user::Entity::find()
         .filter(user::Column::ProjectId.eq(project_id))
-        .filter(user::Column::Email.eq(&email))
+        .filter(user::Column::Email.eq(email.as_str()))
         .one(&*txn)
         .await?;
     if exists.is_some() {
@@ -75,7 +58,7 @@ pub async fn create(
     }
     let model = user::ActiveModel {
         project_id: Set(project_id),
-        email: Set(email.clone()),
+        email: Set(email.to_string()),
         created_at: Set(now()),
         ..Default::default()
     }
@@ -122,7 +105,7 @@ pub async fn search(
         QueryOrder,
         sea_query::{Expr, ExprTrait, LikeExpr},
     };
-    let text = validate::normalize_email(text.trim());
+    let text = Email::folded(text.trim());
     let in_project = || {
         user::Entity::find()
             .filter(user::Column::ProjectId.eq(project_id))

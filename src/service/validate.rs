@@ -1,17 +1,7 @@
-//! Formats fixed by the contract (openapi/v2.yaml), shared by the API
-//! and the command line so that both accept exactly the same input.
+//! Limits of the free texts the operator and callers write (names,
+//! descriptions, reasons, a payment's id); the contract's formats are the
+//! types of `crate::domain`.
 
-use std::sync::LazyLock;
-
-use regex::Regex;
-
-static ORDER_ID: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^Order:[A-Za-z0-9]{8,11}$").expect("valid regex"));
-static PAYMENT_SYSTEM: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^cstm:[a-z]{4,20}$").expect("valid regex"));
-
-/// Longest e-mail address accepted (RFC 5321 path limit).
-pub const EMAIL_MAX_LEN: usize = 254;
 /// Longest payment_id accepted.
 pub const PAYMENT_ID_MAX_LEN: usize = 255;
 /// Longest project, server or token name accepted.
@@ -20,27 +10,6 @@ pub const NAME_MAX_LEN: usize = 200;
 pub const DESCRIPTION_MAX_LEN: usize = 500;
 /// Longest reason for a balance change accepted.
 pub const REASON_MAX_LEN: usize = 500;
-
-/// `Order:` followed by 8 to 11 letters or digits.
-pub fn is_order_id(text: &str) -> bool {
-    ORDER_ID.is_match(text)
-}
-
-/// `cstm:` followed by 4 to 20 lower-case letters.
-pub fn is_payment_system(text: &str) -> bool {
-    PAYMENT_SYSTEM.is_match(text)
-}
-
-/// A syntactically valid e-mail address (RFC 5322 addr-spec, as checked by
-/// the `email_address` crate), at most [`EMAIL_MAX_LEN`] bytes long.
-pub fn is_email(text: &str) -> bool {
-    text.len() <= EMAIL_MAX_LEN && email_address::EmailAddress::is_valid(text)
-}
-
-/// E-mails are compared case-insensitively: stored and looked up lower-cased.
-pub fn normalize_email(text: &str) -> String {
-    text.to_lowercase()
-}
 
 /// A name: not blank, at most [`NAME_MAX_LEN`] characters, no control characters.
 pub fn check_name(what: &str, name: &str) -> Result<String, String> {
@@ -95,37 +64,6 @@ pub fn check_reason(text: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn order_id_format() {
-        assert!(is_order_id("Order:abcd1234"));
-        assert!(is_order_id("Order:ABCDEFGH123"));
-        assert!(!is_order_id("Order:abc1234"));
-        assert!(!is_order_id("Order:abcdefgh1234"));
-        assert!(!is_order_id("order:abcd1234"));
-        assert!(!is_order_id("Order:abcd-1234"));
-        assert!(!is_order_id("Order:abcd1234\n"));
-    }
-
-    #[test]
-    fn payment_system_format() {
-        assert!(is_payment_system("cstm:abcd"));
-        assert!(is_payment_system("cstm:abcdefghijklmnopqrst"));
-        assert!(!is_payment_system("cstm:abc"));
-        assert!(!is_payment_system("cstm:abcdefghijklmnopqrstu"));
-        assert!(!is_payment_system("cstm:Abcd"));
-        assert!(!is_payment_system("cstm:ab1d"));
-        assert!(!is_payment_system("xstm:abcd"));
-    }
-
-    #[test]
-    fn email_format() {
-        assert!(is_email("alice@example.com"));
-        assert!(!is_email("alice"));
-        assert!(!is_email("alice@"));
-        assert!(!is_email("@example.com"));
-        assert!(!is_email(&format!("{}@example.com", "a".repeat(250))));
-    }
 
     #[test]
     fn descriptions_and_reasons() {

@@ -272,14 +272,16 @@ impl TestApp {
     // ---- seeding through the service layer (the same code the CLI runs) ----
 
     pub async fn user(&self, email: &str) -> i64 {
-        users::create(&self.db, &Actor::CommandLine, self.project_id, email)
+        let email = email.parse().expect("an e-mail address");
+        users::create(&self.db, &Actor::CommandLine, self.project_id, &email)
             .await
             .expect("user")
             .id
     }
 
     pub async fn user_in(&self, project_id: i64, email: &str) -> i64 {
-        users::create(&self.db, &Actor::CommandLine, project_id, email)
+        let email = email.parse().expect("an e-mail address");
+        users::create(&self.db, &Actor::CommandLine, project_id, &email)
             .await
             .expect("user")
             .id
@@ -366,13 +368,10 @@ impl TestApp {
     ) -> String {
         let request = orders::OrderRequest {
             project_id,
-            who: masterpay::service::users::UserRef {
-                user_id: Some(user),
-                email: None,
-            },
+            who: masterpay::service::users::UserRef::Id(user),
             server_id: server.unwrap_or(0),
             amount: amount.parse().unwrap(),
-            payment_system: payment_system.into(),
+            payment_system: payment_system.parse().unwrap(),
             order_id: None,
         };
         orders::create(&self.db, &*self.store(), &request, None)
@@ -380,6 +379,7 @@ impl TestApp {
             .expect("order")
             .order
             .order_id
+            .into()
     }
 
     // ---- one typed helper per endpoint ----
