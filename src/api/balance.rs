@@ -98,12 +98,11 @@ pub enum BalanceReply {
     /// USER_NOT_FOUND, SERVER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
     #[oai(status = 404)]
     NotFound(Json<BalanceNotFoundBody>),
-    /// INTERNAL_ERROR: an unexpected failure; nothing was changed (the
-    /// endpoint only reads). Retry with exponential back-off.
+    /// INTERNAL_ERROR; nothing was changed (the endpoint only reads). Retry
+    /// with exponential back-off.
     #[oai(status = 500)]
     Internal(Json<InternalErrorBody>),
-    /// SERVICE_UNAVAILABLE: the database did not answer in time, or the
-    /// request took too long. Retry with exponential back-off.
+    /// SERVICE_UNAVAILABLE. Retry with exponential back-off.
     #[oai(status = 503)]
     Unavailable(Json<UnavailableBody>),
 }

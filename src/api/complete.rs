@@ -120,32 +120,22 @@ pub enum CompleteReply {
     /// ORDER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
     #[oai(status = 404)]
     NotFound(Json<OrderNotFoundBody>),
-    /// ORDER_ALREADY_COMPLETED: a duplicate webhook; treat it as success and
-    /// do not resend. ORDER_CANCELLED: the order was cancelled, so it is
-    /// never credited. Nothing was changed either way.
+    /// ORDER_ALREADY_COMPLETED or ORDER_CANCELLED; nothing was changed.
     #[oai(status = 409)]
     Conflict(Json<AlreadyCompletedBody>),
-    /// REQUEST_TIMEOUT: the body arrived too slowly; nothing was changed.
+    /// REQUEST_TIMEOUT; nothing was changed.
     #[oai(status = 408)]
     RequestTimeout(Json<RequestTimeoutBody>),
-    /// PAYLOAD_TOO_LARGE: the body exceeds the service's limit (64 KiB
-    /// unless the operator configured another).
+    /// PAYLOAD_TOO_LARGE; nothing was changed.
     #[oai(status = 413)]
     PayloadTooLarge(Json<PayloadTooLargeBody>),
-    /// PAYMENT_PROCESSING_ERROR: the credit would take the user's main
-    /// balance past 999999999999999.99. Final: nothing was changed, the
-    /// order stays pending and the refusal is recorded with it; do not
-    /// retry (an operator completes it once the balance allows).
+    /// PAYMENT_PROCESSING_ERROR, final: nothing was changed; do not retry.
     #[oai(status = 422)]
     Refused(Json<PaymentRefusedBody>),
-    /// ORDER_UPDATE_FAILED or PAYMENT_PROCESSING_ERROR: nothing was changed;
-    /// retry with exponential back-off.
+    /// ORDER_UPDATE_FAILED or PAYMENT_PROCESSING_ERROR; nothing was changed.
     #[oai(status = 500)]
     Failed(Json<CompleteFailedBody>),
-    /// PAYMENT_PROCESSING_ERROR (the database did not answer in time while
-    /// completing) or SERVICE_UNAVAILABLE (the database did not answer in
-    /// time while checking the token, or the request took too long). Nothing
-    /// was changed; retry with exponential back-off.
+    /// PAYMENT_PROCESSING_ERROR or SERVICE_UNAVAILABLE; nothing was changed.
     #[oai(status = 503)]
     Unavailable(Json<CompleteUnavailableBody>),
 }

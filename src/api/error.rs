@@ -136,24 +136,25 @@ impl From<AuthError> for ApiError {
 
 /// Declares a documented error body whose `code` is one of a fixed set.
 ///
-/// The code enum carries its own description (the meaning of each code, as
-/// OpenAPI 3.0 has no per-value descriptions) and the body's `code` property
-/// is a plain `$ref` to it: a description on the property itself would make
-/// poem-openapi wrap the reference in `allOf`, which SDK generators such as
-/// openapi-python-client cannot take for an enum.
+/// The code enum's description is where the meaning of each of its codes
+/// is written (OpenAPI 3.0 has no per-value descriptions, so the variants
+/// carry none), and the body's `code` property is a plain `$ref` to it: a
+/// description on the property itself would make poem-openapi wrap the
+/// reference in `allOf`, which SDK generators such as openapi-python-client
+/// cannot take for an enum.
 macro_rules! error_body {
     (
         $(#[$doc:meta])*
         $body:ident,
         $(#[$cdoc:meta])*
-        $code:ident { $($(#[$vdoc:meta])* $variant:ident),+ $(,)? },
+        $code:ident { $($variant:ident),+ $(,)? },
         example = $example:ident
     ) => {
         $(#[$cdoc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
         #[oai(rename_all = "SCREAMING_SNAKE_CASE")]
         pub enum $code {
-            $($(#[$vdoc])* $variant),+
+            $($variant),+
         }
 
         $(#[$doc])*
@@ -201,17 +202,11 @@ error_body!(
     /// permissions at all), ACCESS_DENIED (the token lacks this endpoint's
     /// permission).
     AuthErrorCode {
-        /// The Authorization header is missing or carries no token.
         EmptyToken,
-        /// The token is not 64 characters long, or the scheme is not Bearer.
         InvalidToken,
-        /// No such token (never issued, deleted or reissued).
         TokenNotFound,
-        /// The token is disabled.
         TokenDisabled,
-        /// The token has no permissions at all.
         EmptyAccess,
-        /// The token lacks the permission for this endpoint.
         AccessDenied,
     },
     example = AccessDenied
@@ -227,13 +222,9 @@ error_body!(
     /// inactive), NOT_FOUND (no such v2 endpoint, or the HTTP method is
     /// wrong).
     BalanceNotFoundCode {
-        /// No user of the token's project has this user_id / email (or they name different users).
         UserNotFound,
-        /// server_id > 0 names no server of the token's project.
         ServerNotFound,
-        /// The token's project is missing or inactive.
         ProjectNotFound,
-        /// No such v2 endpoint, or the HTTP method is wrong.
         NotFound,
     },
     example = UserNotFound
@@ -247,11 +238,8 @@ error_body!(
     /// PROJECT_NOT_FOUND (the token's project is missing or inactive),
     /// NOT_FOUND (no such v2 endpoint, or the HTTP method is wrong).
     OrderNotFoundCode {
-        /// The order does not exist, belongs to another project, or was created with another payment_system.
         OrderNotFound,
-        /// The token's project is missing or inactive.
         ProjectNotFound,
-        /// No such v2 endpoint, or the HTTP method is wrong.
         NotFound,
     },
     example = OrderNotFound
@@ -266,9 +254,7 @@ error_body!(
     /// ORDER_ALREADY_COMPLETED: the order is already completed.
     /// ORDER_CANCELLED: the order was cancelled and is never credited.
     AlreadyCompletedCode {
-        /// The order is already completed.
         OrderAlreadyCompleted,
-        /// The order was cancelled and is never credited.
         OrderCancelled,
     },
     example = OrderAlreadyCompleted
@@ -282,9 +268,7 @@ error_body!(
     /// cancelled. ORDER_ALREADY_CANCELLED: the order is already cancelled
     /// (a repeated cancellation: treat it as success).
     CancelConflictCode {
-        /// The order was completed and cannot be cancelled.
         OrderAlreadyCompleted,
-        /// The order is already cancelled.
         OrderAlreadyCancelled,
     },
     example = OrderAlreadyCancelled
@@ -296,7 +280,6 @@ error_body!(
     IdempotencyConflictBody,
     /// IDEMPOTENCY_KEY_REUSED: the key was used before with another body.
     IdempotencyConflictCode {
-        /// The key was used before with another body.
         IdempotencyKeyReused,
     },
     example = IdempotencyKeyReused
@@ -308,7 +291,6 @@ error_body!(
     PayloadTooLargeBody,
     /// PAYLOAD_TOO_LARGE: the request body exceeds the limit.
     PayloadTooLargeCode {
-        /// The body exceeds the limit.
         PayloadTooLarge,
     },
     example = PayloadTooLarge
@@ -321,7 +303,6 @@ error_body!(
     /// REQUEST_TIMEOUT: the request body was not received within the time
     /// limit.
     RequestTimeoutCode {
-        /// The body was not received within the time limit.
         RequestTimeout,
     },
     example = RequestTimeout
@@ -335,9 +316,7 @@ error_body!(
     /// failed), PAYMENT_PROCESSING_ERROR (crediting the balance or logging
     /// the operation failed). Either way the transaction was rolled back.
     CompleteFailedCode {
-        /// Setting the order's status failed.
         OrderUpdateFailed,
-        /// Crediting the balance or logging the operation failed.
         PaymentProcessingError,
     },
     example = PaymentProcessingError
@@ -354,7 +333,6 @@ error_body!(
     /// PAYMENT_PROCESSING_ERROR: the payment cannot be credited to the
     /// balance.
     PaymentRefusedCode {
-        /// The payment cannot be credited to the balance.
         PaymentProcessingError,
     },
     example = PaymentProcessingError
@@ -369,9 +347,7 @@ error_body!(
     /// SERVICE_UNAVAILABLE (the database did not answer in time while the
     /// token was checked, or the request took too long).
     CompleteUnavailableCode {
-        /// The payment could not be processed now.
         PaymentProcessingError,
-        /// The token could not be checked now.
         ServiceUnavailable,
     },
     example = PaymentProcessingError
@@ -383,7 +359,6 @@ error_body!(
     /// INTERNAL_ERROR: an unexpected failure; details are in the service's
     /// log.
     InternalErrorCode {
-        /// Unexpected failure.
         InternalError,
     },
     example = InternalError
@@ -395,7 +370,6 @@ error_body!(
     /// SERVICE_UNAVAILABLE: the database did not answer in time, or the
     /// request took too long.
     UnavailableCode {
-        /// The service cannot answer now.
         ServiceUnavailable,
     },
     example = ServiceUnavailable

@@ -212,11 +212,10 @@ pub enum OperationsReply {
     /// USER_NOT_FOUND, SERVER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
     #[oai(status = 404)]
     NotFound(Json<BalanceNotFoundBody>),
-    /// INTERNAL_ERROR: an unexpected failure. Retry with back-off.
+    /// INTERNAL_ERROR. Retry with back-off.
     #[oai(status = 500)]
     Internal(Json<InternalErrorBody>),
-    /// SERVICE_UNAVAILABLE: the database did not answer in time. Retry with
-    /// back-off.
+    /// SERVICE_UNAVAILABLE. Retry with back-off.
     #[oai(status = 503)]
     Unavailable(Json<UnavailableBody>),
 }

@@ -234,25 +234,23 @@ pub enum CreateReply {
     /// USER_NOT_FOUND, SERVER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
     #[oai(status = 404)]
     NotFound(Json<BalanceNotFoundBody>),
-    /// REQUEST_TIMEOUT: the body arrived too slowly; nothing was created.
+    /// REQUEST_TIMEOUT; nothing was created.
     #[oai(status = 408)]
     RequestTimeout(Json<RequestTimeoutBody>),
-    /// IDEMPOTENCY_KEY_REUSED: the Idempotency-Key was used before in this
-    /// project with another body; nothing was created.
+    /// IDEMPOTENCY_KEY_REUSED; nothing was created.
     #[oai(status = 409)]
     Conflict(Json<IdempotencyConflictBody>),
-    /// PAYLOAD_TOO_LARGE: the body exceeds the service's limit.
+    /// PAYLOAD_TOO_LARGE; nothing was created.
     #[oai(status = 413)]
     PayloadTooLarge(Json<PayloadTooLargeBody>),
-    /// INTERNAL_ERROR: an unexpected failure. Retry with the same
-    /// Idempotency-Key: should the order have been created after all, the
-    /// retry answers it instead of creating another.
+    /// INTERNAL_ERROR. Retry with the same Idempotency-Key: should the
+    /// order have been created after all, the retry answers it instead of
+    /// creating another.
     #[oai(status = 500)]
     Internal(Json<InternalErrorBody>),
-    /// SERVICE_UNAVAILABLE: the database did not answer in time (the order
-    /// may have been created all the same). Retry with the same
-    /// Idempotency-Key and exponential back-off: the retry answers the order
-    /// if it exists, and creates it if not.
+    /// SERVICE_UNAVAILABLE; the order may have been created all the same.
+    /// Retry with the same Idempotency-Key and exponential back-off: the
+    /// retry answers the order if it exists, and creates it if not.
     #[oai(status = 503)]
     Unavailable(Json<UnavailableBody>),
 }
@@ -268,15 +266,13 @@ pub enum ReadReply {
     /// The token was refused, or lacks the `payment/order/read` permission.
     #[oai(status = 403)]
     Forbidden(Json<AuthErrorBody>),
-    /// ORDER_NOT_FOUND (no such order in the token's project),
-    /// PROJECT_NOT_FOUND or NOT_FOUND.
+    /// ORDER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
     #[oai(status = 404)]
     NotFound(Json<OrderNotFoundBody>),
-    /// INTERNAL_ERROR: an unexpected failure. Retry with back-off.
+    /// INTERNAL_ERROR. Retry with back-off.
     #[oai(status = 500)]
     Internal(Json<InternalErrorBody>),
-    /// SERVICE_UNAVAILABLE: the database did not answer in time. Retry with
-    /// back-off.
+    /// SERVICE_UNAVAILABLE. Retry with back-off.
     #[oai(status = 503)]
     Unavailable(Json<UnavailableBody>),
 }
@@ -295,26 +291,23 @@ pub enum CancelReply {
     /// The token was refused, or lacks the `payment/order/cancel` permission.
     #[oai(status = 403)]
     Forbidden(Json<AuthErrorBody>),
-    /// ORDER_NOT_FOUND (no such order in the token's project, or created
-    /// with another payment_system), PROJECT_NOT_FOUND or NOT_FOUND.
+    /// ORDER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
     #[oai(status = 404)]
     NotFound(Json<OrderNotFoundBody>),
-    /// REQUEST_TIMEOUT: the body arrived too slowly; nothing was changed.
+    /// REQUEST_TIMEOUT; nothing was changed.
     #[oai(status = 408)]
     RequestTimeout(Json<RequestTimeoutBody>),
-    /// ORDER_ALREADY_COMPLETED or ORDER_ALREADY_CANCELLED: the order is no
-    /// longer pending; nothing was changed.
+    /// ORDER_ALREADY_COMPLETED or ORDER_ALREADY_CANCELLED; nothing was
+    /// changed.
     #[oai(status = 409)]
     Conflict(Json<CancelConflictBody>),
-    /// PAYLOAD_TOO_LARGE: the body exceeds the service's limit.
+    /// PAYLOAD_TOO_LARGE; nothing was changed.
     #[oai(status = 413)]
     PayloadTooLarge(Json<PayloadTooLargeBody>),
-    /// INTERNAL_ERROR: an unexpected failure; nothing was changed. Retry
-    /// with back-off.
+    /// INTERNAL_ERROR; nothing was changed. Retry with back-off.
     #[oai(status = 500)]
     Internal(Json<InternalErrorBody>),
-    /// SERVICE_UNAVAILABLE: the database did not answer in time; nothing was
-    /// changed. Retry with back-off.
+    /// SERVICE_UNAVAILABLE; nothing was changed. Retry with back-off.
     #[oai(status = 503)]
     Unavailable(Json<UnavailableBody>),
 }
