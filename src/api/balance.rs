@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::{
     balance_query::{
-        BalanceQuery, BalanceType, BalanceTypeSpec, EmailSpec, ServerIdSpec, UserIdSpec,
+        BalanceQuery, BalanceTypeSpec, BalancesShown, EmailSpec, ServerIdSpec, UserIdSpec,
     },
     error::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, InternalErrorBody, StoreFailure,
@@ -54,13 +54,13 @@ pub struct BalanceResponse {
 
 impl BalanceResponse {
     /// The answer with the balances `shown` of `balance`.
-    fn of(balance: AccountBalance, shown: BalanceType) -> Self {
+    fn of(balance: AccountBalance, shown: BalancesShown) -> Self {
         let main = || Some(balance.main.to_string());
         let bonus = || Some(balance.bonus.to_string());
         let (main_balance, bonus_balance) = match shown {
-            BalanceType::Main => (main(), None),
-            BalanceType::Bonus => (None, bonus()),
-            BalanceType::Both => (main(), bonus()),
+            BalancesShown::Main => (main(), None),
+            BalancesShown::Bonus => (None, bonus()),
+            BalancesShown::Both => (main(), bonus()),
         };
         BalanceResponse {
             success: true,

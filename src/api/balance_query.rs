@@ -76,21 +76,21 @@ impl ParamSpec for BalanceTypeSpec {
 
 /// Which balances the answer holds.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum BalanceType {
+pub enum BalancesShown {
     Main,
     Bonus,
     Both,
 }
 
-impl FieldValue for BalanceType {
+impl FieldValue for BalancesShown {
     const NOT_TEXT: &'static str = "must be main or bonus";
 
-    /// `main` or `bonus`, exactly: [`BalanceType::Both`] is the absent
+    /// `main` or `bonus`, exactly: [`BalancesShown::Both`] is the absent
     /// parameter's.
     fn from_text(text: &str) -> Result<Self, String> {
         match text {
-            "main" => Ok(BalanceType::Main),
-            "bonus" => Ok(BalanceType::Bonus),
+            "main" => Ok(BalancesShown::Main),
+            "bonus" => Ok(BalancesShown::Bonus),
             _ => Err(Self::NOT_TEXT.to_owned()),
         }
     }
@@ -100,7 +100,7 @@ impl FieldValue for BalanceType {
 /// balances to answer with.
 pub struct BalanceQuery {
     pub lookup: LookupRequest,
-    pub balance_type: BalanceType,
+    pub balance_type: BalancesShown,
 }
 
 impl BalanceQuery {
@@ -121,7 +121,7 @@ impl BalanceQuery {
                 who: who?,
                 server_id: server_id?,
             },
-            balance_type: balance_type?.unwrap_or(BalanceType::Both),
+            balance_type: balance_type?.unwrap_or(BalancesShown::Both),
         })
     }
 }

@@ -67,9 +67,9 @@ pub struct CompleteOrderResponse {
     /// Always present.
     #[oai(nullable)]
     pub payment_id: Option<String>,
-    // Always `completed`; described by [`OrderStatus`] (a description here
+    // Always `completed`; described by [`CompletedStatus`] (a description here
     // would wrap the reference in `allOf`, see `error.rs`).
-    pub status: OrderStatus,
+    pub status: CompletedStatus,
     /// The amount credited to the user's main balance: a decimal string with
     /// two fraction digits.
     #[oai(validator(pattern = r"^[0-9]+\.[0-9]{2}$"))]
@@ -78,10 +78,12 @@ pub struct CompleteOrderResponse {
     pub completed_at: DateTime<Utc>,
 }
 
+// Published as `OrderStatus`, the name generated clients know; in the code
+// its name says how it differs from the order's own status (`entity`'s).
 /// The order's status after completion: always `completed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
-#[oai(rename_all = "lowercase")]
-pub enum OrderStatus {
+#[oai(rename = "OrderStatus", rename_all = "lowercase")]
+pub enum CompletedStatus {
     /// The order is completed.
     Completed,
 }
@@ -93,7 +95,7 @@ impl Example for CompleteOrderResponse {
             order_id: OrderId::example(),
             payment_system: PaymentSystem::example(),
             payment_id: Some("pay_8f2c1a".into()),
-            status: OrderStatus::Completed,
+            status: CompletedStatus::Completed,
             amount: "10.25".into(),
             completed_at: DateTime::parse_from_rfc3339("2026-11-22T10:15:30.123456Z")
                 .map(|t| t.with_timezone(&Utc))
@@ -247,7 +249,7 @@ impl CompleteOrderResponse {
             order_id: request.order_id,
             payment_system: request.payment_system,
             payment_id: done.payment_id,
-            status: OrderStatus::Completed,
+            status: CompletedStatus::Completed,
             amount: done.amount.to_string(),
             completed_at: done.completed_at,
         }

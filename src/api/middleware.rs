@@ -161,21 +161,20 @@ pub const UNREAD_BODY_DRAIN_BYTES: usize = 1024 * 1024;
 
 /// Reads what an answer left of the request body before the answer goes out.
 ///
-/// Several answers come before the body is read: 401 and 403 from
+/// Several answers come before the body is read: 403 and 404 from
 /// authentication, which runs before routing, 404 for an unknown path, 400
 /// for a `Content-Type` other than JSON. hyper then closes the connection
 /// with the rest of the body unread, and the kernel answers the bytes still
 /// coming with a reset: a client still sending (a body of a few segments
 /// over a real network is enough) gets "broken pipe" or "connection reset"
-/// instead of the JSON error it was sent, as clients did with the 413 before
-/// oversized bodies were drained (the completion endpoint stops reading at
-/// its limit and leaves the rest to this layer). This layer
+/// instead of the JSON error it was sent; so does a 413 (the endpoints stop
+/// reading at the limit and leave the rest to this layer). This layer
 /// keeps a handle on the body the inner endpoints see, and once they have
 /// answered reads and throws away whatever they left, up to the body limit
 /// plus [`OVERSIZED_BODY_DRAIN_BYTES`] after a 413 or
 /// [`UNREAD_BODY_DRAIN_BYTES`] after another answer, in all (the chunk that
 /// crosses it is the last one read), and within the body timeout;
-/// past either the answer goes out at once, as before. The connection then
+/// past either the answer goes out at once. The connection then
 /// stays usable for the client's next request.
 ///
 /// Requests without a body pass straight through (three header lookups), and

@@ -9,9 +9,10 @@
 //!    [`Authenticated`] caller. Routing (NOT_FOUND for unknown v2 paths and
 //!    wrong methods) happens only after it, so nobody can enumerate routes
 //!    without a valid token.
-//! 2. The bearer security schemes, one type per permission ([`BalanceToken`],
-//!    [`CompleteToken`]), both published as the single `ApplicationToken`
-//!    scheme. Each endpoint names the permission it needs by the type of its
+//! 2. The bearer security schemes, one type per permission (six:
+//!    [`BalanceToken`], [`OperationsToken`], [`CreateToken`], [`ReadToken`],
+//!    [`CompleteToken`], [`CancelToken`]), all published as the single
+//!    `ApplicationToken` scheme. Each endpoint names the permission it needs by the type of its
 //!    auth argument; the checker answers ACCESS_DENIED when the token lacks
 //!    it. Endpoint validation runs only after that.
 //!
