@@ -354,15 +354,30 @@ static ORDER_NAMES: LazyLock<String> = LazyLock::new(|| {
     format!(r#"SELECT {ORDER_USER} AS "user_id", {ORDER_SERVER} AS "server_found""#)
 });
 
-/// The order's insert (and its audit row) in one transaction on the write
-/// connection, and when it inserted nothing, why.
+/// The order's insert on the write connection, and when it inserted
+/// nothing, why. The insert commits on its own; only an operator's order
+/// runs in a transaction, to write its audit row with it: the API's
+/// creations, the many, pay for no BEGIN and COMMIT of their own.
 fn insert_order_now(
     conn: &mut rusqlite::Connection,
     order: &NewOrder,
 ) -> Result<OrderInsert, StoreError> {
+    let Some(audit) = &order.audit else {
+        return insert_on(conn, order);
+    };
     let txn = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|err| classify(&err))?;
+    let outcome = insert_on(&txn, order)?;
+    if let OrderInsert::Inserted { .. } = outcome {
+        log_audit(&txn, Some(audit)).map_err(|err| classify(&err))?;
+        txn.commit().map_err(|err| classify(&err))?;
+    }
+    Ok(outcome)
+}
+
+/// [`insert_order_now`]'s statements on `conn`.
+fn insert_on(conn: &rusqlite::Connection, order: &NewOrder) -> Result<OrderInsert, StoreError> {
     let created_at = now();
     let at = stored_time(created_at);
     let status = OrderStatus::Pending.to_value();
@@ -372,7 +387,7 @@ fn insert_order_now(
         ":project_id": order.project_id,
         ":server_id": order.server_id,
     };
-    let inserted = txn
+    let inserted = conn
         .prepare_cached(&INSERT_ORDER)
         .and_then(|mut insert| {
             let mut all = names.to_vec();
@@ -391,14 +406,12 @@ fn insert_order_now(
         })
         .map_err(|err| classify(&err))?;
     if let Some(user_id) = inserted {
-        log_audit(&txn, order.audit.as_ref()).map_err(|err| classify(&err))?;
-        txn.commit().map_err(|err| classify(&err))?;
         return Ok(OrderInsert::Inserted {
             user_id,
             created_at,
         });
     }
-    let (user, server_found) = txn
+    let (user, server_found) = conn
         .prepare_cached(&ORDER_NAMES)
         .and_then(|mut names_of| {
             names_of.query_row(names, |row| {
