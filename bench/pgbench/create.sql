@@ -45,23 +45,16 @@ WITH "r" AS (
         ("r"."server_id" = 0 OR EXISTS (SELECT 1 FROM "servers" AS "s"
             WHERE "s"."id" = "r"."server_id" AND "s"."project_id" = "r"."project_id")) AS "server_found"
     FROM "r"
-), "e" AS (
-    SELECT "a".*,
-        ROW_NUMBER() OVER (PARTITION BY "a"."order_id" ORDER BY "a"."idx") = 1
-        AND ("a"."idempotency_key" IS NULL OR ROW_NUMBER() OVER (
-            PARTITION BY "a"."project_id", "a"."idempotency_key" ORDER BY "a"."idx") = 1) AS "first"
-    FROM "a" WHERE "a"."resolved_user" IS NOT NULL AND "a"."server_found"
 ), "i" AS (
     INSERT INTO "payment_orders" ("order_id", "project_id", "user_id", "server_id", "payment_system",
         "amount_cents", "status", "created_at", "idempotency_key", "request_hash")
     SELECT "order_id", "project_id", "resolved_user", NULLIF("server_id", 0), "payment_system",
         "amount_cents", :pending, now(), "idempotency_key", "request_hash"
-    FROM "e" WHERE "first"
+    FROM "a" WHERE "resolved_user" IS NOT NULL AND "server_found"
     ORDER BY "project_id", "idempotency_key", "idx"
     ON CONFLICT DO NOTHING
     RETURNING "order_id"
 )
-SELECT "a"."idx", "a"."resolved_user", "a"."server_found",
-    COALESCE("e"."first", FALSE) AND "i"."order_id" IS NOT NULL AS "inserted"
-FROM "a" LEFT JOIN "e" ON "e"."idx" = "a"."idx" LEFT JOIN "i" ON "i"."order_id" = "a"."order_id"
+SELECT "a"."idx", "a"."resolved_user", "a"."server_found", "i"."order_id" IS NOT NULL AS "inserted"
+FROM "a" LEFT JOIN "i" ON "i"."order_id" = "a"."order_id"
 ORDER BY "a"."idx";

@@ -25,7 +25,7 @@
 
 pub mod group;
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use entity::{operation_log::LogKind, payment_order::OrderStatus};
@@ -144,16 +144,13 @@ SELECT "idx", "after" FROM "w" ORDER BY "idx""#;
 /// amounts, `$7` payment systems, `$8` idempotency keys, `$9` request
 /// hashes; `$10` the pending status, `$11` the time): each request's user
 /// resolved in its project (by id, and then the e-mail too when given must
-/// be theirs; else by e-mail) and its server checked; of those with both,
-/// the first of the group to name an order id and (with a key) the first to
-/// name a key in its project are inserted, a unique conflict with an order
-/// already stored inserting nothing. `ON CONFLICT DO NOTHING` alone would
-/// also skip a duplicate within the statement but not say which request
-/// lost, so the group's own duplicates are ruled out before the insert.
-/// Inserted in key order, so that two groups holding the same two keys never
-/// wait on each other in a cycle. One row per request in their order: the
-/// resolved user, whether the server is the project's, and whether its
-/// order was inserted.
+/// be theirs; else by e-mail) and its server checked; the orders of those
+/// with both inserted, a unique conflict (a key or order id taken, by
+/// another request of the group too) inserting nothing. Inserted in key
+/// order, so that two groups holding the same two keys never wait on each
+/// other in a cycle. One row per request
+/// in their order: the resolved user, whether the server is the project's,
+/// and whether its order was inserted.
 pub const INSERT_ORDERS: &str = r#"WITH "r" AS (
     SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $5::int8[], $6::int8[],
         $7::text[], $8::text[], $9::text[])
@@ -171,25 +168,18 @@ pub const INSERT_ORDERS: &str = r#"WITH "r" AS (
         ("r"."server_id" = 0 OR EXISTS (SELECT 1 FROM "servers" AS "s"
             WHERE "s"."id" = "r"."server_id" AND "s"."project_id" = "r"."project_id")) AS "server_found"
     FROM "r"
-), "e" AS (
-    SELECT "a".*,
-        ROW_NUMBER() OVER (PARTITION BY "a"."order_id" ORDER BY "a"."idx") = 1
-        AND ("a"."idempotency_key" IS NULL OR ROW_NUMBER() OVER (
-            PARTITION BY "a"."project_id", "a"."idempotency_key" ORDER BY "a"."idx") = 1) AS "first"
-    FROM "a" WHERE "a"."resolved_user" IS NOT NULL AND "a"."server_found"
 ), "i" AS (
     INSERT INTO "payment_orders" ("order_id", "project_id", "user_id", "server_id", "payment_system",
         "amount_cents", "status", "created_at", "idempotency_key", "request_hash")
     SELECT "order_id", "project_id", "resolved_user", NULLIF("server_id", 0), "payment_system",
         "amount_cents", $10, $11, "idempotency_key", "request_hash"
-    FROM "e" WHERE "first"
+    FROM "a" WHERE "resolved_user" IS NOT NULL AND "server_found"
     ORDER BY "project_id", "idempotency_key", "idx"
     ON CONFLICT DO NOTHING
     RETURNING "order_id"
 )
-SELECT "a"."idx", "a"."resolved_user", "a"."server_found",
-    COALESCE("e"."first", FALSE) AND "i"."order_id" IS NOT NULL AS "inserted"
-FROM "a" LEFT JOIN "e" ON "e"."idx" = "a"."idx" LEFT JOIN "i" ON "i"."order_id" = "a"."order_id"
+SELECT "a"."idx", "a"."resolved_user", "a"."server_found", "i"."order_id" IS NOT NULL AS "inserted"
+FROM "a" LEFT JOIN "i" ON "i"."order_id" = "a"."order_id"
 ORDER BY "a"."idx""#;
 
 /// The status of the order a completion names, read by a statement of its
@@ -423,9 +413,44 @@ async fn log_audits<'a>(
 }
 
 /// Runs [`INSERT_ORDERS`] for `orders`: one outcome each, in their order.
-/// The statement commits on its own; only a group with an operator's order
-/// (rare) runs in a transaction, to write its audit row with it.
+/// A request naming an order id, or in its project a key, that an earlier
+/// request of the group names is not sent and is answered as a conflict:
+/// inside one statement `ON CONFLICT DO NOTHING` would skip it without
+/// saying which request lost.
 async fn insert_orders(pool: &PgPool, orders: &[NewOrder]) -> Vec<InsertOutcome> {
+    let mut order_ids = HashSet::new();
+    let mut keys = HashSet::new();
+    let first: Vec<bool> = orders
+        .iter()
+        .map(|o| {
+            let key = o.idempotency_key.as_deref();
+            let new_key = key.is_none_or(|key| keys.insert((o.project_id, key)));
+            order_ids.insert(o.order_id.as_str()) && new_key
+        })
+        .collect();
+    if first.iter().all(|&first| first) {
+        return insert_firsts(pool, orders).await;
+    }
+    let firsts: Vec<NewOrder> = orders
+        .iter()
+        .zip(&first)
+        .filter(|(_, first)| **first)
+        .map(|(order, _)| order.clone())
+        .collect();
+    let mut outcomes = insert_firsts(pool, &firsts).await.into_iter();
+    first
+        .iter()
+        .map(|&first| match first {
+            true => outcomes.next().unwrap_or_else(|| Err(timed_out())),
+            false => Ok(OrderInsert::Conflict),
+        })
+        .collect()
+}
+
+/// [`insert_orders`] of a group without duplicates. The statement commits
+/// on its own; only a group with an operator's order (rare) runs in a
+/// transaction, to write its audit row with it.
+async fn insert_firsts(pool: &PgPool, orders: &[NewOrder]) -> Vec<InsertOutcome> {
     if !orders.iter().any(|o| o.audit.is_some()) {
         return insert_orders_on(pool, orders).await;
     }
