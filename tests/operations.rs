@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 
 on_every_backend!(
     audit_passes_on_a_consistent_ledger_and_names_every_mismatch,
-    database_outage_fails_fast_with_json_and_recovers_by_itself,
     token_values_never_appear_in_logs_even_at_trace_level,
     every_log_line_of_a_request_carries_its_request_id,
     request_id_is_echoed_or_generated,
@@ -21,10 +20,16 @@ on_every_backend!(
     flags_beat_environment_and_environment_beats_the_config_file,
     sigterm_lets_the_server_finish_and_exit_cleanly,
     every_access_log_line_is_written_before_the_server_exits,
-    sigterm_drains_a_completion_in_flight,
-    a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout,
     the_schema_goes_down_and_up_again_and_holds_the_rules,
     entity_relations_are_the_foreign_keys_of_the_schema,
+);
+
+// An embedded file cannot become unreachable, and SQLite has no row locks
+// (its writers queue in the process): these hold only for a server.
+on_server_backends!(
+    database_outage_fails_fast_with_json_and_recovers_by_itself,
+    sigterm_drains_a_completion_in_flight,
+    a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout,
 );
 
 fn masterpay(url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
@@ -430,10 +435,6 @@ async fn audit_passes_on_a_consistent_ledger_and_names_every_mismatch(app: TestA
 }
 
 async fn database_outage_fails_fast_with_json_and_recovers_by_itself(app: TestApp) {
-    if app.backend == Backend::Sqlite {
-        // An embedded file cannot become unreachable; nothing to test.
-        return;
-    }
     let token = app.full_token().await;
     let user = app.user("alice@example.com").await;
     let order = app.order(user, None, "5", "cstm:paygate").await;
@@ -854,8 +855,7 @@ async fn sigterm_lets_the_server_finish_and_exit_cleanly(app: TestApp) {
 /// server waits for it (within the grace period), answers 200 and exits 0.
 async fn sigterm_drains_a_completion_in_flight(app: TestApp) {
     let waiting_sql = match app.backend {
-        // An embedded database has no lock we can observe from outside.
-        Backend::Sqlite => return,
+        Backend::Sqlite => unreachable!("a server backend's test"),
         Backend::Postgres => {
             "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
         }
@@ -931,8 +931,7 @@ async fn sigterm_drains_a_completion_in_flight(app: TestApp) {
 /// JSON 500 ORDER_UPDATE_FAILED, nothing changed, and the retry credits once.
 async fn a_statement_stuck_on_a_row_lock_is_bounded_by_the_statement_timeout(app: TestApp) {
     let cancelled = match app.backend {
-        // SQLite has no row locks: its writers queue in the process.
-        Backend::Sqlite => return,
+        Backend::Sqlite => unreachable!("a server backend's test"),
         Backend::Postgres => "canceling statement due to statement timeout",
         Backend::MySql => "max_statement_time",
     };

@@ -591,6 +591,25 @@ macro_rules! on_every_backend {
     };
 }
 
+/// [`on_every_backend!`] for what only a database server has (a network
+/// between the service and it, row locks): the tests run on PostgreSQL and
+/// MariaDB, and SQLite has none of them rather than a test that passes
+/// without running. Their modules are `postgres_server` and `mysql_server`,
+/// beside the `postgres` and `mysql` of [`on_every_backend!`].
+#[macro_export]
+macro_rules! on_server_backends {
+    ($($name:ident),* $(,)?) => {
+        $crate::on_every_backend!(@backend postgres_server, Postgres,
+            #[cfg_attr(no_postgres_url, ignore = "MASTERPAY_TEST_POSTGRES_URL is not set")],
+            [#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+             $crate::common::run: $($name)*]);
+        $crate::on_every_backend!(@backend mysql_server, MySql,
+            #[cfg_attr(no_mysql_url, ignore = "MASTERPAY_TEST_MYSQL_URL is not set")],
+            [#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+             $crate::common::run: $($name)*]);
+    };
+}
+
 /// A `masterpay serve` process of the real binary.
 pub struct ServerProcess {
     pub child: std::process::Child,
