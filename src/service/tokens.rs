@@ -55,15 +55,27 @@ impl Permission {
         Permission::Operations,
     ];
 
+    /// Each permission's name and the endpoint it allows, as `METHOD
+    /// /path`, in declaration order (as [`Permission::ALL`]).
+    const NAMES: [(&'static str, &'static str); 6] = [
+        ("master-account/balance", "GET /v2/master-account/balance"),
+        ("payment/order/complete", "POST /v2/payment/order/complete"),
+        ("payment/order/create", "POST /v2/payment/order/create"),
+        ("payment/order/read", "GET /v2/payment/order"),
+        ("payment/order/cancel", "POST /v2/payment/order/cancel"),
+        (
+            "master-account/operations",
+            "GET /v2/master-account/operations",
+        ),
+    ];
+
     pub fn as_str(self) -> &'static str {
-        match self {
-            Permission::Balance => "master-account/balance",
-            Permission::Complete => "payment/order/complete",
-            Permission::Create => "payment/order/create",
-            Permission::Read => "payment/order/read",
-            Permission::Cancel => "payment/order/cancel",
-            Permission::Operations => "master-account/operations",
-        }
+        Permission::NAMES[self as usize].0
+    }
+
+    /// The endpoint the permission allows, as `METHOD /path`.
+    pub fn endpoint(self) -> &'static str {
+        Permission::NAMES[self as usize].1
     }
 }
 
@@ -138,11 +150,13 @@ async fn permissions_of<C: ConnectionTrait>(
     Ok(permissions)
 }
 
+/// Replaces the permissions of the token `token_id` with `permissions`
+/// (none removes them all); returns them as stored: sorted, each once.
 async fn replace_permissions<C: ConnectionTrait>(
     db: &C,
     token_id: i64,
     permissions: &[Permission],
-) -> Result<(), DbErr> {
+) -> Result<Vec<Permission>, DbErr> {
     token_permission::Entity::delete_many()
         .filter(token_permission::Column::TokenId.eq(token_id))
         .exec(db)
@@ -150,7 +164,7 @@ async fn replace_permissions<C: ConnectionTrait>(
     let mut unique = permissions.to_vec();
     unique.sort();
     unique.dedup();
-    for permission in unique {
+    for permission in &unique {
         token_permission::ActiveModel {
             token_id: Set(token_id),
             permission: Set(permission.as_str().to_owned()),
@@ -159,7 +173,7 @@ async fn replace_permissions<C: ConnectionTrait>(
         .insert(db)
         .await?;
     }
-    Ok(())
+    Ok(unique)
 }
 
 /// A token as the audit log shows it: never its value or hash.
@@ -206,8 +220,7 @@ pub async fn create(
     }
     .insert(&*txn)
     .await?;
-    replace_permissions(&*txn, token.id, permissions).await?;
-    let permissions = permissions_of(&*txn, token.id).await?;
+    let permissions = replace_permissions(&*txn, token.id, permissions).await?;
     let change =
         Change::new("token.create", "token", token.id).after(audited(&token, &permissions));
     txn.commit(change).await?;
@@ -231,7 +244,17 @@ pub async fn list(db: &DatabaseConnection, project_id: i64) -> Result<Vec<TokenI
 
 /// The token `id` and its permissions; never its value.
 pub async fn get_info(db: &DatabaseConnection, id: i64) -> Result<TokenInfo, AdminError> {
-    let token = app_token::Entity::find_by_id(id)
+    find(db, id, false).await
+}
+
+/// The token `id` and its permissions; with `lock`, the token locked until
+/// the end of the write transaction `db`.
+async fn find<C: ConnectionTrait>(db: &C, id: i64, lock: bool) -> Result<TokenInfo, AdminError> {
+    let mut query = app_token::Entity::find_by_id(id);
+    if lock {
+        query = query.lock_exclusive();
+    }
+    let token = query
         .one(db)
         .await?
         .ok_or(AdminError::NotFound("token", id))?;
@@ -239,15 +262,30 @@ pub async fn get_info(db: &DatabaseConnection, id: i64) -> Result<TokenInfo, Adm
     Ok(TokenInfo { token, permissions })
 }
 
-/// The token `id` and its permissions, the token locked until the end of
-/// the write transaction `txn`.
-async fn get_for_update<C: ConnectionTrait>(txn: &C, id: i64) -> Result<TokenInfo, AdminError> {
-    let token = app_token::Entity::find_by_id(id)
-        .lock_exclusive()
-        .one(txn)
-        .await?
-        .ok_or(AdminError::NotFound("token", id))?;
-    let permissions = permissions_of(txn, id).await?;
+/// Changes the token `id` under its lock with `change`, and replaces its
+/// permissions when `permissions` are given; logged as `action`, with the
+/// token before and after.
+async fn update(
+    db: &DatabaseConnection,
+    actor: &Actor,
+    id: i64,
+    action: &'static str,
+    permissions: Option<&[Permission]>,
+    change: impl FnOnce(&mut app_token::ActiveModel),
+) -> Result<TokenInfo, AdminError> {
+    let txn = AuditedChange::begin(db, actor).await?;
+    let before = find(&*txn, id, true).await?;
+    let mut model: app_token::ActiveModel = before.token.clone().into();
+    change(&mut model);
+    let token = model.update(&*txn).await?;
+    let permissions = match permissions {
+        Some(permissions) => replace_permissions(&*txn, id, permissions).await?,
+        None => before.permissions.clone(),
+    };
+    let change = Change::new(action, "token", id)
+        .before(audited(&before.token, &before.permissions))
+        .after(audited(&token, &permissions));
+    txn.commit(change).await?;
     Ok(TokenInfo { token, permissions })
 }
 
@@ -270,25 +308,15 @@ pub async fn edit(
         .map(validate::check_description)
         .transpose()
         .map_err(AdminError::invalid("description"))?;
-    let txn = AuditedChange::begin(db, actor).await?;
-    let before = get_for_update(&*txn, id).await?;
-    let mut model: app_token::ActiveModel = before.token.clone().into();
-    if let Some(name) = name {
-        model.name = Set(name);
-    }
-    if let Some(description) = description {
-        model.description = Set(description);
-    }
-    let token = model.update(&*txn).await?;
-    if let Some(permissions) = permissions {
-        replace_permissions(&*txn, id, permissions).await?;
-    }
-    let permissions = permissions_of(&*txn, id).await?;
-    let change = Change::new("token.edit", "token", id)
-        .before(audited(&before.token, &before.permissions))
-        .after(audited(&token, &permissions));
-    txn.commit(change).await?;
-    Ok(TokenInfo { token, permissions })
+    update(db, actor, id, "token.edit", permissions, |model| {
+        if let Some(name) = name {
+            model.name = Set(name);
+        }
+        if let Some(description) = description {
+            model.description = Set(description);
+        }
+    })
+    .await
 }
 
 pub async fn set_active(
@@ -297,31 +325,23 @@ pub async fn set_active(
     id: i64,
     active: bool,
 ) -> Result<app_token::Model, AdminError> {
-    let txn = AuditedChange::begin(db, actor).await?;
-    let before = get_for_update(&*txn, id).await?;
-    let mut model: app_token::ActiveModel = before.token.clone().into();
-    model.active = Set(active);
-    let token = model.update(&*txn).await?;
     let action = if active {
         "token.enable"
     } else {
         "token.disable"
     };
-    let change = Change::new(action, "token", id)
-        .before(audited(&before.token, &before.permissions))
-        .after(audited(&token, &before.permissions));
-    txn.commit(change).await?;
-    Ok(token)
+    let info = update(db, actor, id, action, None, |model| {
+        model.active = Set(active);
+    })
+    .await?;
+    Ok(info.token)
 }
 
 /// Deletes a token and its permissions; its value gets TOKEN_NOT_FOUND.
 pub async fn delete(db: &DatabaseConnection, actor: &Actor, id: i64) -> Result<(), AdminError> {
     let txn = AuditedChange::begin(db, actor).await?;
-    let before = get_for_update(&*txn, id).await?;
-    token_permission::Entity::delete_many()
-        .filter(token_permission::Column::TokenId.eq(id))
-        .exec(&*txn)
-        .await?;
+    let before = find(&*txn, id, true).await?;
+    replace_permissions(&*txn, id, &[]).await?;
     app_token::Entity::delete_by_id(id).exec(&*txn).await?;
     let change = Change::new("token.delete", "token", id)
         .before(audited(&before.token, &before.permissions));
@@ -330,39 +350,19 @@ pub async fn delete(db: &DatabaseConnection, actor: &Actor, id: i64) -> Result<(
 }
 
 /// Gives a token a new value, keeping its id, name, permissions and state;
-/// the old value stops working at once.
+/// the old value stops working at once. The value changed, and neither it
+/// nor its hash is logged: before and after show the same fields.
 pub async fn reissue(
     db: &DatabaseConnection,
     actor: &Actor,
     id: i64,
 ) -> Result<(app_token::Model, TokenValue), AdminError> {
     let value = TokenValue::generate();
-    let txn = AuditedChange::begin(db, actor).await?;
-    let before = get_for_update(&*txn, id).await?;
-    let mut model: app_token::ActiveModel = before.token.clone().into();
-    model.token_hash = Set(hash(value.expose()));
-    let token = model.update(&*txn).await?;
-    // The value changed, and neither it nor its hash is logged: before and
-    // after show the same fields.
-    let change = Change::new("token.reissue", "token", id)
-        .before(audited(&before.token, &before.permissions))
-        .after(audited(&token, &before.permissions));
-    txn.commit(change).await?;
-    Ok((token, value))
-}
-
-impl Permission {
-    /// The endpoint the permission allows, as `METHOD /path`.
-    pub fn endpoint(self) -> &'static str {
-        match self {
-            Permission::Balance => "GET /v2/master-account/balance",
-            Permission::Complete => "POST /v2/payment/order/complete",
-            Permission::Create => "POST /v2/payment/order/create",
-            Permission::Read => "GET /v2/payment/order",
-            Permission::Cancel => "POST /v2/payment/order/cancel",
-            Permission::Operations => "GET /v2/master-account/operations",
-        }
-    }
+    let info = update(db, actor, id, "token.reissue", None, |model| {
+        model.token_hash = Set(hash(value.expose()));
+    })
+    .await?;
+    Ok((info.token, value))
 }
 
 /// The active tokens never used, or last used before `cutoff`, oldest
