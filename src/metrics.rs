@@ -10,7 +10,7 @@ use std::{sync::Mutex, time::Duration};
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
-    registry::Registry,
+    registry::{Metric, Registry},
 };
 use sea_orm::DatabaseConnection;
 
@@ -76,82 +76,75 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("masterpay");
-        let requests = Family::<RequestLabels, Counter>::default();
-        let latency = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new([
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-            ])
-        });
-        let completions = Family::<OutcomeLabels, Counter>::default();
-        let order_events = Family::<EventLabels, Counter>::default();
-        registry.register(
-            "order_events",
-            "Orders created, creations replayed by idempotency key, and orders cancelled, through the API",
-            order_events.clone(),
-        );
-        let panel_sign_ins = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "panel_sign_ins",
-            "Sign-in attempts to the administration panel by outcome (signed_in, refused, rate_limited, link_used, link_refused)",
-            panel_sign_ins.clone(),
-        );
-        let pool = Family::<PoolLabels, Gauge>::default();
-        let max = Gauge::default();
-        registry.register(
-            "http_requests",
-            "HTTP requests answered, by endpoint, method and status",
-            requests.clone(),
-        );
-        registry.register(
-            "http_request_duration_seconds",
-            "Time to answer an HTTP request, by endpoint, method and status",
-            latency.clone(),
-        );
-        registry.register(
-            "order_completions",
-            "Order completion attempts by outcome",
-            completions.clone(),
-        );
-        registry.register(
-            "db_pool_connections",
-            "Database pool connections by state (idle, in_use)",
-            pool.clone(),
-        );
-        registry.register(
-            "db_pool_max_connections",
-            "Configured size of the database pool",
-            max.clone(),
-        );
-        let completion_group_sizes = group_size_histogram();
-        registry.register(
-            "order_completion_batch_size",
-            "Order completions written per database transaction (PostgreSQL groups; 1 when alone)",
-            completion_group_sizes.clone(),
-        );
-        let token_read_group_sizes = group_size_histogram();
-        registry.register(
-            "token_read_batch_size",
-            "Token reads (of balance and completion requests) per database statement (PostgreSQL; 1 when alone)",
-            token_read_group_sizes.clone(),
-        );
-        let insert_group_sizes = group_size_histogram();
-        registry.register(
-            "order_insert_batch_size",
-            "Order creations inserted per database statement (PostgreSQL groups; 1 when alone)",
-            insert_group_sizes.clone(),
-        );
+        let r = &mut registry;
+        // Fields in the order of the exposition.
         Metrics {
+            order_events: registered(
+                r,
+                "order_events",
+                "Orders created, creations replayed by idempotency key, and orders cancelled, through the API",
+                Family::default(),
+            ),
+            panel_sign_ins: registered(
+                r,
+                "panel_sign_ins",
+                "Sign-in attempts to the administration panel by outcome (signed_in, refused, rate_limited, link_used, link_refused)",
+                Family::default(),
+            ),
+            requests: registered(
+                r,
+                "http_requests",
+                "HTTP requests answered, by endpoint, method and status",
+                Family::default(),
+            ),
+            latency: registered(
+                r,
+                "http_request_duration_seconds",
+                "Time to answer an HTTP request, by endpoint, method and status",
+                Family::new_with_constructor(|| {
+                    Histogram::new([
+                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                        5.0,
+                    ])
+                }),
+            ),
+            completions: registered(
+                r,
+                "order_completions",
+                "Order completion attempts by outcome",
+                Family::default(),
+            ),
+            pool: registered(
+                r,
+                "db_pool_connections",
+                "Database pool connections by state (idle, in_use)",
+                Family::default(),
+            ),
+            pool_max: registered(
+                r,
+                "db_pool_max_connections",
+                "Configured size of the database pool",
+                Gauge::default(),
+            ),
+            completion_group_sizes: registered(
+                r,
+                "order_completion_batch_size",
+                "Order completions written per database transaction (PostgreSQL groups; 1 when alone)",
+                group_size_histogram(),
+            ),
+            token_read_group_sizes: registered(
+                r,
+                "token_read_batch_size",
+                "Token reads (of balance and completion requests) per database statement (PostgreSQL; 1 when alone)",
+                group_size_histogram(),
+            ),
+            insert_group_sizes: registered(
+                r,
+                "order_insert_batch_size",
+                "Order creations inserted per database statement (PostgreSQL groups; 1 when alone)",
+                group_size_histogram(),
+            ),
             registry: Mutex::new(registry),
-            requests,
-            latency,
-            completions,
-            order_events,
-            panel_sign_ins,
-            pool,
-            pool_max: max,
-            completion_group_sizes,
-            token_read_group_sizes,
-            insert_group_sizes,
         }
     }
 
@@ -221,33 +214,25 @@ fn group_size_histogram() -> Histogram {
     Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
 }
 
+/// `metric`, registered in `registry` as `name` with `help`.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 /// (open connections, idle connections, configured maximum) of the pool.
 fn pool_stats(db: &DatabaseConnection) -> (u32, u32, u32) {
+    macro_rules! stats {
+        ($pool:expr) => {{
+            let pool = $pool;
+            let max = pool.options().get_max_connections();
+            (pool.size(), pool.num_idle() as u32, max)
+        }};
+    }
     match db.get_database_backend() {
-        sea_orm::DbBackend::Postgres => {
-            let pool = db.get_postgres_connection_pool();
-            (
-                pool.size(),
-                pool.num_idle() as u32,
-                pool.options().get_max_connections(),
-            )
-        }
-        sea_orm::DbBackend::MySql => {
-            let pool = db.get_mysql_connection_pool();
-            (
-                pool.size(),
-                pool.num_idle() as u32,
-                pool.options().get_max_connections(),
-            )
-        }
-        _ => {
-            let pool = db.get_sqlite_connection_pool();
-            (
-                pool.size(),
-                pool.num_idle() as u32,
-                pool.options().get_max_connections(),
-            )
-        }
+        sea_orm::DbBackend::Postgres => stats!(db.get_postgres_connection_pool()),
+        sea_orm::DbBackend::MySql => stats!(db.get_mysql_connection_pool()),
+        _ => stats!(db.get_sqlite_connection_pool()),
     }
 }
 
