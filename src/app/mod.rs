@@ -69,11 +69,11 @@ fn routes_with(
         .at("/metrics", get(metrics_text))
         .at(
             "/openapi.json",
-            get(SpecDocument::endpoint(json, "application/json")),
+            get(spec_document(json, "application/json")),
         )
         .at(
             "/openapi.yaml",
-            get(SpecDocument::endpoint(yaml, "application/yaml")),
+            get(spec_document(yaml, "application/yaml")),
         )
         .at("/docs", get(docs::docs_redirect))
         .at("/docs/", get(docs::docs_index))
@@ -93,17 +93,13 @@ fn routes_with(
 }
 
 /// A fixed document served as is.
-struct SpecDocument;
-
-impl SpecDocument {
-    fn endpoint(body: String, content_type: &'static str) -> impl poem::Endpoint {
-        let body = Arc::new(body);
-        poem::endpoint::make_sync(move |_| {
-            Response::builder()
-                .header(poem::http::header::CONTENT_TYPE, content_type)
-                .body(body.as_str().to_owned())
-        })
-    }
+fn spec_document(body: String, content_type: &'static str) -> impl poem::Endpoint {
+    let body = Arc::new(body);
+    poem::endpoint::make_sync(move |_| {
+        Response::builder()
+            .header(poem::http::header::CONTENT_TYPE, content_type)
+            .body(body.as_str().to_owned())
+    })
 }
 
 /// Liveness: the process answers.
