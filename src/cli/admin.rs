@@ -134,16 +134,12 @@ pub async fn run(
                 },
             );
         }
-        AdminCommand::Disable { name } => {
-            let admin = admins::set_active(db, &Actor::CommandLine, &name, false).await?;
+        AdminCommand::Disable { ref name } | AdminCommand::Enable { ref name } => {
+            let active = matches!(cmd, AdminCommand::Enable { .. });
+            let admin = admins::set_active(db, &Actor::CommandLine, name, active).await?;
             out.emit(to_json(&admin), || {
-                format!("disabled administrator {}", admin.name)
-            });
-        }
-        AdminCommand::Enable { name } => {
-            let admin = admins::set_active(db, &Actor::CommandLine, &name, true).await?;
-            out.emit(to_json(&admin), || {
-                format!("enabled administrator {}", admin.name)
+                let done = if active { "enabled" } else { "disabled" };
+                format!("{done} administrator {}", admin.name)
             });
         }
     }

@@ -170,13 +170,13 @@ async fn dispatch(cli: Cli) -> CliResult {
 /// The store of `db`, for the commands that run an operation of the
 /// request path (creating and completing orders) as the API does.
 fn store_of(db: &DatabaseConnection, settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
-    let store = database::open_store(
+    let sizes = Arc::new(Uncounted);
+    Ok(database::open_store(
         db,
         &settings.database_url,
         &settings.pool,
-        Arc::new(Uncounted),
-    )?;
-    Ok(store)
+        sizes,
+    )?)
 }
 
 /// Connects and migrates, with the URL in the error when it fails.

@@ -71,9 +71,7 @@ pub enum AuthError {
 /// `Bearer` is matched case-insensitively, surrounding blanks are ignored.
 /// `Ok(None)` means there is no token at all (EMPTY_TOKEN).
 pub fn token_from_header(header: Option<&str>) -> Result<Option<&str>, AuthError> {
-    let Some(header) = header.map(str::trim) else {
-        return Ok(None);
-    };
+    let header = header.map_or("", str::trim);
     if header.is_empty() {
         return Ok(None);
     }
@@ -82,11 +80,7 @@ pub fn token_from_header(header: Option<&str>) -> Result<Option<&str>, AuthError
         return Err(AuthError::InvalidToken);
     }
     let token = rest.trim();
-    if token.is_empty() {
-        Ok(None)
-    } else {
-        Ok(Some(token))
-    }
+    Ok((!token.is_empty()).then_some(token))
 }
 
 /// The steps of the chain that need no database: the token of an
