@@ -223,13 +223,10 @@ pub async fn create_login_link(
     actor: &Actor,
     name: &str,
 ) -> Result<(Secret, DateTime<Utc>), AdminError> {
-    let administrator = administrator::Entity::find()
-        .filter(administrator::Column::Name.eq(name.trim()))
+    let administrator = admins::named(name)
         .one(db)
         .await?
-        .ok_or_else(|| {
-            AdminError::Invalid("name", format!("no administrator is named {name:?}"))
-        })?;
+        .ok_or_else(|| admins::unknown(name))?;
     if !administrator.active {
         return Err(AdminError::Invalid(
             "name",

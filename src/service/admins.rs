@@ -42,24 +42,16 @@ impl Password {
     /// characters, without control characters.
     pub fn new(text: String) -> Result<Password, AdminError> {
         let length = text.chars().count();
-        if length < PASSWORD_MIN_LEN {
-            Err(AdminError::Invalid(
-                "password",
-                format!("the password must be at least {PASSWORD_MIN_LEN} characters"),
-            ))
+        let refusal = if length < PASSWORD_MIN_LEN {
+            format!("the password must be at least {PASSWORD_MIN_LEN} characters")
         } else if length > PASSWORD_MAX_LEN {
-            Err(AdminError::Invalid(
-                "password",
-                format!("the password must be at most {PASSWORD_MAX_LEN} characters"),
-            ))
+            format!("the password must be at most {PASSWORD_MAX_LEN} characters")
         } else if text.chars().any(char::is_control) {
-            Err(AdminError::Invalid(
-                "password",
-                "the password must not contain control characters".into(),
-            ))
+            "the password must not contain control characters".into()
         } else {
-            Ok(Password(text))
-        }
+            return Ok(Password(text));
+        };
+        Err(AdminError::Invalid("password", refusal))
     }
 }
 
@@ -92,28 +84,26 @@ async fn argon2_work<T: Send + 'static>(
         .map_err(|err| AdminError::Invalid("password", format!("hashing failed: {err}")))
 }
 
-/// Hashes `password` with a fresh salt from the OS CSPRNG.
+/// An argon2 hash of `password`, with a fresh salt from the OS CSPRNG.
+fn argon2_hash(password: &[u8]) -> argon2::password_hash::Result<String> {
+    let salt = SaltString::generate(&mut OsRng);
+    let hash = Argon2::default().hash_password(password, &salt)?;
+    Ok(hash.to_string())
+}
+
+/// Hashes `password` (see [`argon2_hash`]) on a blocking thread.
 async fn hash(password: Password) -> Result<String, AdminError> {
     argon2_work(move || {
-        let salt = SaltString::generate(&mut OsRng);
-        Argon2::default()
-            .hash_password(password.0.as_bytes(), &salt)
-            .map(|hash| hash.to_string())
-            .map_err(|err| {
-                AdminError::Invalid("password", format!("the password cannot be hashed: {err}"))
-            })
+        argon2_hash(password.0.as_bytes()).map_err(|err| {
+            AdminError::Invalid("password", format!("the password cannot be hashed: {err}"))
+        })
     })
     .await?
 }
 
 /// What an unknown name's password is checked against.
-static UNKNOWN_NAME_HASH: LazyLock<String> = LazyLock::new(|| {
-    let salt = SaltString::generate(&mut OsRng);
-    Argon2::default()
-        .hash_password(b"no administrator has this name", &salt)
-        .map(|hash| hash.to_string())
-        .unwrap_or_default()
-});
+static UNKNOWN_NAME_HASH: LazyLock<String> =
+    LazyLock::new(|| argon2_hash(b"no administrator has this name").unwrap_or_default());
 
 /// Makes the hash an unknown name is checked against (an argon2 hash of
 /// its own); the panel calls it as it starts, so that the first sign-in
@@ -135,7 +125,7 @@ pub async fn create(
 ) -> Result<administrator::Model, AdminError> {
     let name = validate::check_name("administrator", name).map_err(AdminError::invalid("name"))?;
     let taken = || format!("an administrator named {name:?} already exists");
-    if find(db, &name).await?.is_some() {
+    if named(&name).one(db).await?.is_some() {
         return Err(AdminError::Conflict("name", taken()));
     }
     // Hashed before the transaction: it takes a while, and on SQLite a
@@ -179,9 +169,7 @@ pub async fn set_active(
         .lock_exclusive()
         .one(&*txn)
         .await?
-        .ok_or_else(|| {
-            AdminError::Invalid("name", format!("no administrator is named {name:?}"))
-        })?;
+        .ok_or_else(|| unknown(name))?;
     let mut row: administrator::ActiveModel = before.clone().into();
     row.active = Set(active);
     let admin = row.update(&*txn).await?;
@@ -253,7 +241,7 @@ pub async fn verify(
     name: &str,
     password: &str,
 ) -> Result<Option<administrator::Model>, DbErr> {
-    let admin = find(db, name).await?;
+    let admin = named(name).one(db).await?;
     let stored = admin.as_ref().map(|a| a.password_hash.clone());
     let password = password.to_owned();
     let matches = argon2_work(move || {
@@ -270,10 +258,11 @@ pub async fn verify(
 }
 
 /// The administrator `name`, as a query.
-fn named(name: &str) -> Select<administrator::Entity> {
+pub(super) fn named(name: &str) -> Select<administrator::Entity> {
     administrator::Entity::find().filter(administrator::Column::Name.eq(name.trim()))
 }
 
-async fn find(db: &DatabaseConnection, name: &str) -> Result<Option<administrator::Model>, DbErr> {
-    named(name).one(db).await
+/// Why `name` names no administrator.
+pub(super) fn unknown(name: &str) -> AdminError {
+    AdminError::Invalid("name", format!("no administrator is named {name:?}"))
 }
