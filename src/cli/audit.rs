@@ -40,12 +40,10 @@ pub async fn run(db: &DatabaseConnection, out: Output) -> CliResult {
             text
         },
     );
-    if report.is_clean() {
-        Ok(())
-    } else {
-        Err(anyhow::anyhow!(
-            "ledger audit found {} mismatches",
-            report.findings.len()
-        ))
-    }
+    let mismatches = report.findings.len();
+    anyhow::ensure!(
+        report.is_clean(),
+        "ledger audit found {mismatches} mismatches"
+    );
+    Ok(())
 }

@@ -130,21 +130,15 @@ async fn dispatch(cli: Cli) -> CliResult {
     if let Command::Openapi(args) = &cli.command {
         return openapi::run(args);
     }
-    let file = match &cli.config {
-        Some(path) => SettingsArgs::load(path)?,
-        None => SettingsArgs::default(),
-    };
+    let file = cli.config.as_deref().map(SettingsArgs::load).transpose()?;
     // Only `serve` has the flags; every command reads their variables, so
     // that `admin login-link` names the panel `serve` was configured with.
-    let given = match &cli.command {
+    let mut given = match &cli.command {
         Command::Serve(args) => args.settings.clone(),
         _ => SettingsArgs::from_environment()?,
     };
-    let given = SettingsArgs {
-        database_url: cli.database_url.clone(),
-        ..given
-    };
-    let settings = Settings::resolve(file, given)?;
+    given.database_url = cli.database_url.clone();
+    let settings = Settings::resolve(file.unwrap_or_default(), given)?;
     let db = open(&settings).await?;
     match cli.command {
         Command::Serve(args) => serve::run(args.demo, settings, db, out).await,

@@ -1,6 +1,8 @@
 //! Output for people or, with `--json`, exactly one JSON object for scripts.
 
-use serde_json::Value;
+use serde_json::{Value, json};
+
+use super::CliResult;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Output {
@@ -15,5 +17,16 @@ impl Output {
         } else {
             println!("{}", text());
         }
+    }
+
+    /// Prints a record just made in a project: its id, its project and its
+    /// `label` (key and value) as JSON, or one line for people.
+    pub fn created(&self, kind: &str, id: i64, project_id: i64, label: (&str, &str)) -> CliResult {
+        let (key, value) = label;
+        self.emit(
+            json!({"id": id, "project_id": project_id, key: value}),
+            || format!("created {kind} {id} ({value}) in project {project_id}"),
+        );
+        Ok(())
     }
 }

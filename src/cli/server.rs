@@ -2,7 +2,6 @@
 
 use clap::Subcommand;
 use sea_orm::DatabaseConnection;
-use serde_json::json;
 
 use super::{CliResult, Output};
 use crate::service::{admin_audit::Actor, servers};
@@ -21,14 +20,5 @@ pub enum ServerCommand {
 pub async fn run(cmd: ServerCommand, db: &DatabaseConnection, out: Output) -> CliResult {
     let ServerCommand::Create { project, name } = cmd;
     let s = servers::create(db, &Actor::CommandLine, project, &name).await?;
-    out.emit(
-        json!({"id": s.id, "project_id": s.project_id, "name": s.name}),
-        || {
-            format!(
-                "created server {} ({}) in project {}",
-                s.id, s.name, s.project_id
-            )
-        },
-    );
-    Ok(())
+    out.created("server", s.id, s.project_id, ("name", &s.name))
 }

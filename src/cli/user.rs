@@ -2,7 +2,6 @@
 
 use clap::Subcommand;
 use sea_orm::DatabaseConnection;
-use serde_json::json;
 
 use super::{CliResult, Output};
 use crate::{
@@ -24,14 +23,5 @@ pub enum UserCommand {
 pub async fn run(cmd: UserCommand, db: &DatabaseConnection, out: Output) -> CliResult {
     let UserCommand::Create { project, email } = cmd;
     let u = users::create(db, &Actor::CommandLine, project, &email).await?;
-    out.emit(
-        json!({"id": u.id, "project_id": u.project_id, "email": u.email}),
-        || {
-            format!(
-                "created user {} ({}) in project {}",
-                u.id, u.email, u.project_id
-            )
-        },
-    );
-    Ok(())
+    out.created("user", u.id, u.project_id, ("email", &u.email))
 }
