@@ -49,27 +49,23 @@ pub async fn seed(
     let bob = users::create(db, actor, project.id, &bob).await?;
     let server = servers::create(db, actor, project.id, "Survival #1").await?;
     servers::create(db, actor, project.id, "Creative #2").await?;
-    balances::set(
-        db,
-        actor,
-        alice.id,
-        None,
-        Some("1250.50".parse()?),
-        Some("25".parse()?),
-        REASON,
-    )
-    .await?;
-    balances::set(
-        db,
-        actor,
-        alice.id,
-        Some(server.id),
-        Some("99.99".parse()?),
-        None,
-        REASON,
-    )
-    .await?;
-    balances::set(db, actor, bob.id, None, Some("10".parse()?), None, REASON).await?;
+    for (user, server_id, main, bonus) in [
+        (alice.id, None, "1250.50", Some("25")),
+        (alice.id, Some(server.id), "99.99", None),
+        (bob.id, None, "10", None),
+    ] {
+        let bonus = bonus.map(str::parse).transpose()?;
+        balances::set(
+            db,
+            actor,
+            user,
+            server_id,
+            Some(main.parse()?),
+            bonus,
+            REASON,
+        )
+        .await?;
+    }
     let mut order_ids: Vec<String> = Vec::new();
     for (user, server_id, amount) in [
         (alice.id, None, "10.25"),

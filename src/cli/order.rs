@@ -1,7 +1,7 @@
 //! `masterpay order create|get|cancel|complete|list`: the API's order
 //! operations, for the operator.
 
-use clap::{Subcommand, ValueEnum};
+use clap::Subcommand;
 use entity::payment_order::OrderStatus;
 use sea_orm::{ActiveEnum, DatabaseConnection};
 use serde_json::{Value, json};
@@ -55,29 +55,12 @@ pub enum OrderCommand {
         #[arg(long)]
         user: Option<i64>,
         /// Only orders in this status.
-        #[arg(long, value_enum)]
-        status: Option<StatusArg>,
+        #[arg(long, value_parser = ["pending", "completed", "cancelled"])]
+        status: Option<String>,
         /// Show at most this many.
         #[arg(long, default_value_t = 50)]
         limit: u64,
     },
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum StatusArg {
-    Pending,
-    Completed,
-    Cancelled,
-}
-
-impl From<StatusArg> for OrderStatus {
-    fn from(status: StatusArg) -> OrderStatus {
-        match status {
-            StatusArg::Pending => OrderStatus::Pending,
-            StatusArg::Completed => OrderStatus::Completed,
-            StatusArg::Cancelled => OrderStatus::Cancelled,
-        }
-    }
 }
 
 pub async fn run(
@@ -158,7 +141,10 @@ pub async fn run(
             let filter = OrderFilter {
                 project_id: Some(project),
                 user_id: user,
-                status: status.map(OrderStatus::from),
+                status: status
+                    .as_ref()
+                    .map(OrderStatus::try_from_value)
+                    .transpose()?,
                 ..OrderFilter::default()
             };
             let (listed, total) = orders::list(db, &filter, limit).await?;
