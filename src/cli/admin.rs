@@ -10,7 +10,7 @@ use entity::administrator;
 use sea_orm::DatabaseConnection;
 use serde_json::json;
 
-use super::{CliResult, Output};
+use super::{CliResult, Output, output::state};
 use crate::{
     config::Settings,
     service::{
@@ -121,18 +121,11 @@ pub async fn run(
         }
         AdminCommand::List => {
             let all = admins::list(db).await?;
-            out.emit(
-                json!({"administrators": all.iter().map(to_json).collect::<Vec<_>>()}),
-                || {
-                    all.iter()
-                        .map(|a| {
-                            let state = if a.active { "active" } else { "disabled" };
-                            format!("{} {state} since {}", a.name, a.created_at.to_rfc3339())
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                },
-            );
+            let line = |a: &administrator::Model| {
+                let since = a.created_at.to_rfc3339();
+                format!("{} {} since {since}", a.name, state(a.active))
+            };
+            out.list("administrators", &all, to_json, line, "");
         }
         AdminCommand::Disable { ref name } | AdminCommand::Enable { ref name } => {
             let active = matches!(cmd, AdminCommand::Enable { .. });

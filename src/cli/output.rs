@@ -29,4 +29,28 @@ impl Output {
         );
         Ok(())
     }
+
+    /// Prints `items` under `key`, or one line each for people (`none`
+    /// when there are none).
+    pub fn list<T>(
+        &self,
+        key: &str,
+        items: &[T],
+        to_json: impl Fn(&T) -> Value,
+        line: impl Fn(&T) -> String,
+        none: &str,
+    ) {
+        self.emit(
+            json!({key: items.iter().map(to_json).collect::<Vec<_>>()}),
+            || match items {
+                [] => none.to_owned(),
+                _ => items.iter().map(line).collect::<Vec<_>>().join("\n"),
+            },
+        );
+    }
+}
+
+/// How an `active` flag reads for people.
+pub fn state(active: bool) -> &'static str {
+    if active { "active" } else { "disabled" }
 }

@@ -5,7 +5,7 @@ use entity::project;
 use sea_orm::DatabaseConnection;
 use serde_json::json;
 
-use super::{CliResult, Output};
+use super::{CliResult, Output, output::state};
 use crate::service::{admin_audit::Actor, projects};
 
 #[derive(Debug, Subcommand)]
@@ -37,32 +37,14 @@ pub async fn run(cmd: ProjectCommand, db: &DatabaseConnection, out: Output) -> C
         }
         ProjectCommand::List => {
             let all = projects::list(db).await?;
-            out.emit(
-                json!({"projects": all.iter().map(to_json).collect::<Vec<_>>()}),
-                || {
-                    if all.is_empty() {
-                        return "no projects".to_owned();
-                    }
-                    all.iter()
-                        .map(|p| {
-                            let state = if p.active { "active" } else { "disabled" };
-                            format!("{}\t{}\t{}", p.id, state, p.name)
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                },
-            );
+            let line = |p: &project::Model| format!("{}\t{}\t{}", p.id, state(p.active), p.name);
+            out.list("projects", &all, to_json, line, "no projects");
         }
         ProjectCommand::Disable { id } | ProjectCommand::Enable { id } => {
             let active = matches!(cmd, ProjectCommand::Enable { .. });
             let p = projects::set_active(db, &Actor::CommandLine, id, active).await?;
-            out.emit(to_json(&p), || {
-                format!(
-                    "project {} {}",
-                    p.id,
-                    if active { "enabled" } else { "disabled" }
-                )
-            });
+            let done = if active { "enabled" } else { "disabled" };
+            out.emit(to_json(&p), || format!("project {} {done}", p.id));
         }
     }
     Ok(())

@@ -7,7 +7,7 @@ use clap::Subcommand;
 use sea_orm::DatabaseConnection;
 use serde_json::json;
 
-use super::{CliResult, Output, parse_permissions};
+use super::{CliResult, Output, output::state, parse_permissions};
 use crate::service::{
     admin_audit::Actor,
     tokens::{self, TokenInfo},
@@ -72,20 +72,14 @@ fn info_json(info: &TokenInfo) -> serde_json::Value {
 
 fn describe(info: &TokenInfo) -> String {
     let perms: Vec<_> = info.permissions.iter().map(|p| p.as_str()).collect();
+    let last_used = info.token.last_used_at.map(|t| t.to_rfc3339());
     format!(
         "{}\t{}\t{}\t[{}]\tlast used {}",
         info.token.id,
-        if info.token.active {
-            "active"
-        } else {
-            "disabled"
-        },
+        state(info.token.active),
         info.token.name,
         perms.join(","),
-        info.token
-            .last_used_at
-            .map(|t| t.to_rfc3339())
-            .unwrap_or_else(|| "never".into())
+        last_used.as_deref().unwrap_or("never")
     )
 }
 
@@ -123,16 +117,7 @@ pub async fn run(cmd: TokenCommand, db: &DatabaseConnection, out: Output) -> Cli
         }
         TokenCommand::List { project } => {
             let all = tokens::list(db, project).await?;
-            out.emit(
-                json!({"tokens": all.iter().map(info_json).collect::<Vec<_>>()}),
-                || {
-                    if all.is_empty() {
-                        "no tokens".to_owned()
-                    } else {
-                        all.iter().map(describe).collect::<Vec<_>>().join("\n")
-                    }
-                },
-            );
+            out.list("tokens", &all, info_json, describe, "no tokens");
         }
         TokenCommand::Edit {
             id,
@@ -157,12 +142,9 @@ pub async fn run(cmd: TokenCommand, db: &DatabaseConnection, out: Output) -> Cli
         TokenCommand::Disable { id } | TokenCommand::Enable { id } => {
             let active = matches!(cmd, TokenCommand::Enable { .. });
             let t = tokens::set_active(db, &Actor::CommandLine, id, active).await?;
+            let done = if active { "enabled" } else { "disabled" };
             out.emit(json!({"id": t.id, "active": t.active}), || {
-                format!(
-                    "token {} {}",
-                    t.id,
-                    if active { "enabled" } else { "disabled" }
-                )
+                format!("token {} {done}", t.id)
             });
         }
         TokenCommand::Delete { id } => {
