@@ -116,10 +116,9 @@ impl FromStr for Money {
         {
             return Err(MoneyError::Negative);
         }
-        let (int, frac) = match text.split_once('.') {
-            Some((int, frac)) => (int, Some(frac)),
-            None => (text, None),
-        };
+        let (int, frac) = text
+            .split_once('.')
+            .map_or((text, None), |(int, frac)| (int, Some(frac)));
         let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
         if !digits(int) || frac.is_some_and(|f| !digits(f)) {
             return Err(MoneyError::Malformed);
