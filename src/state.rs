@@ -28,7 +28,7 @@ pub struct AppState {
 impl AppState {
     pub fn new(db: DatabaseConnection, settings: &Settings) -> Result<AppState, StoreError> {
         let metrics = Arc::new(Metrics::new());
-        let sizes = Arc::new(MeteredGroups(Arc::clone(&metrics)));
+        let sizes: Arc<dyn GroupSizes> = metrics.clone();
         Ok(AppState {
             store: database::open_store(&db, &settings.database_url, &settings.pool, sizes)?,
             db,
@@ -43,18 +43,16 @@ impl AppState {
 }
 
 /// The store's group sizes, recorded in the metrics.
-struct MeteredGroups(Arc<Metrics>);
-
-impl GroupSizes for MeteredGroups {
+impl GroupSizes for Metrics {
     fn token_reads(&self, size: usize) {
-        self.0.record_token_read_group(size);
+        self.record_token_read_group(size);
     }
 
     fn completions(&self, size: usize) {
-        self.0.record_completion_group(size);
+        self.record_completion_group(size);
     }
 
     fn inserts(&self, size: usize) {
-        self.0.record_insert_group(size);
+        self.record_insert_group(size);
     }
 }
