@@ -46,18 +46,6 @@ pub enum AdminCommand {
     },
 }
 
-/// The panel's address from the settings, when it listens.
-pub(super) fn panel_base(settings: &Settings) -> Option<String> {
-    settings.admin_listen.as_ref().map(|address| {
-        let scheme = if settings.admin_cookie_secure {
-            "https"
-        } else {
-            "http"
-        };
-        format!("{scheme}://{address}")
-    })
-}
-
 /// A new sign-in link for `name`, as a URL under `base`.
 pub(super) async fn login_link(
     db: &DatabaseConnection,
@@ -102,7 +90,14 @@ pub async fn run(
 ) -> CliResult {
     match cmd {
         AdminCommand::LoginLink { name, base_url } => {
-            let base = base_url.or_else(|| panel_base(settings)).ok_or_else(|| {
+            // The panel's address from the settings, when it listens.
+            let secure = settings.admin_cookie_secure;
+            let scheme = if secure { "https" } else { "http" };
+            let panel = settings
+                .admin_listen
+                .as_ref()
+                .map(|at| format!("{scheme}://{at}"));
+            let base = base_url.or(panel).ok_or_else(|| {
                 anyhow::anyhow!("the panel is off (admin_listen = off); pass --base-url")
             })?;
             let (url, expires_at) = login_link(db, &name, &base).await?;
