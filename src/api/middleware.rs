@@ -16,7 +16,7 @@ use std::{
 
 use bytes::Bytes;
 use poem::{
-    Endpoint, IntoResponse, Middleware, Request, Response, Result,
+    Endpoint, IntoResponse, Request, Response, Result,
     http::{HeaderName, HeaderValue, header},
 };
 use rand::{Rng, distr::Alphanumeric};
@@ -26,27 +26,6 @@ use super::error::ApiError;
 use crate::metrics::{Metrics, RequestLabels, endpoint_label};
 
 pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// Request id, access log and metrics; see the module docs.
-pub struct RequestContext {
-    pub metrics: Arc<Metrics>,
-}
-
-impl<E: Endpoint> Middleware<E> for RequestContext {
-    type Output = RequestContextEndpoint<E>;
-
-    fn transform(&self, inner: E) -> Self::Output {
-        RequestContextEndpoint {
-            inner,
-            metrics: self.metrics.clone(),
-        }
-    }
-}
-
-pub struct RequestContextEndpoint<E> {
-    inner: E,
-    metrics: Arc<Metrics>,
-}
 
 fn request_id(req: &Request) -> String {
     req.headers()
@@ -63,77 +42,57 @@ fn request_id(req: &Request) -> String {
         })
 }
 
-impl<E: Endpoint> Endpoint for RequestContextEndpoint<E> {
-    type Output = Response;
-
-    async fn call(&self, req: Request) -> Result<Self::Output> {
-        let id = request_id(&req);
-        let method = req.method().to_string();
-        let path = req.uri().path().to_owned();
-        let span = tracing::info_span!("request", request_id = %id, %method, %path);
-        let start = Instant::now();
-        let mut response = match self.inner.call(req).instrument(span.clone()).await {
-            Ok(output) => output.into_response(),
-            Err(err) => err.into_response(),
-        };
-        let elapsed = start.elapsed();
-        if let Ok(value) = HeaderValue::from_str(&id) {
-            response.headers_mut().insert(REQUEST_ID.clone(), value);
-        }
-        let status = response.status().as_u16();
-        self.metrics.record_request(
-            RequestLabels {
-                endpoint: endpoint_label(&path),
-                method,
-                status,
-            },
-            elapsed,
-        );
-        span.in_scope(|| {
-            tracing::info!(
-                status,
-                latency_ms = elapsed.as_secs_f64() * 1000.0,
-                "request finished"
-            )
-        });
-        Ok(response)
+/// Request id, access log and metrics around `inner`; see the module docs.
+pub async fn request_context<E: Endpoint>(
+    inner: Arc<E>,
+    req: Request,
+    metrics: Arc<Metrics>,
+) -> Result<Response> {
+    let id = request_id(&req);
+    let method = req.method().to_string();
+    let path = req.uri().path().to_owned();
+    let span = tracing::info_span!("request", request_id = %id, %method, %path);
+    let start = Instant::now();
+    let mut response = match inner.call(req).instrument(span.clone()).await {
+        Ok(output) => output.into_response(),
+        Err(err) => err.into_response(),
+    };
+    let elapsed = start.elapsed();
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID.clone(), value);
     }
+    let status = response.status().as_u16();
+    metrics.record_request(
+        RequestLabels {
+            endpoint: endpoint_label(&path),
+            method,
+            status,
+        },
+        elapsed,
+    );
+    span.in_scope(|| {
+        tracing::info!(
+            status,
+            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            "request finished"
+        )
+    });
+    Ok(response)
 }
 
-/// Answers 503 SERVICE_UNAVAILABLE when a request takes longer than the
-/// limit. Dropping the unfinished handler rolls back any open transaction.
-pub struct RequestTimeout(pub Duration);
-
-impl<E: Endpoint> Middleware<E> for RequestTimeout {
-    type Output = RequestTimeoutEndpoint<E>;
-
-    fn transform(&self, inner: E) -> Self::Output {
-        RequestTimeoutEndpoint {
-            inner,
-            limit: self.0,
-        }
-    }
-}
-
-pub struct RequestTimeoutEndpoint<E> {
-    inner: E,
+/// `inner`'s answer, or 503 SERVICE_UNAVAILABLE when it takes longer than
+/// `limit`. Dropping the unfinished handler rolls back any open transaction.
+pub async fn request_timeout<E: Endpoint>(
+    inner: Arc<E>,
+    req: Request,
     limit: Duration,
-}
-
-impl<E: Endpoint> Endpoint for RequestTimeoutEndpoint<E> {
-    type Output = Response;
-
-    async fn call(&self, req: Request) -> Result<Self::Output> {
-        match tokio::time::timeout(self.limit, self.inner.call(req)).await {
-            Ok(Ok(output)) => Ok(output.into_response()),
-            Ok(Err(err)) => Ok(err.into_response()),
-            Err(_) => {
-                tracing::warn!(
-                    limit_ms = self.limit.as_millis() as u64,
-                    "request timed out"
-                );
-                Ok(ApiError::service_unavailable().to_response())
-            }
+) -> Result<Response> {
+    match tokio::time::timeout(limit, inner.call(req)).await {
+        Ok(Ok(output)) => Ok(output.into_response()),
+        Ok(Err(err)) => Ok(err.into_response()),
+        Err(_) => {
+            tracing::warn!(limit_ms = limit.as_millis() as u64, "request timed out");
+            Ok(ApiError::service_unavailable().to_response())
         }
     }
 }
@@ -159,7 +118,7 @@ pub const OVERSIZED_BODY_DRAIN_BYTES: usize = 8 * 1024 * 1024;
 /// these answers too.
 pub const UNREAD_BODY_DRAIN_BYTES: usize = 1024 * 1024;
 
-/// Reads what an answer left of the request body before the answer goes out.
+/// `inner`'s answer, once what it left of the request body is read.
 ///
 /// Several answers come before the body is read: 403 and 404 from
 /// authentication, which runs before routing, 404 for an unknown path, 400
@@ -180,27 +139,32 @@ pub const UNREAD_BODY_DRAIN_BYTES: usize = 1024 * 1024;
 /// Requests without a body pass straight through (three header lookups), and
 /// so do those that wait for `100 Continue` (reading would ask the client
 /// for the body it is right not to send) or declare more than would be read.
-pub struct DrainUnreadBody {
-    pub max_body_bytes: usize,
-    pub body_timeout: Duration,
-}
-
-impl<E: Endpoint> Middleware<E> for DrainUnreadBody {
-    type Output = DrainUnreadBodyEndpoint<E>;
-
-    fn transform(&self, inner: E) -> Self::Output {
-        DrainUnreadBodyEndpoint {
-            inner,
-            max_body_bytes: self.max_body_bytes,
-            body_timeout: self.body_timeout,
-        }
-    }
-}
-
-pub struct DrainUnreadBodyEndpoint<E> {
-    inner: E,
+/// `max_body_bytes` is the body limit, `body_timeout` the body timeout.
+pub async fn drain_unread_body<E: Endpoint>(
+    inner: Arc<E>,
+    mut req: Request,
     max_body_bytes: usize,
     body_timeout: Duration,
+) -> Result<Response> {
+    let most = max_body_bytes.saturating_add(OVERSIZED_BODY_DRAIN_BYTES);
+    if !body_to_drain(&req, most) {
+        return inner.call(req).await.map(IntoResponse::into_response);
+    }
+    let deadline = tokio::time::Instant::now() + body_timeout;
+    let body = SharedBody::new(req.take_body());
+    req.set_body(body.reader());
+    let answer = inner.call(req).await.map(IntoResponse::into_response);
+    let status = match &answer {
+        Ok(response) => response.status(),
+        Err(err) => err.status(),
+    };
+    let bound = if status == poem::http::StatusCode::PAYLOAD_TOO_LARGE {
+        most
+    } else {
+        max_body_bytes.saturating_add(UNREAD_BODY_DRAIN_BYTES)
+    };
+    body.drain(bound, deadline).await;
+    answer
 }
 
 /// Whether the client waits for `100 Continue` before it sends the body:
@@ -214,7 +178,8 @@ pub fn expects_continue(headers: &poem::http::HeaderMap) -> bool {
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
-/// Whether the request carries a body worth draining; see [`DrainUnreadBody`].
+/// Whether the request carries a body worth draining; see
+/// [`drain_unread_body`].
 fn body_to_drain(req: &Request, bound: usize) -> bool {
     let headers = req.headers();
     if expects_continue(headers) {
@@ -227,34 +192,6 @@ fn body_to_drain(req: &Request, bound: usize) -> bool {
             .and_then(|v| v.parse::<u64>().ok())
             .is_some_and(|length| length > 0 && length <= bound as u64),
         None => headers.contains_key(header::TRANSFER_ENCODING),
-    }
-}
-
-impl<E: Endpoint> Endpoint for DrainUnreadBodyEndpoint<E> {
-    type Output = Response;
-
-    async fn call(&self, mut req: Request) -> Result<Self::Output> {
-        let most = self
-            .max_body_bytes
-            .saturating_add(OVERSIZED_BODY_DRAIN_BYTES);
-        if !body_to_drain(&req, most) {
-            return self.inner.call(req).await.map(IntoResponse::into_response);
-        }
-        let deadline = tokio::time::Instant::now() + self.body_timeout;
-        let body = SharedBody::new(req.take_body());
-        req.set_body(body.reader());
-        let answer = self.inner.call(req).await.map(IntoResponse::into_response);
-        let status = match &answer {
-            Ok(response) => response.status(),
-            Err(err) => err.status(),
-        };
-        let bound = if status == poem::http::StatusCode::PAYLOAD_TOO_LARGE {
-            most
-        } else {
-            self.max_body_bytes.saturating_add(UNREAD_BODY_DRAIN_BYTES)
-        };
-        body.drain(bound, deadline).await;
-        answer
     }
 }
 
@@ -333,6 +270,7 @@ pub(crate) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use futures_util::StreamExt;
+    use poem::EndpointExt;
 
     use super::*;
 
@@ -363,11 +301,9 @@ pub(crate) mod tests {
             (StatusCode::FORBIDDEN, UNREAD_BODY_DRAIN_BYTES),
         ] {
             let (body, pulled) = counted_body(usize::MAX, 8 * 1024);
-            let endpoint = DrainUnreadBody {
-                max_body_bytes: limit,
-                body_timeout: Duration::from_secs(3600),
-            }
-            .transform(poem::endpoint::make_sync(move |_| status));
+            let endpoint = poem::endpoint::make_sync(move |_| status).around(move |ep, req| {
+                drain_unread_body(ep, req, limit, Duration::from_secs(3600))
+            });
             let request = Request::builder()
                 .method(poem::http::Method::POST)
                 .header(header::TRANSFER_ENCODING, "chunked")

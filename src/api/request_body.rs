@@ -127,10 +127,10 @@ enum BodyReadError {
 
 /// Reads a body of at most `limit` bytes by `deadline`. At the first chunk
 /// past the limit it stops: the body is too large whatever follows, and
-/// what follows is read and thrown away by [`DrainUnreadBody`] before the
+/// what follows is read and thrown away by [`drain_unread_body`] before the
 /// 413 goes out, so that the client can read it.
 ///
-/// [`DrainUnreadBody`]: super::middleware::DrainUnreadBody
+/// [`drain_unread_body`]: super::middleware::drain_unread_body
 async fn read_body(
     body: poem::Body,
     limit: usize,
@@ -204,7 +204,7 @@ mod tests {
     }
 
     /// Reads `body` as the endpoint does and drains what is left as
-    /// `DrainUnreadBody` does, against a 64 KiB limit.
+    /// `drain_unread_body` does, against a 64 KiB limit.
     async fn read_then_drain(body: poem::Body) -> Result<Vec<u8>, BodyReadError> {
         let shared = SharedBody::new(body);
         let read = read_body(shared.reader(), 64 * 1024, far()).await;

@@ -3,7 +3,7 @@
 //! The chain (docs/api.md, "Authentication") is split in two, because part
 //! of it must run before routing:
 //!
-//! 1. [`V2Authentication`], a middleware over every `/v2/...` path, checks
+//! 1. [`v2_authentication`], a middleware over every `/v2/...` path, checks
 //!    EMPTY_TOKEN → INVALID_TOKEN → TOKEN_NOT_FOUND → TOKEN_DISABLED →
 //!    EMPTY_ACCESS → PROJECT_NOT_FOUND (`service::auth`) and stores the
 //!    [`Authenticated`] caller. Routing (NOT_FOUND for unknown v2 paths and
@@ -21,8 +21,10 @@
 //! (one statement per request); the endpoint still validates the query
 //! itself and uses that row only for exactly the account it validated.
 
+use std::sync::Arc;
+
 use poem::{
-    Endpoint, Middleware, Request, RequestBody, Result,
+    Endpoint, Request, RequestBody, Result,
     http::{Method, header},
 };
 use poem_openapi::{
@@ -41,36 +43,19 @@ use crate::{
     state::AppState,
 };
 
-/// The middleware of the first part of the chain; see the module docs.
-pub struct V2Authentication;
-
-impl<E: Endpoint> Middleware<E> for V2Authentication {
-    type Output = V2AuthenticationEndpoint<E>;
-
-    fn transform(&self, inner: E) -> Self::Output {
-        V2AuthenticationEndpoint { inner }
-    }
-}
-
-pub struct V2AuthenticationEndpoint<E> {
-    inner: E,
-}
-
 /// True for the paths API v2 owns.
 pub fn is_v2_path(path: &str) -> bool {
     path == "/v2" || path.starts_with("/v2/")
 }
 
-impl<E: Endpoint> Endpoint for V2AuthenticationEndpoint<E> {
-    type Output = E::Output;
-
-    async fn call(&self, mut req: Request) -> Result<Self::Output> {
-        if is_v2_path(req.uri().path()) {
-            let authenticated = authenticate(&req).await?;
-            req.extensions_mut().insert(authenticated);
-        }
-        self.inner.call(req).await
+/// The middleware of the first part of the chain, around `inner`; see the
+/// module docs.
+pub async fn v2_authentication<E: Endpoint>(inner: Arc<E>, mut req: Request) -> Result<E::Output> {
+    if is_v2_path(req.uri().path()) {
+        let authenticated = authenticate(&req).await?;
+        req.extensions_mut().insert(authenticated);
     }
+    inner.call(req).await
 }
 
 async fn authenticate(req: &Request) -> Result<Authenticated, ApiError> {

@@ -23,8 +23,8 @@ use crate::{
     api::{
         self, docs,
         error::json_response,
-        middleware::{DrainUnreadBody, RequestContext, RequestTimeout},
-        security::V2Authentication,
+        middleware::{self, drain_unread_body, request_context},
+        security::v2_authentication,
     },
     config::Settings,
     panel::{self, PanelState},
@@ -39,7 +39,7 @@ use router_bypass::{V2Operations, V2OrOwn};
 ///
 /// From the outside in: request id, access log and metrics; the request
 /// timeout; draining what an answer left of the request body
-/// ([`DrainUnreadBody`]); shared data; the JSON catch-all for every error; v2
+/// ([`drain_unread_body`]); shared data; the JSON catch-all for every error; v2
 /// authentication (before routing, see `api::security`); then the v2
 /// operations themselves for their exact paths and methods (see
 /// [`V2Operations`]), the v2 API's router for other `/v2` paths, and the
@@ -59,10 +59,7 @@ fn routes_with(
     let yaml = api::openapi_yaml();
     let json = api::openapi_json();
     let metrics = state.metrics.clone();
-    let drain = DrainUnreadBody {
-        max_body_bytes: state.max_body_bytes,
-        body_timeout: state.body_timeout,
-    };
+    let (max_body_bytes, body_timeout) = (state.max_body_bytes, state.body_timeout);
     let own = Route::new()
         .at("/healthz", get(healthz))
         .at("/readyz", get(readyz))
@@ -83,13 +80,13 @@ fn routes_with(
         v2: v2.into_endpoint().map_to_response(),
         own,
     }
-    .with(V2Authentication)
+    .around(v2_authentication)
     .catch_all_error(api::error_to_json)
     .data(state)
     .data(docs::swagger_config())
-    .with(drain)
-    .with(RequestTimeout(request_timeout))
-    .with(RequestContext { metrics })
+    .around(move |inner, req| drain_unread_body(inner, req, max_body_bytes, body_timeout))
+    .around(move |inner, req| middleware::request_timeout(inner, req, request_timeout))
+    .around(move |inner, req| request_context(inner, req, metrics.clone()))
 }
 
 /// A fixed document served as is.
