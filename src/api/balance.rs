@@ -107,17 +107,13 @@ pub enum BalanceReply {
     Unavailable(Json<UnavailableBody>),
 }
 
-shared_replies!(BalanceReply, store);
+shared_replies! { BalanceReply, store, NotFound: BalanceNotFoundCode }
 
 impl From<BalanceLookupError> for BalanceReply {
     fn from(err: BalanceLookupError) -> Self {
         match err {
-            BalanceLookupError::UserNotFound => {
-                Self::NotFound(BalanceNotFoundCode::UserNotFound.into())
-            }
-            BalanceLookupError::ServerNotFound => {
-                Self::NotFound(BalanceNotFoundCode::ServerNotFound.into())
-            }
+            BalanceLookupError::UserNotFound => BalanceNotFoundCode::UserNotFound.into(),
+            BalanceLookupError::ServerNotFound => BalanceNotFoundCode::ServerNotFound.into(),
             BalanceLookupError::Store(err) => StoreFailure::of(&err, "balance lookup").into(),
         }
     }

@@ -11,6 +11,7 @@ use super::{
         OrderNotFoundCode, PayloadTooLargeBody, PaymentRefusedBody, PaymentRefusedCode,
         RequestTimeoutBody, ValidationErrorBody, answer, shared_replies,
     },
+    formats::example_time,
     request_body::JsonObject,
     security::CompleteToken,
     tags::ApiTags,
@@ -97,9 +98,7 @@ impl Example for CompleteOrderResponse {
             payment_id: Some("pay_8f2c1a".into()),
             status: CompletedStatus::Completed,
             amount: "10.25".into(),
-            completed_at: DateTime::parse_from_rfc3339("2026-11-22T10:15:30.123456Z")
-                .map(|t| t.with_timezone(&Utc))
-                .unwrap_or_default(),
+            completed_at: example_time(),
         }
     }
 }
@@ -142,30 +141,33 @@ pub enum CompleteReply {
     Unavailable(Json<CompleteUnavailableBody>),
 }
 
-shared_replies!(CompleteReply);
+shared_replies! {
+    CompleteReply,
+    NotFound: OrderNotFoundCode,
+    Conflict: AlreadyCompletedCode,
+    Refused: PaymentRefusedCode,
+    Failed: CompleteFailedCode,
+    Unavailable: CompleteUnavailableCode,
+}
 
 impl From<CompleteError> for CompleteReply {
     fn from(err: CompleteError) -> Self {
         match err {
-            CompleteError::OrderNotFound => Self::NotFound(OrderNotFoundCode::OrderNotFound.into()),
-            CompleteError::AlreadyCompleted => {
-                Self::Conflict(AlreadyCompletedCode::OrderAlreadyCompleted.into())
-            }
-            CompleteError::Cancelled => Self::Conflict(AlreadyCompletedCode::OrderCancelled.into()),
+            CompleteError::OrderNotFound => OrderNotFoundCode::OrderNotFound.into(),
+            CompleteError::AlreadyCompleted => AlreadyCompletedCode::OrderAlreadyCompleted.into(),
+            CompleteError::Cancelled => AlreadyCompletedCode::OrderCancelled.into(),
             CompleteError::UpdateFailed(err) => {
                 tracing::error!(error = %err, "order status update failed");
-                Self::Failed(CompleteFailedCode::OrderUpdateFailed.into())
+                CompleteFailedCode::OrderUpdateFailed.into()
             }
             CompleteError::ProcessingFailed(err) => {
                 tracing::error!(error = %err, "payment processing failed");
-                Self::Failed(CompleteFailedCode::PaymentProcessingError.into())
+                CompleteFailedCode::PaymentProcessingError.into()
             }
-            CompleteError::BalanceCeiling => {
-                Self::Refused(PaymentRefusedCode::PaymentProcessingError.into())
-            }
+            CompleteError::BalanceCeiling => PaymentRefusedCode::PaymentProcessingError.into(),
             CompleteError::Unavailable(err) => {
                 tracing::error!(error = %err, "payment processing: database unavailable");
-                Self::Unavailable(CompleteUnavailableCode::PaymentProcessingError.into())
+                CompleteUnavailableCode::PaymentProcessingError.into()
             }
         }
     }

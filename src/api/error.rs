@@ -64,34 +64,30 @@ impl ApiError {
         Self::validation(FieldErrors::from([(field.to_owned(), sentence.into())]))
     }
 
-    pub fn not_found() -> Self {
-        ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND")
-    }
-
-    pub fn payload_too_large() -> Self {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE")
-    }
-
-    pub fn access_denied() -> Self {
-        ApiError::new(StatusCode::FORBIDDEN, "ACCESS_DENIED")
-    }
-
-    pub fn request_timeout() -> Self {
-        ApiError::new(StatusCode::REQUEST_TIMEOUT, "REQUEST_TIMEOUT")
-    }
-
-    pub fn service_unavailable() -> Self {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE")
-    }
-
-    pub fn internal() -> Self {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")
-    }
-
     /// The error as a JSON response.
     pub fn to_response(&self) -> Response {
         json_response(self.status, self)
     }
+}
+
+/// The errors of one status and code, each a constructor of [`ApiError`].
+macro_rules! fixed_errors {
+    ($($name:ident: $status:ident, $code:literal;)*) => {
+        impl ApiError {
+            $(pub fn $name() -> Self {
+                ApiError::new(StatusCode::$status, $code)
+            })*
+        }
+    };
+}
+
+fixed_errors! {
+    not_found: NOT_FOUND, "NOT_FOUND";
+    payload_too_large: PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE";
+    access_denied: FORBIDDEN, "ACCESS_DENIED";
+    request_timeout: REQUEST_TIMEOUT, "REQUEST_TIMEOUT";
+    service_unavailable: SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE";
+    internal: INTERNAL_SERVER_ERROR, "INTERNAL_ERROR";
 }
 
 impl ResponseError for ApiError {
@@ -100,7 +96,7 @@ impl ResponseError for ApiError {
     }
 
     fn as_response(&self) -> Response {
-        json_response(self.status, self)
+        self.to_response()
     }
 }
 
@@ -437,18 +433,12 @@ impl StoreFailure {
 }
 
 /// The replies endpoints share, converted into `$reply` for `?` in its
-/// handler: VALIDATION_ERROR from the validation step, and with `store` a
-/// [`StoreFailure`] as its `Internal` or `Unavailable`.
+/// handler: VALIDATION_ERROR from the validation step, each listed error
+/// code as the body of its variant, and with `store` a [`StoreFailure`] as
+/// its `Internal` or `Unavailable`.
 macro_rules! shared_replies {
-    ($reply:ident) => {
-        impl From<$crate::api::error::FieldErrors> for $reply {
-            fn from(errors: $crate::api::error::FieldErrors) -> Self {
-                $reply::BadRequest(Json($crate::api::error::ValidationErrorBody::new(errors)))
-            }
-        }
-    };
-    ($reply:ident, store) => {
-        shared_replies!($reply);
+    ($reply:ident, store $(, $variant:ident: $code:ident)* $(,)?) => {
+        shared_replies!($reply $(, $variant: $code)*);
 
         impl From<$crate::api::error::StoreFailure> for $reply {
             fn from(failure: $crate::api::error::StoreFailure) -> Self {
@@ -460,6 +450,20 @@ macro_rules! shared_replies {
                 }
             }
         }
+    };
+    ($reply:ident $(, $variant:ident: $code:ident)* $(,)?) => {
+        impl From<$crate::api::error::FieldErrors> for $reply {
+            fn from(errors: $crate::api::error::FieldErrors) -> Self {
+                $reply::BadRequest(Json($crate::api::error::ValidationErrorBody::new(errors)))
+            }
+        }
+        $(
+            impl From<$code> for $reply {
+                fn from(code: $code) -> Self {
+                    $reply::$variant(code.into())
+                }
+            }
+        )*
     };
 }
 pub(crate) use shared_replies;

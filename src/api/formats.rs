@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 
+use chrono::{DateTime, Utc};
 use poem_openapi::{
     registry::{MetaSchema, MetaSchemaRef},
     types::{Example, ParseError, ParseFromJSON, ParseFromParameter, ParseResult, ToJSON, Type},
@@ -35,6 +36,13 @@ pub trait FieldValue: Sized {
             _ => Err(Self::NOT_TEXT.to_owned()),
         }
     }
+}
+
+/// The time the documented examples show.
+pub fn example_time() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-11-22T10:15:30.123456Z")
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_default()
 }
 
 /// The schema of a text format: a string, its pattern and its limits.

@@ -14,10 +14,11 @@ use super::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, FieldErrors, InternalErrorBody,
         StoreFailure, UnavailableBody, ValidationErrorBody, answer, shared_replies,
     },
+    formats::example_time,
     params::{ParamSpec, QueryParam, RawParam},
     security::OperationsToken,
     tags::ApiTags,
-    validation::{Validation, validate},
+    validation::validate,
 };
 use crate::{
     money::signed_cents,
@@ -109,9 +110,7 @@ impl Example for Operation {
             balance_before: "1240.25".into(),
             balance_after: "1250.50".into(),
             order_id: Some("Order:AbC123xYz".into()),
-            created_at: DateTime::parse_from_rfc3339("2026-11-22T10:15:30.123456Z")
-                .map(|t| t.with_timezone(&Utc))
-                .unwrap_or_default(),
+            created_at: example_time(),
         }
     }
 }
@@ -220,7 +219,7 @@ pub enum OperationsReply {
     Unavailable(Json<UnavailableBody>),
 }
 
-shared_replies!(OperationsReply, store);
+shared_replies! { OperationsReply, store, NotFound: BalanceNotFoundCode }
 
 impl From<HistoryError> for OperationsReply {
     fn from(err: HistoryError) -> Self {
@@ -230,37 +229,11 @@ impl From<HistoryError> for OperationsReply {
                 "cursor must be a next_cursor given for these same parameters".to_owned(),
             )])
             .into(),
-            HistoryError::UserNotFound => Self::NotFound(BalanceNotFoundCode::UserNotFound.into()),
-            HistoryError::ServerNotFound => {
-                Self::NotFound(BalanceNotFoundCode::ServerNotFound.into())
-            }
+            HistoryError::UserNotFound => BalanceNotFoundCode::UserNotFound.into(),
+            HistoryError::ServerNotFound => BalanceNotFoundCode::ServerNotFound.into(),
             HistoryError::Store(err) => StoreFailure::of(&err, "operation history").into(),
         }
     }
-}
-
-/// The page the query asks for, in `project_id`, every offending
-/// parameter named.
-fn read_request(
-    check: &mut Validation,
-    project_id: i64,
-    user_id: &RawParam<UserIdSpec>,
-    email: &RawParam<EmailSpec>,
-    server_id: &RawParam<AccountFilterSpec>,
-    limit: &RawParam<LimitSpec>,
-    cursor: &RawParam<CursorSpec>,
-) -> Option<HistoryRequest> {
-    let who = check.user_params(user_id, email);
-    let server_id = check.integer_param(server_id, 0..=i64::MAX);
-    let limit = check.integer_param(limit, 1..=ledger::MAX_LIMIT as i64);
-    let cursor = check.param(cursor);
-    Some(HistoryRequest {
-        project_id,
-        who: who?,
-        server_id: server_id?,
-        limit: limit?.map_or(ledger::DEFAULT_LIMIT, |n| n as u64),
-        cursor: cursor?,
-    })
 }
 
 #[OpenApi(tag = "ApiTags::MasterAccount")]
@@ -300,10 +273,19 @@ impl OperationsApi {
     ) -> OperationsReply {
         answer(async {
             let project_id = caller.0.principal.project_id;
+            // The page the query asks for, every offending parameter named.
             let request = validate(|check| {
-                read_request(
-                    check, project_id, &user_id, &email, &server_id, &limit, &cursor,
-                )
+                let who = check.user_params(&user_id, &email);
+                let server_id = check.integer_param(&server_id, 0..=i64::MAX);
+                let limit = check.integer_param(&limit, 1..=ledger::MAX_LIMIT as i64);
+                let cursor = check.param(&cursor);
+                Some(HistoryRequest {
+                    project_id,
+                    who: who?,
+                    server_id: server_id?,
+                    limit: limit?.map_or(ledger::DEFAULT_LIMIT, |n| n as u64),
+                    cursor: cursor?,
+                })
             })?;
             let page = ledger::page(&state.db, &request).await?;
             Ok(OperationsReply::Ok(Json(page.into())))

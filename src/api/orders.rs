@@ -19,7 +19,7 @@ use super::{
         RequestTimeoutBody, StoreFailure, UnavailableBody, ValidationErrorBody, answer,
         shared_replies,
     },
-    formats::text_schema,
+    formats::{example_time, text_schema},
     params::{HeaderParam, ParamSpec, QueryParam, RawParam},
     request_body::JsonObject,
     security::{CancelToken, CreateToken, ReadToken},
@@ -106,12 +106,6 @@ impl From<Order> for PaymentOrder {
             cancelled_at: order.cancelled_at,
         }
     }
-}
-
-fn example_time() -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339("2026-11-22T10:15:30.123456Z")
-        .map(|t| t.with_timezone(&Utc))
-        .unwrap_or_default()
 }
 
 impl Example for PaymentOrder {
@@ -312,20 +306,26 @@ pub enum CancelReply {
     Unavailable(Json<UnavailableBody>),
 }
 
-shared_replies!(CreateReply, store);
-shared_replies!(ReadReply, store);
-shared_replies!(CancelReply, store);
+shared_replies! {
+    CreateReply,
+    store,
+    NotFound: BalanceNotFoundCode,
+    Conflict: IdempotencyConflictCode,
+}
+shared_replies! { ReadReply, store, NotFound: OrderNotFoundCode }
+shared_replies! {
+    CancelReply,
+    store,
+    NotFound: OrderNotFoundCode,
+    Conflict: CancelConflictCode,
+}
 
 impl From<CreateError> for CreateReply {
     fn from(err: CreateError) -> Self {
         match err {
-            CreateError::UserNotFound => Self::NotFound(BalanceNotFoundCode::UserNotFound.into()),
-            CreateError::ServerNotFound => {
-                Self::NotFound(BalanceNotFoundCode::ServerNotFound.into())
-            }
-            CreateError::KeyReused => {
-                Self::Conflict(IdempotencyConflictCode::IdempotencyKeyReused.into())
-            }
+            CreateError::UserNotFound => BalanceNotFoundCode::UserNotFound.into(),
+            CreateError::ServerNotFound => BalanceNotFoundCode::ServerNotFound.into(),
+            CreateError::KeyReused => IdempotencyConflictCode::IdempotencyKeyReused.into(),
             CreateError::Store(err) => StoreFailure::of(&err, "order creation").into(),
             // The request was validated, and names no order id.
             err @ (CreateError::Invalid(..) | CreateError::OrderIdTaken(_)) => {
@@ -339,13 +339,9 @@ impl From<CreateError> for CreateReply {
 impl From<CancelError> for CancelReply {
     fn from(err: CancelError) -> Self {
         match err {
-            CancelError::OrderNotFound => Self::NotFound(OrderNotFoundCode::OrderNotFound.into()),
-            CancelError::AlreadyCompleted => {
-                Self::Conflict(CancelConflictCode::OrderAlreadyCompleted.into())
-            }
-            CancelError::AlreadyCancelled => {
-                Self::Conflict(CancelConflictCode::OrderAlreadyCancelled.into())
-            }
+            CancelError::OrderNotFound => OrderNotFoundCode::OrderNotFound.into(),
+            CancelError::AlreadyCompleted => CancelConflictCode::OrderAlreadyCompleted.into(),
+            CancelError::AlreadyCancelled => CancelConflictCode::OrderAlreadyCancelled.into(),
             CancelError::Store(err) => StoreFailure::of(&err, "order cancellation").into(),
         }
     }
@@ -485,7 +481,7 @@ impl OrdersApi {
             let order = orders::get(&state.db, Some(project_id), &order_id)
                 .await
                 .map_err(|err| StoreFailure::of(&err, "order read"))?
-                .ok_or(ReadReply::NotFound(OrderNotFoundCode::OrderNotFound.into()))?;
+                .ok_or(OrderNotFoundCode::OrderNotFound)?;
             Ok(ReadReply::Ok(Json(order.into())))
         })
         .await

@@ -123,28 +123,13 @@ async fn authorize(req: &Request, permission: Permission) -> Result<Authenticate
 )]
 pub struct ApplicationToken(pub Bearer);
 
-/// The caller of an endpoint that needs `master-account/balance`.
-pub struct BalanceToken(pub Authenticated);
-
-/// The caller of an endpoint that needs `payment/order/complete`.
-pub struct CompleteToken(pub Authenticated);
-
-/// The caller of an endpoint that needs `payment/order/create`.
-pub struct CreateToken(pub Authenticated);
-
-/// The caller of an endpoint that needs `payment/order/read`.
-pub struct ReadToken(pub Authenticated);
-
-/// The caller of an endpoint that needs `payment/order/cancel`.
-pub struct CancelToken(pub Authenticated);
-
-/// The caller of an endpoint that needs `master-account/operations`.
-pub struct OperationsToken(pub Authenticated);
-
-/// Publishes [`ApplicationToken`] for an endpoint whose caller must hold
-/// `$permission`, and extracts that caller.
+/// Declares `$scheme`, the caller of an endpoint that needs `$permission`:
+/// it publishes [`ApplicationToken`] and extracts that caller.
 macro_rules! permission_scheme {
     ($scheme:ident, $permission:expr) => {
+        #[doc = concat!("The caller of an endpoint that needs [`", stringify!($permission), "`].")]
+        pub struct $scheme(pub Authenticated);
+
         impl<'a> ApiExtractor<'a> for $scheme {
             const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::SecurityScheme];
             type ParamType = ();
