@@ -1,6 +1,6 @@
 //! `GET /v2/master-account/balance`: the endpoint and its reply.
 
-use poem_openapi::{ApiResponse, Object, OpenApi, payload::Json, types::Example};
+use poem_openapi::{Object, OpenApi, payload::Json, types::Example};
 use serde::Serialize;
 
 use super::{
@@ -9,7 +9,7 @@ use super::{
     },
     error::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, InternalErrorBody, StoreFailure,
-        UnavailableBody, ValidationErrorBody, answer, shared_replies,
+        UnavailableBody, ValidationErrorBody, answer, reply, shared_replies,
     },
     json_reply::JsonReply,
     params::{QueryParam, RawParam},
@@ -80,31 +80,26 @@ impl Example for BalanceResponse {
     }
 }
 
-#[derive(ApiResponse)]
-pub enum BalanceReply {
-    /// The balance. With balance_type `main` only main_balance is present,
-    /// with `bonus` only bonus_balance, without it both.
-    #[oai(status = 200)]
-    Ok(JsonReply<BalanceResponse>),
-    /// VALIDATION_ERROR: server_id missing or not an integer >= 0, neither
-    /// user_id nor email given, user_id not a positive integer, email not a
-    /// valid address, balance_type neither `main` nor `bonus`, or a parameter
-    /// repeated.
-    #[oai(status = 400)]
-    BadRequest(Json<ValidationErrorBody>),
-    /// The token was refused, or lacks the `master-account/balance` permission.
-    #[oai(status = 403)]
-    Forbidden(Json<AuthErrorBody>),
-    /// USER_NOT_FOUND, SERVER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
-    #[oai(status = 404)]
-    NotFound(Json<BalanceNotFoundBody>),
-    /// INTERNAL_ERROR; nothing was changed (the endpoint only reads). Retry
-    /// with exponential back-off.
-    #[oai(status = 500)]
-    Internal(Json<InternalErrorBody>),
-    /// SERVICE_UNAVAILABLE. Retry with exponential back-off.
-    #[oai(status = 503)]
-    Unavailable(Json<UnavailableBody>),
+reply! {
+    pub enum BalanceReply {
+        /// The balance. With balance_type `main` only main_balance is present,
+        /// with `bonus` only bonus_balance, without it both.
+        Ok(JsonReply<BalanceResponse>) = 200,
+        /// VALIDATION_ERROR: server_id missing or not an integer >= 0, neither
+        /// user_id nor email given, user_id not a positive integer, email not a
+        /// valid address, balance_type neither `main` nor `bonus`, or a parameter
+        /// repeated.
+        BadRequest(Json<ValidationErrorBody>) = 400,
+        /// The token was refused, or lacks the `master-account/balance` permission.
+        Forbidden(Json<AuthErrorBody>) = 403,
+        /// USER_NOT_FOUND, SERVER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
+        NotFound(Json<BalanceNotFoundBody>) = 404,
+        /// INTERNAL_ERROR; nothing was changed (the endpoint only reads). Retry
+        /// with exponential back-off.
+        Internal(Json<InternalErrorBody>) = 500,
+        /// SERVICE_UNAVAILABLE. Retry with exponential back-off.
+        Unavailable(Json<UnavailableBody>) = 503,
+    }
 }
 
 shared_replies! { BalanceReply, store, NotFound: BalanceNotFoundCode }

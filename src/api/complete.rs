@@ -1,7 +1,7 @@
 //! `POST /v2/payment/order/complete`: the endpoint, its body and its reply.
 
 use chrono::{DateTime, Utc};
-use poem_openapi::{ApiResponse, Enum, Object, OpenApi, payload::Json, types::Example};
+use poem_openapi::{Enum, Object, OpenApi, payload::Json, types::Example};
 use serde_json::Value;
 
 use super::{
@@ -9,7 +9,7 @@ use super::{
         AlreadyCompletedBody, AlreadyCompletedCode, AuthErrorBody, CompleteFailedBody,
         CompleteFailedCode, CompleteUnavailableBody, CompleteUnavailableCode, OrderNotFoundBody,
         OrderNotFoundCode, PayloadTooLargeBody, PaymentRefusedBody, PaymentRefusedCode,
-        RequestTimeoutBody, ValidationErrorBody, answer, shared_replies,
+        RequestTimeoutBody, ValidationErrorBody, answer, reply, shared_replies,
     },
     formats::example_time,
     request_body::JsonObject,
@@ -103,42 +103,33 @@ impl Example for CompleteOrderResponse {
     }
 }
 
-#[derive(ApiResponse)]
-pub enum CompleteReply {
-    /// The order is now completed, the user's main balance was credited by its
-    /// amount (on the order's server, or the general account), and the
-    /// operation was logged, all in one transaction.
-    #[oai(status = 200)]
-    Ok(Json<CompleteOrderResponse>),
-    /// VALIDATION_ERROR: payment_system or order_id missing or malformed,
-    /// payment_id not a string of at most 255 characters, or the body not a
-    /// JSON object sent as application/json (reported under `body`).
-    #[oai(status = 400)]
-    BadRequest(Json<ValidationErrorBody>),
-    /// The token was refused, or lacks the `payment/order/complete` permission.
-    #[oai(status = 403)]
-    Forbidden(Json<AuthErrorBody>),
-    /// ORDER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
-    #[oai(status = 404)]
-    NotFound(Json<OrderNotFoundBody>),
-    /// ORDER_ALREADY_COMPLETED or ORDER_CANCELLED; nothing was changed.
-    #[oai(status = 409)]
-    Conflict(Json<AlreadyCompletedBody>),
-    /// REQUEST_TIMEOUT; nothing was changed.
-    #[oai(status = 408)]
-    RequestTimeout(Json<RequestTimeoutBody>),
-    /// PAYLOAD_TOO_LARGE; nothing was changed.
-    #[oai(status = 413)]
-    PayloadTooLarge(Json<PayloadTooLargeBody>),
-    /// PAYMENT_PROCESSING_ERROR, final: nothing was changed; do not retry.
-    #[oai(status = 422)]
-    Refused(Json<PaymentRefusedBody>),
-    /// ORDER_UPDATE_FAILED or PAYMENT_PROCESSING_ERROR; nothing was changed.
-    #[oai(status = 500)]
-    Failed(Json<CompleteFailedBody>),
-    /// PAYMENT_PROCESSING_ERROR or SERVICE_UNAVAILABLE; nothing was changed.
-    #[oai(status = 503)]
-    Unavailable(Json<CompleteUnavailableBody>),
+reply! {
+    pub enum CompleteReply {
+        /// The order is now completed, the user's main balance was credited by its
+        /// amount (on the order's server, or the general account), and the
+        /// operation was logged, all in one transaction.
+        Ok(Json<CompleteOrderResponse>) = 200,
+        /// VALIDATION_ERROR: payment_system or order_id missing or malformed,
+        /// payment_id not a string of at most 255 characters, or the body not a
+        /// JSON object sent as application/json (reported under `body`).
+        BadRequest(Json<ValidationErrorBody>) = 400,
+        /// The token was refused, or lacks the `payment/order/complete` permission.
+        Forbidden(Json<AuthErrorBody>) = 403,
+        /// ORDER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
+        NotFound(Json<OrderNotFoundBody>) = 404,
+        /// ORDER_ALREADY_COMPLETED or ORDER_CANCELLED; nothing was changed.
+        Conflict(Json<AlreadyCompletedBody>) = 409,
+        /// REQUEST_TIMEOUT; nothing was changed.
+        RequestTimeout(Json<RequestTimeoutBody>) = 408,
+        /// PAYLOAD_TOO_LARGE; nothing was changed.
+        PayloadTooLarge(Json<PayloadTooLargeBody>) = 413,
+        /// PAYMENT_PROCESSING_ERROR, final: nothing was changed; do not retry.
+        Refused(Json<PaymentRefusedBody>) = 422,
+        /// ORDER_UPDATE_FAILED or PAYMENT_PROCESSING_ERROR; nothing was changed.
+        Failed(Json<CompleteFailedBody>) = 500,
+        /// PAYMENT_PROCESSING_ERROR or SERVICE_UNAVAILABLE; nothing was changed.
+        Unavailable(Json<CompleteUnavailableBody>) = 503,
+    }
 }
 
 shared_replies! {

@@ -432,6 +432,30 @@ impl StoreFailure {
     }
 }
 
+/// An endpoint's reply enum, each variant written with its status as its
+/// discriminant (`Ok(Json<Body>) = 200`); its doc comment is the published
+/// description of that answer.
+macro_rules! reply {
+    (
+        pub enum $reply:ident {
+            $(
+                $(#[$doc:meta])*
+                $variant:ident($($(#[$field_attr:meta])* $field:ty),+ $(,)?) = $status:tt
+            ),+ $(,)?
+        }
+    ) => {
+        #[derive(poem_openapi::ApiResponse)]
+        pub enum $reply {
+            $(
+                $(#[$doc])*
+                #[oai(status = $status)]
+                $variant($($(#[$field_attr])* $field),+),
+            )+
+        }
+    };
+}
+pub(crate) use reply;
+
 /// The replies endpoints share, converted into `$reply` for `?` in its
 /// handler: VALIDATION_ERROR from the validation step, each listed error
 /// code as the body of its variant, and with `store` a [`StoreFailure`] as

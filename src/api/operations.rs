@@ -3,16 +3,14 @@
 
 use chrono::{DateTime, Utc};
 use entity::operation_log::{BalanceType, LogKind};
-use poem_openapi::{
-    ApiResponse, Enum, Object, OpenApi, payload::Json, registry::MetaSchema, types::Example,
-};
+use poem_openapi::{Enum, Object, OpenApi, payload::Json, registry::MetaSchema, types::Example};
 use serde_json::json;
 
 use super::{
     balance_query::{EmailSpec, UserIdSpec},
     error::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, FieldErrors, InternalErrorBody,
-        StoreFailure, UnavailableBody, ValidationErrorBody, answer, shared_replies,
+        StoreFailure, UnavailableBody, ValidationErrorBody, answer, reply, shared_replies,
     },
     formats::example_time,
     params::{ParamSpec, QueryParam, RawParam},
@@ -193,30 +191,25 @@ impl ParamSpec for CursorSpec {
     }
 }
 
-#[derive(ApiResponse)]
-pub enum OperationsReply {
-    /// A page of the user's operations, newest first.
-    #[oai(status = 200)]
-    Ok(Json<OperationsPage>),
-    /// VALIDATION_ERROR: neither user_id nor email given, user_id not a
-    /// positive integer, email not a valid address, server_id not an
-    /// integer >= 0, limit not an integer from 1 to 100, a cursor altered or
-    /// made for other parameters, or a parameter repeated.
-    #[oai(status = 400)]
-    BadRequest(Json<ValidationErrorBody>),
-    /// The token was refused, or lacks the `master-account/operations`
-    /// permission.
-    #[oai(status = 403)]
-    Forbidden(Json<AuthErrorBody>),
-    /// USER_NOT_FOUND, SERVER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
-    #[oai(status = 404)]
-    NotFound(Json<BalanceNotFoundBody>),
-    /// INTERNAL_ERROR. Retry with back-off.
-    #[oai(status = 500)]
-    Internal(Json<InternalErrorBody>),
-    /// SERVICE_UNAVAILABLE. Retry with back-off.
-    #[oai(status = 503)]
-    Unavailable(Json<UnavailableBody>),
+reply! {
+    pub enum OperationsReply {
+        /// A page of the user's operations, newest first.
+        Ok(Json<OperationsPage>) = 200,
+        /// VALIDATION_ERROR: neither user_id nor email given, user_id not a
+        /// positive integer, email not a valid address, server_id not an
+        /// integer >= 0, limit not an integer from 1 to 100, a cursor altered or
+        /// made for other parameters, or a parameter repeated.
+        BadRequest(Json<ValidationErrorBody>) = 400,
+        /// The token was refused, or lacks the `master-account/operations`
+        /// permission.
+        Forbidden(Json<AuthErrorBody>) = 403,
+        /// USER_NOT_FOUND, SERVER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
+        NotFound(Json<BalanceNotFoundBody>) = 404,
+        /// INTERNAL_ERROR. Retry with back-off.
+        Internal(Json<InternalErrorBody>) = 500,
+        /// SERVICE_UNAVAILABLE. Retry with back-off.
+        Unavailable(Json<UnavailableBody>) = 503,
+    }
 }
 
 shared_replies! { OperationsReply, store, NotFound: BalanceNotFoundCode }

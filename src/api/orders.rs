@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use entity::payment_order::OrderStatus;
 use poem_openapi::{
-    ApiResponse, Enum, Object, OpenApi,
+    Enum, Object, OpenApi,
     payload::Json,
     registry::MetaSchema,
     types::{Example, ToJSON},
@@ -16,7 +16,7 @@ use super::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, CancelConflictBody,
         CancelConflictCode, IdempotencyConflictBody, IdempotencyConflictCode, InternalErrorBody,
         InternalErrorCode, OrderNotFoundBody, OrderNotFoundCode, PayloadTooLargeBody,
-        RequestTimeoutBody, StoreFailure, UnavailableBody, ValidationErrorBody, answer,
+        RequestTimeoutBody, StoreFailure, UnavailableBody, ValidationErrorBody, answer, reply,
         shared_replies,
     },
     formats::{example_time, text_schema},
@@ -204,106 +204,85 @@ impl ParamSpec for OrderIdSpec {
     }
 }
 
-#[derive(ApiResponse)]
-pub enum CreateReply {
-    /// The order was created, pending; or, for a repeat of an earlier
-    /// request with the same Idempotency-Key and body, that request's
-    /// answer, with nothing created (then `Idempotent-Replayed: true`).
-    #[oai(status = 201)]
-    Created(
-        Json<PaymentOrder>,
-        /// `true` when this answer replays an earlier request with the same
-        /// Idempotency-Key; absent otherwise.
-        #[oai(header = "Idempotent-Replayed")]
-        Option<bool>,
-    ),
-    /// VALIDATION_ERROR: a field missing or malformed (every one is named),
-    /// an unknown field, a malformed Idempotency-Key, or the body not a JSON
-    /// object sent as application/json (reported under `body`).
-    #[oai(status = 400)]
-    BadRequest(Json<ValidationErrorBody>),
-    /// The token was refused, or lacks the `payment/order/create` permission.
-    #[oai(status = 403)]
-    Forbidden(Json<AuthErrorBody>),
-    /// USER_NOT_FOUND, SERVER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
-    #[oai(status = 404)]
-    NotFound(Json<BalanceNotFoundBody>),
-    /// REQUEST_TIMEOUT; nothing was created.
-    #[oai(status = 408)]
-    RequestTimeout(Json<RequestTimeoutBody>),
-    /// IDEMPOTENCY_KEY_REUSED; nothing was created.
-    #[oai(status = 409)]
-    Conflict(Json<IdempotencyConflictBody>),
-    /// PAYLOAD_TOO_LARGE; nothing was created.
-    #[oai(status = 413)]
-    PayloadTooLarge(Json<PayloadTooLargeBody>),
-    /// INTERNAL_ERROR. Retry with the same Idempotency-Key: should the
-    /// order have been created after all, the retry answers it instead of
-    /// creating another.
-    #[oai(status = 500)]
-    Internal(Json<InternalErrorBody>),
-    /// SERVICE_UNAVAILABLE; the order may have been created all the same.
-    /// Retry with the same Idempotency-Key and exponential back-off: the
-    /// retry answers the order if it exists, and creates it if not.
-    #[oai(status = 503)]
-    Unavailable(Json<UnavailableBody>),
+reply! {
+    pub enum CreateReply {
+        /// The order was created, pending; or, for a repeat of an earlier
+        /// request with the same Idempotency-Key and body, that request's
+        /// answer, with nothing created (then `Idempotent-Replayed: true`).
+        Created(
+            Json<PaymentOrder>,
+            /// `true` when this answer replays an earlier request with the same
+            /// Idempotency-Key; absent otherwise.
+            #[oai(header = "Idempotent-Replayed")]
+            Option<bool>,
+        ) = 201,
+        /// VALIDATION_ERROR: a field missing or malformed (every one is named),
+        /// an unknown field, a malformed Idempotency-Key, or the body not a JSON
+        /// object sent as application/json (reported under `body`).
+        BadRequest(Json<ValidationErrorBody>) = 400,
+        /// The token was refused, or lacks the `payment/order/create` permission.
+        Forbidden(Json<AuthErrorBody>) = 403,
+        /// USER_NOT_FOUND, SERVER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
+        NotFound(Json<BalanceNotFoundBody>) = 404,
+        /// REQUEST_TIMEOUT; nothing was created.
+        RequestTimeout(Json<RequestTimeoutBody>) = 408,
+        /// IDEMPOTENCY_KEY_REUSED; nothing was created.
+        Conflict(Json<IdempotencyConflictBody>) = 409,
+        /// PAYLOAD_TOO_LARGE; nothing was created.
+        PayloadTooLarge(Json<PayloadTooLargeBody>) = 413,
+        /// INTERNAL_ERROR. Retry with the same Idempotency-Key: should the
+        /// order have been created after all, the retry answers it instead of
+        /// creating another.
+        Internal(Json<InternalErrorBody>) = 500,
+        /// SERVICE_UNAVAILABLE; the order may have been created all the same.
+        /// Retry with the same Idempotency-Key and exponential back-off: the
+        /// retry answers the order if it exists, and creates it if not.
+        Unavailable(Json<UnavailableBody>) = 503,
+    }
 }
 
-#[derive(ApiResponse)]
-pub enum ReadReply {
-    /// The order as it stands now.
-    #[oai(status = 200)]
-    Ok(Json<PaymentOrder>),
-    /// VALIDATION_ERROR: order_id missing, repeated or malformed.
-    #[oai(status = 400)]
-    BadRequest(Json<ValidationErrorBody>),
-    /// The token was refused, or lacks the `payment/order/read` permission.
-    #[oai(status = 403)]
-    Forbidden(Json<AuthErrorBody>),
-    /// ORDER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
-    #[oai(status = 404)]
-    NotFound(Json<OrderNotFoundBody>),
-    /// INTERNAL_ERROR. Retry with back-off.
-    #[oai(status = 500)]
-    Internal(Json<InternalErrorBody>),
-    /// SERVICE_UNAVAILABLE. Retry with back-off.
-    #[oai(status = 503)]
-    Unavailable(Json<UnavailableBody>),
+reply! {
+    pub enum ReadReply {
+        /// The order as it stands now.
+        Ok(Json<PaymentOrder>) = 200,
+        /// VALIDATION_ERROR: order_id missing, repeated or malformed.
+        BadRequest(Json<ValidationErrorBody>) = 400,
+        /// The token was refused, or lacks the `payment/order/read` permission.
+        Forbidden(Json<AuthErrorBody>) = 403,
+        /// ORDER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
+        NotFound(Json<OrderNotFoundBody>) = 404,
+        /// INTERNAL_ERROR. Retry with back-off.
+        Internal(Json<InternalErrorBody>) = 500,
+        /// SERVICE_UNAVAILABLE. Retry with back-off.
+        Unavailable(Json<UnavailableBody>) = 503,
+    }
 }
 
-#[derive(ApiResponse)]
-pub enum CancelReply {
-    /// The order was pending and is now cancelled; it will never be
-    /// credited.
-    #[oai(status = 200)]
-    Ok(Json<PaymentOrder>),
-    /// VALIDATION_ERROR: order_id or payment_system missing or malformed, an
-    /// unknown field, or the body not a JSON object sent as
-    /// application/json (reported under `body`).
-    #[oai(status = 400)]
-    BadRequest(Json<ValidationErrorBody>),
-    /// The token was refused, or lacks the `payment/order/cancel` permission.
-    #[oai(status = 403)]
-    Forbidden(Json<AuthErrorBody>),
-    /// ORDER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
-    #[oai(status = 404)]
-    NotFound(Json<OrderNotFoundBody>),
-    /// REQUEST_TIMEOUT; nothing was changed.
-    #[oai(status = 408)]
-    RequestTimeout(Json<RequestTimeoutBody>),
-    /// ORDER_ALREADY_COMPLETED or ORDER_ALREADY_CANCELLED; nothing was
-    /// changed.
-    #[oai(status = 409)]
-    Conflict(Json<CancelConflictBody>),
-    /// PAYLOAD_TOO_LARGE; nothing was changed.
-    #[oai(status = 413)]
-    PayloadTooLarge(Json<PayloadTooLargeBody>),
-    /// INTERNAL_ERROR; nothing was changed. Retry with back-off.
-    #[oai(status = 500)]
-    Internal(Json<InternalErrorBody>),
-    /// SERVICE_UNAVAILABLE; nothing was changed. Retry with back-off.
-    #[oai(status = 503)]
-    Unavailable(Json<UnavailableBody>),
+reply! {
+    pub enum CancelReply {
+        /// The order was pending and is now cancelled; it will never be
+        /// credited.
+        Ok(Json<PaymentOrder>) = 200,
+        /// VALIDATION_ERROR: order_id or payment_system missing or malformed, an
+        /// unknown field, or the body not a JSON object sent as
+        /// application/json (reported under `body`).
+        BadRequest(Json<ValidationErrorBody>) = 400,
+        /// The token was refused, or lacks the `payment/order/cancel` permission.
+        Forbidden(Json<AuthErrorBody>) = 403,
+        /// ORDER_NOT_FOUND, PROJECT_NOT_FOUND or NOT_FOUND.
+        NotFound(Json<OrderNotFoundBody>) = 404,
+        /// REQUEST_TIMEOUT; nothing was changed.
+        RequestTimeout(Json<RequestTimeoutBody>) = 408,
+        /// ORDER_ALREADY_COMPLETED or ORDER_ALREADY_CANCELLED; nothing was
+        /// changed.
+        Conflict(Json<CancelConflictBody>) = 409,
+        /// PAYLOAD_TOO_LARGE; nothing was changed.
+        PayloadTooLarge(Json<PayloadTooLargeBody>) = 413,
+        /// INTERNAL_ERROR; nothing was changed. Retry with back-off.
+        Internal(Json<InternalErrorBody>) = 500,
+        /// SERVICE_UNAVAILABLE; nothing was changed. Retry with back-off.
+        Unavailable(Json<UnavailableBody>) = 503,
+    }
 }
 
 shared_replies! {
