@@ -200,7 +200,7 @@ impl CompleteOrderRequest {
     /// The body read, every offending field named; fields other than these
     /// three are ignored.
     fn read(body: &JsonObject<Self>, check: &mut Validation) -> Option<Self> {
-        let mut fields = body.fields(check, None)?;
+        let mut fields = check.object(&body.0, None)?;
         let payment_system = fields.required("payment_system");
         let order_id = fields.required("order_id");
         let payment_id = match fields.value("payment_id") {
