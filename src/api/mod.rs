@@ -29,7 +29,7 @@ use poem_openapi::{
     error::{AuthorizationError, ContentTypeError, ParseParamError, ParseRequestPayloadError},
 };
 
-use self::error::{ApiError, FieldErrors};
+use self::error::ApiError;
 
 /// Version of the published contract.
 pub const API_VERSION: &str = "2.0.0";
@@ -167,10 +167,7 @@ fn api_error_for(err: &poem::Error) -> ApiError {
         return ApiError::new(StatusCode::FORBIDDEN, "EMPTY_TOKEN");
     }
     if let Some(e) = err.downcast_ref::<ParseParamError>() {
-        return ApiError::validation(FieldErrors::from([(
-            e.name.to_owned(),
-            format!("{} is invalid", e.name),
-        )]));
+        return ApiError::validation_field(e.name, format!("{} is invalid", e.name));
     }
     if err.is::<ParseRequestPayloadError>() || err.is::<ContentTypeError>() {
         return ApiError::validation_field(
