@@ -11,54 +11,38 @@ pub const DESCRIPTION_MAX_LEN: usize = 500;
 /// Longest reason for a balance change accepted.
 pub const REASON_MAX_LEN: usize = 500;
 
-/// A name: not blank, at most [`NAME_MAX_LEN`] characters, no control characters.
-pub fn check_name(what: &str, name: &str) -> Result<String, String> {
-    let trimmed = name.trim();
-    if trimmed.is_empty() {
-        Err(format!("{what} name must not be empty"))
-    } else if trimmed.chars().count() > NAME_MAX_LEN {
-        Err(format!(
-            "{what} name must be at most {NAME_MAX_LEN} characters"
-        ))
-    } else if trimmed.chars().any(char::is_control) {
-        Err(format!("{what} name must not contain control characters"))
-    } else {
-        Ok(trimmed.to_owned())
-    }
-}
-
-/// A token's description, trimmed: at most [`DESCRIPTION_MAX_LEN`]
-/// characters, no control characters; `None` when blank.
-pub fn check_description(text: &str) -> Result<Option<String>, String> {
+/// `text` trimmed: at most `max` characters, no control characters; `None`
+/// when blank. `subject` starts the messages ("the reason must ...").
+fn check_text(text: &str, subject: &str, max: usize) -> Result<Option<String>, String> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
         Ok(None)
-    } else if trimmed.chars().count() > DESCRIPTION_MAX_LEN {
-        Err(format!(
-            "the description must be at most {DESCRIPTION_MAX_LEN} characters"
-        ))
+    } else if trimmed.chars().count() > max {
+        Err(format!("{subject} must be at most {max} characters"))
     } else if trimmed.chars().any(char::is_control) {
-        Err("the description must not contain control characters".to_owned())
+        Err(format!("{subject} must not contain control characters"))
     } else {
         Ok(Some(trimmed.to_owned()))
     }
 }
 
+/// A name: not blank, at most [`NAME_MAX_LEN`] characters, no control characters.
+pub fn check_name(what: &str, name: &str) -> Result<String, String> {
+    check_text(name, &format!("{what} name"), NAME_MAX_LEN)?
+        .ok_or_else(|| format!("{what} name must not be empty"))
+}
+
+/// A token's description, trimmed: at most [`DESCRIPTION_MAX_LEN`]
+/// characters, no control characters; `None` when blank.
+pub fn check_description(text: &str) -> Result<Option<String>, String> {
+    check_text(text, "the description", DESCRIPTION_MAX_LEN)
+}
+
 /// Why a balance is set, trimmed: not blank, at most [`REASON_MAX_LEN`]
 /// characters, no control characters.
 pub fn check_reason(text: &str) -> Result<String, String> {
-    let trimmed = text.trim();
-    if trimmed.is_empty() {
-        Err("a reason must be given".to_owned())
-    } else if trimmed.chars().count() > REASON_MAX_LEN {
-        Err(format!(
-            "the reason must be at most {REASON_MAX_LEN} characters"
-        ))
-    } else if trimmed.chars().any(char::is_control) {
-        Err("the reason must not contain control characters".to_owned())
-    } else {
-        Ok(trimmed.to_owned())
-    }
+    check_text(text, "the reason", REASON_MAX_LEN)?
+        .ok_or_else(|| "a reason must be given".to_owned())
 }
 
 #[cfg(test)]
