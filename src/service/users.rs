@@ -71,19 +71,6 @@ pub async fn create(
     Ok(model)
 }
 
-/// A user of `project_id`, or `NotFound`.
-pub async fn get_in_project(
-    db: &DatabaseConnection,
-    project_id: i64,
-    user_id: i64,
-) -> Result<user::Model, AdminError> {
-    user::Entity::find_by_id(user_id)
-        .filter(user::Column::ProjectId.eq(project_id))
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("user", user_id))
-}
-
 pub async fn get(db: &DatabaseConnection, user_id: i64) -> Result<user::Model, AdminError> {
     user::Entity::find_by_id(user_id)
         .one(db)
