@@ -9,7 +9,6 @@ pub mod complete;
 pub mod docs;
 pub mod error;
 pub mod formats;
-pub mod json_reply;
 pub mod middleware;
 pub mod operations;
 pub mod orders;
