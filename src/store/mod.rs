@@ -248,6 +248,39 @@ pub struct AuditRow {
     pub address: Option<String>,
 }
 
+/// Writes `audits`, operators' rows of the admin audit log, with `statement`
+/// (a sqlx backend's insert, its parameters the fields in their order) in
+/// the transaction of their changes.
+async fn log_audits<'a, DB: sqlx::Database>(
+    txn: &mut sqlx::Transaction<'_, DB>,
+    statement: &'static str,
+    audits: impl Iterator<Item = &'a AuditRow>,
+) -> Result<(), sqlx::Error>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> DateTime<Utc>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    for audit in audits {
+        sqlx::query(statement)
+            .bind(audit.at)
+            .bind(audit.administrator_id)
+            .bind(audit.actor.as_str())
+            .bind(audit.action.as_str())
+            .bind(audit.object_kind.as_str())
+            .bind(audit.object_id.as_str())
+            .bind(audit.before.as_deref())
+            .bind(audit.after.as_deref())
+            .bind(audit.address.as_deref())
+            .execute(&mut **txn)
+            .await?;
+    }
+    Ok(())
+}
+
 /// An order as a successful completion left it.
 #[derive(Debug, Clone)]
 pub struct CompletedOrder {

@@ -13,8 +13,8 @@ use sea_orm::{
 };
 
 use super::{
-    AccountKey, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Store,
-    StoreError, StoreFuture, TokenRow, money, now, token_row_of,
+    AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Store,
+    StoreError, StoreFuture, TokenRow, log_audits, money, now, token_row_of,
 };
 
 /// The token by its hash, with its project's state and permissions, and the
@@ -203,7 +203,7 @@ impl MySqlStore {
             .execute(&mut *txn)
             .await
             .map_err(read)?;
-        log_audit(&mut txn, request.audit.as_ref())
+        log_audits(&mut txn, LOG_AUDIT, request.audit.iter())
             .await
             .map_err(read)?;
         txn.commit().await.map_err(read)?;
@@ -261,7 +261,7 @@ impl MySqlStore {
             .await;
         match inserted {
             Ok(_) => {
-                log_audit(&mut txn, order.audit.as_ref()).await?;
+                log_audits(&mut txn, LOG_AUDIT, order.audit.iter()).await?;
                 txn.commit().await?;
                 Ok(OrderInsert::Inserted {
                     user_id,
@@ -278,28 +278,6 @@ impl MySqlStore {
             Err(err) => Err(err.into()),
         }
     }
-}
-
-/// Writes `audit`, an operator's row of the admin audit log, when there is
-/// one, in the transaction of its change.
-async fn log_audit(
-    txn: &mut sqlx::Transaction<'_, sqlx::MySql>,
-    audit: Option<&AuditRow>,
-) -> Result<(), sqlx::Error> {
-    let Some(audit) = audit else { return Ok(()) };
-    sqlx::query(LOG_AUDIT)
-        .bind(audit.at)
-        .bind(audit.administrator_id)
-        .bind(&audit.actor)
-        .bind(&audit.action)
-        .bind(&audit.object_kind)
-        .bind(&audit.object_id)
-        .bind(&audit.before)
-        .bind(&audit.after)
-        .bind(&audit.address)
-        .execute(&mut **txn)
-        .await?;
-    Ok(())
 }
 
 impl Store for MySqlStore {

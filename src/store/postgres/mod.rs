@@ -37,8 +37,8 @@ use sea_orm::{
 
 use self::group::Groups;
 use super::{
-    AccountKey, AuditRow, CompleteError, CompletedOrder, Completion, GroupSizes, NewOrder,
-    OrderInsert, Store, StoreError, StoreFuture, TokenRow, money, now, token_row_of,
+    AccountKey, CompleteError, CompletedOrder, Completion, GroupSizes, NewOrder, OrderInsert,
+    Store, StoreError, StoreFuture, TokenRow, log_audits, money, now, token_row_of,
 };
 use crate::{config::PoolSettings, money::Money};
 
@@ -389,29 +389,6 @@ async fn read_tokens(pool: &PgPool, reads: &[TokenRead]) -> Vec<TokenOutcome> {
         .collect()
 }
 
-/// Writes `audits`, operators' rows of the admin audit log, in the
-/// transaction of their changes.
-async fn log_audits<'a>(
-    txn: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    audits: impl Iterator<Item = &'a AuditRow>,
-) -> Result<(), sqlx::Error> {
-    for audit in audits {
-        sqlx::query(LOG_AUDIT)
-            .bind(audit.at)
-            .bind(audit.administrator_id)
-            .bind(&audit.actor)
-            .bind(&audit.action)
-            .bind(&audit.object_kind)
-            .bind(&audit.object_id)
-            .bind(&audit.before)
-            .bind(&audit.after)
-            .bind(&audit.address)
-            .execute(&mut **txn)
-            .await?;
-    }
-    Ok(())
-}
-
 /// Runs [`INSERT_ORDERS`] for `orders`: one outcome each, in their order.
 /// A request naming an order id, or in its project a key, that an earlier
 /// request of the group names is not sent and is answered as a conflict:
@@ -461,7 +438,12 @@ async fn insert_firsts(pool: &PgPool, orders: &[NewOrder]) -> Vec<InsertOutcome>
             .iter()
             .zip(orders)
             .filter(|(outcome, _)| matches!(outcome, Ok(OrderInsert::Inserted { .. })));
-        log_audits(&mut txn, inserted.filter_map(|(_, o)| o.audit.as_ref())).await?;
+        log_audits(
+            &mut txn,
+            LOG_AUDIT,
+            inserted.filter_map(|(_, o)| o.audit.as_ref()),
+        )
+        .await?;
         txn.commit().await?;
         Ok::<_, sqlx::Error>(outcomes)
     };
@@ -696,9 +678,13 @@ async fn complete_in_one_transaction(
         }
     }
     let audits = outcomes.iter().zip(group).filter(|(o, _)| o.is_ok());
-    log_audits(&mut txn, audits.filter_map(|(_, c)| c.audit.as_ref()))
-        .await
-        .map_err(read)?;
+    log_audits(
+        &mut txn,
+        LOG_AUDIT,
+        audits.filter_map(|(_, c)| c.audit.as_ref()),
+    )
+    .await
+    .map_err(read)?;
     txn.commit().await.map_err(read)?;
     Ok(outcomes)
 }
