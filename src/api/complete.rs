@@ -200,7 +200,7 @@ impl CompleteOrderRequest {
     /// The body read, every offending field named; fields other than these
     /// three are ignored.
     fn read(body: &JsonObject<Self>, check: &mut Validation) -> Option<Self> {
-        let mut fields = check.object(&body.0, None)?;
+        let mut fields = body.fields(check, None)?;
         let payment_system = fields.required("payment_system");
         let order_id = fields.required("order_id");
         let payment_id = match fields.value("payment_id") {
@@ -220,6 +220,32 @@ impl CompleteOrderRequest {
             order_id: order_id?,
             payment_id: payment_id?,
         })
+    }
+
+    /// The completion it asks for, in `project_id`.
+    fn completion(&self, project_id: i64) -> Completion {
+        Completion {
+            project_id,
+            order_id: self.order_id.to_string(),
+            payment_system: self.payment_system.to_string(),
+            payment_id: self.payment_id.clone(),
+            audit: None,
+        }
+    }
+}
+
+impl CompleteOrderResponse {
+    /// The answer to `request`, which completed as `done` says.
+    fn of(request: CompleteOrderRequest, done: CompletedOrder) -> Self {
+        CompleteOrderResponse {
+            success: true,
+            order_id: request.order_id,
+            payment_system: request.payment_system,
+            payment_id: done.payment_id,
+            status: CompletedStatus::Completed,
+            amount: done.amount.to_string(),
+            completed_at: done.completed_at,
+        }
     }
 }
 
@@ -254,25 +280,11 @@ impl CompleteApi {
         answer(async {
             let request = validate(|check| CompleteOrderRequest::read(&body, check))
                 .inspect_err(|_| state.metrics.record_completion("validation_error"))?;
-            let completion = Completion {
-                project_id: auth.0.principal.project_id,
-                order_id: request.order_id.to_string(),
-                payment_system: request.payment_system.to_string(),
-                payment_id: request.payment_id.clone(),
-                audit: None,
-            };
+            let completion = request.completion(auth.0.principal.project_id);
             let completed = orders::complete(&state.db, &*state.store, &completion).await;
             record_outcome(&state, &request.order_id, &completed);
-            let done = completed?;
-            Ok(CompleteReply::Ok(Json(CompleteOrderResponse {
-                success: true,
-                order_id: request.order_id,
-                payment_system: request.payment_system,
-                payment_id: done.payment_id,
-                status: CompletedStatus::Completed,
-                amount: done.amount.to_string(),
-                completed_at: done.completed_at,
-            })))
+            let reply = CompleteOrderResponse::of(request, completed?);
+            Ok(CompleteReply::Ok(Json(reply)))
         })
         .await
     }

@@ -24,7 +24,7 @@ use super::{
     request_body::JsonObject,
     security::{CancelToken, CreateToken, ReadToken},
     tags::ApiTags,
-    validation::validate,
+    validation::{Validation, validate},
 };
 use crate::{
     domain::{Email, IdempotencyKey, OrderId, PaymentSystem},
@@ -326,6 +326,53 @@ impl From<CancelError> for CancelReply {
     }
 }
 
+impl CreateOrderRequest {
+    /// The creation the body asks for, in `project_id`, every offending
+    /// field named.
+    fn read(
+        body: &JsonObject<Self>,
+        check: &mut Validation,
+        project_id: i64,
+    ) -> Option<OrderRequest> {
+        const FIELDS: &[&str] = &["user_id", "email", "server_id", "amount", "payment_system"];
+        let mut fields = body.fields(check, Some(FIELDS))?;
+        let who = fields.user();
+        let server_id = fields.integer("server_id", 0);
+        let server_id = fields.given("server_id", server_id);
+        let amount = fields
+            .required::<Money>("amount")
+            .and_then(|amount| fields.check("amount", amount.positive()));
+        let payment_system = fields.required("payment_system");
+        Some(OrderRequest {
+            project_id,
+            who: who?,
+            server_id: server_id?,
+            amount: amount?,
+            payment_system: payment_system?,
+            order_id: None,
+        })
+    }
+}
+
+impl CancelOrderRequest {
+    /// The cancellation the body asks for, in `project_id`, every offending
+    /// field named.
+    fn read(
+        body: &JsonObject<Self>,
+        check: &mut Validation,
+        project_id: i64,
+    ) -> Option<Cancellation> {
+        let mut fields = body.fields(check, Some(&["order_id", "payment_system"]))?;
+        let order_id = fields.required("order_id");
+        let payment_system = fields.required("payment_system");
+        Some(Cancellation {
+            project_id,
+            order_id: order_id?,
+            payment_system: payment_system?,
+        })
+    }
+}
+
 /// Counts a creation, and logs one that created an order.
 fn record_creation(state: &AppState, created: &Created) {
     let event = if created.replayed {
@@ -374,28 +421,9 @@ impl OrdersApi {
     ) -> CreateReply {
         answer(async {
             let project_id = caller.0.principal.project_id;
-            // The creation the request asks for, every offending field named.
             let (request, key) = validate(|check| {
                 let key = check.param::<IdempotencyKey, _>(&idempotency_key);
-                const FIELDS: &[&str] =
-                    &["user_id", "email", "server_id", "amount", "payment_system"];
-                let mut fields = check.object(&body.0, Some(FIELDS))?;
-                let who = fields.user();
-                let server_id = fields.integer("server_id", 0);
-                let server_id = fields.given("server_id", server_id);
-                let amount = fields
-                    .required::<Money>("amount")
-                    .and_then(|amount| fields.check("amount", amount.positive()));
-                let payment_system = fields.required("payment_system");
-                let request = OrderRequest {
-                    project_id,
-                    who: who?,
-                    server_id: server_id?,
-                    amount: amount?,
-                    payment_system: payment_system?,
-                    order_id: None,
-                };
-                Some(request).zip(key)
+                CreateOrderRequest::read(&body, check, project_id).zip(key)
             })?;
             let created = orders::create(&state.db, &*state.store, &request, key.as_ref()).await?;
             record_creation(&state, &created);
@@ -458,17 +486,7 @@ impl OrdersApi {
     ) -> CancelReply {
         answer(async {
             let project_id = caller.0.principal.project_id;
-            // The cancellation the body asks for, every offending field named.
-            let request = validate(|check| {
-                let mut fields = check.object(&body.0, Some(&["order_id", "payment_system"]))?;
-                let order_id = fields.required("order_id");
-                let payment_system = fields.required("payment_system");
-                Some(Cancellation {
-                    project_id,
-                    order_id: order_id?,
-                    payment_system: payment_system?,
-                })
-            })?;
+            let request = validate(|check| CancelOrderRequest::read(&body, check, project_id))?;
             let order = orders::cancel(&state.db, None, &request).await?;
             tracing::info!(order_id = %order.order_id, "order cancelled");
             state.metrics.record_order_event(OrderEvent::Cancelled);

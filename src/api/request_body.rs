@@ -12,13 +12,27 @@ use poem_openapi::{
 };
 use serde_json::Value;
 
-use super::error::ApiError;
+use super::{
+    error::ApiError,
+    validation::{Fields, Validation},
+};
 use crate::state::AppState;
 
 /// A request body as received: any JSON, read field by field by the
 /// endpoint's validation step so that every offending field is named.
 /// Published with the schema of `T`.
 pub struct JsonObject<T>(pub Value, PhantomData<T>);
+
+impl<T> JsonObject<T> {
+    /// The body's fields, each one not in `known` (when given) an offence.
+    pub fn fields<'c>(
+        &self,
+        check: &'c mut Validation,
+        known: Option<&[&str]>,
+    ) -> Option<Fields<'_, 'c>> {
+        check.object(&self.0, known)
+    }
+}
 
 impl<'a, T: Type> ApiExtractor<'a> for JsonObject<T> {
     const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::RequestObject];
