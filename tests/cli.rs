@@ -29,6 +29,7 @@ on_every_backend!(
     admin_login_link_names_the_configured_panel_address,
     serve_demo_prints_a_sign_in_link_that_opens_the_panel,
     order_get_shows_a_refused_completion_and_order_complete_completes_it,
+    a_reader_that_closes_early_ends_the_command_quietly,
 );
 
 fn masterpay(url: &str, args: &[&str]) -> Output {
@@ -811,6 +812,53 @@ async fn answers(app: &TestApp, token: &str, query: &str, status: u16, code: Opt
 }
 
 /// Runs a command with `stdin` as its standard input.
+/// Runs a command whose stdout is read once and then closed, as
+/// `masterpay ... | head -1` does.
+fn masterpay_into_head(url: &str, args: &[&str]) -> Output {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_masterpay"))
+        .args(args)
+        .env("MASTERPAY_DATABASE_URL", url)
+        .env_remove("MASTERPAY_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run masterpay");
+    let mut first = [0; 4096];
+    let read = child.stdout.take().unwrap().read(&mut first).unwrap();
+    assert!(read > 0, "{args:?} printed something");
+    child.wait_with_output().expect("masterpay ends")
+}
+
+async fn a_reader_that_closes_early_ends_the_command_quietly(app: TestApp) {
+    use entity::project;
+    let url = app.database.url.as_str();
+    // More lines than a pipe holds (64 KiB), so the command is still writing
+    // when the reader goes away.
+    let now = chrono::Utc::now();
+    for chunk in (0..4000).collect::<Vec<_>>().chunks(500) {
+        project::Entity::insert_many(chunk.iter().map(|n| project::ActiveModel {
+            name: Set(format!("A project with a long enough name, number {n}")),
+            active: Set(true),
+            created_at: Set(now),
+            ..Default::default()
+        }))
+        .exec(&app.db)
+        .await
+        .unwrap();
+    }
+    for args in [&["project", "list"][..], &["project", "list", "--json"]] {
+        let out = masterpay_into_head(url, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("error"),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.trim().is_empty(), "{args:?}: quiet: {stderr}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: 128 + SIGPIPE");
+    }
+}
+
 fn masterpay_with_stdin(url: &str, args: &[&str], stdin: &str) -> Output {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_masterpay"))

@@ -117,6 +117,13 @@ pub async fn run() -> ExitCode {
     crate::telemetry::flush();
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err)
+            if err
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(output::is_closed_stdout) =>
+        {
+            ExitCode::from(output::CLOSED_STDOUT)
+        }
         Err(err) => {
             let message = format!("{err:#}").replace('\n', " ");
             eprintln!("error: {message}");

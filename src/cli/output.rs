@@ -1,8 +1,16 @@
 //! Output for people or, with `--json`, exactly one JSON object for scripts.
 
+use std::io::{self, Write};
+
 use serde_json::{Value, json};
 
 use super::CliResult;
+
+/// The exit status when the reader of stdout went away (`masterpay ... | head
+/// -1`): 128 + SIGPIPE, what a shell reports for any tool that a closed pipe
+/// stopped, so `set -o pipefail` scripts see what they see with `cat` or
+/// `grep`. Whatever the command changed stays committed; nothing is printed.
+pub const CLOSED_STDOUT: u8 = 141;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Output {
@@ -10,12 +18,18 @@ pub struct Output {
 }
 
 impl Output {
-    /// Prints `json` as one line when `--json` was given, else the text.
+    /// Prints `json` as one line when `--json` was given, else the text. A
+    /// closed stdout ends the process quietly with [`CLOSED_STDOUT`].
     pub fn emit(&self, json: Value, text: impl FnOnce() -> String) {
-        if self.json {
-            println!("{json}");
-        } else {
-            println!("{}", text());
+        let line = if self.json { json.to_string() } else { text() };
+        if let Err(err) = writeln!(io::stdout().lock(), "{line}") {
+            if is_closed_stdout(&err) {
+                crate::telemetry::flush();
+                std::process::exit(CLOSED_STDOUT.into());
+            }
+            // Anything else (a full disk) is the one error line on stderr.
+            eprintln!("error: cannot write to stdout: {err}");
+            std::process::exit(1);
         }
     }
 
@@ -53,4 +67,9 @@ impl Output {
 /// How an `active` flag reads for people.
 pub fn state(active: bool) -> &'static str {
     if active { "active" } else { "disabled" }
+}
+
+/// Whether writing to stdout failed because its reader closed the pipe.
+pub fn is_closed_stdout(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::BrokenPipe
 }
