@@ -80,6 +80,9 @@ on_every_backend!(
         users_and_servers_created_in_the_panel_are_audited,
         changing_ones_password_ends_the_other_sessions,
         the_csv_export_neutralizes_what_a_spreadsheet_would_run,
+        an_active_switch_other_than_true_or_false_is_refused,
+        a_path_id_that_is_not_a_number_gets_the_panels_not_found_page,
+        counts_of_one_are_singular,
     ],
     // These start a panel with settings of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -2867,4 +2870,92 @@ async fn the_csv_export_neutralizes_what_a_spreadsheet_would_run(panel: Panel) {
         }
     }
     assert_eq!(actors, 2, "the name, quoted, on both rows: {}", csv.text);
+}
+
+async fn an_active_switch_other_than_true_or_false_is_refused(panel: Panel) {
+    let project = panel.app.project_id;
+    let (token, _) = panel.app.token(&[Permission::Balance]).await;
+    let mut browser = panel.signed_in().await;
+    let rows = panel.audit_rows().await.len();
+    for path in [
+        format!("/tokens/{token}/active"),
+        format!("/projects/{project}/active"),
+    ] {
+        for value in ["maybe", "", "TRUE", "0"] {
+            let page = browser
+                .submit(&format!("/tokens/{token}"), &path, &[("active", value)])
+                .await;
+            page.assert_status(400);
+            assert!(page.text.contains("must be true or false"), "{}", page.text);
+            assert!(page.text.contains("Nothing was changed"), "{}", page.text);
+        }
+    }
+    let stored = entity::app_token::Entity::find_by_id(token)
+        .one(&panel.app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stored.active, "the token is still active");
+    assert!(panel.projects().await.iter().all(|p| p.active));
+    assert_eq!(panel.audit_rows().await.len(), rows, "no audit row");
+}
+
+async fn a_path_id_that_is_not_a_number_gets_the_panels_not_found_page(panel: Panel) {
+    let mut browser = panel.signed_in().await;
+    let csrf = browser.csrf().await;
+    let unknown = browser.get("/no-such-page").await;
+    unknown.assert_status(404);
+    for path in [
+        "/tokens/abc",
+        "/projects/abc",
+        "/projects/abc/tokens",
+        "/projects/1x/tokens/new",
+        "/users/abc",
+        "/orders/abc/Order:Ab12Cd34",
+        "/tokens/99999999999999999999",
+    ] {
+        let page = browser.get(path).await;
+        page.assert_status(404);
+        assert_eq!(page.header("content-type"), unknown.header("content-type"));
+        assert!(
+            page.text.contains("does not exist"),
+            "{path}: {}",
+            page.text
+        );
+    }
+    for path in [
+        "/tokens/abc/active",
+        "/projects/abc/rename",
+        "/users/x/balance",
+    ] {
+        let page = browser
+            .post(path, &[("csrf", &csrf), ("active", "false"), ("name", "x")])
+            .await;
+        page.assert_status(404);
+        assert!(
+            page.text.starts_with("<!DOCTYPE html>"),
+            "{path}: {}",
+            page.text
+        );
+    }
+}
+
+async fn counts_of_one_are_singular(panel: Panel) {
+    let app = &panel.app;
+    let token = app.full_token().await;
+    let user = app.user("one@example.com").await;
+    let order = app.order(user, None, "3.00", "cstm:paygate").await;
+    app.complete_order(&token, &order, "cstm:paygate").await;
+    let mut browser = panel.signed_in().await;
+    browser
+        .submit("/ledger/audit", "/ledger/audit", &[])
+        .await
+        .assert_redirect("/ledger/audit");
+    let audit = browser.get("/ledger/audit").await;
+    assert!(audit.text.contains("1 completed order,"), "{}", audit.text);
+    assert!(!audit.text.contains("1 completed orders"), "{}", audit.text);
+    let log = browser.get("/audit-log?action=audit.run").await;
+    assert!(log.text.contains("1 entry."), "{}", log.text);
+    let ledger = browser.get(&format!("/ledger?user={user}")).await;
+    assert!(ledger.text.contains("1 entry."), "{}", ledger.text);
 }

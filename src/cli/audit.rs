@@ -10,6 +10,7 @@ use crate::service::{admin_audit::Actor, ledger_check};
 
 pub async fn run(db: &DatabaseConnection, out: Output) -> CliResult {
     let report = ledger_check::run_recorded(db, &Actor::CommandLine).await?;
+    let recorded = ledger_check::RecordedAudit::of(&report);
     let findings: Vec<&str> = report.findings.iter().map(|f| f.0.as_str()).collect();
     out.emit(
         json!({
@@ -21,18 +22,7 @@ pub async fn run(db: &DatabaseConnection, out: Output) -> CliResult {
             "findings": findings,
         }),
         || {
-            let mut text = format!(
-                "audited {} accounts, {} completed and {} cancelled orders, {} log rows: {}",
-                report.accounts,
-                report.completed_orders,
-                report.cancelled_orders,
-                report.log_rows,
-                if report.is_clean() {
-                    "ledger consistent".to_owned()
-                } else {
-                    format!("{} mismatches", findings.len())
-                }
-            );
+            let mut text = format!("audited {}: {}", recorded.counted(), recorded.verdict());
             for finding in &findings {
                 text.push_str("\n  ");
                 text.push_str(finding);
@@ -40,10 +30,10 @@ pub async fn run(db: &DatabaseConnection, out: Output) -> CliResult {
             text
         },
     );
-    let mismatches = report.findings.len();
     anyhow::ensure!(
         report.is_clean(),
-        "ledger audit found {mismatches} mismatches"
+        "ledger audit found {}",
+        recorded.verdict()
     );
     Ok(())
 }

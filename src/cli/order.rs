@@ -155,7 +155,8 @@ pub async fn run(
                 }),
                 || {
                     let mut text: Vec<String> = listed.iter().map(order_line).collect();
-                    text.push(format!("{} of {total} orders shown", listed.len()));
+                    let total = crate::service::count(total, "order", "orders");
+                    text.push(format!("{} of {total} shown", listed.len()));
                     text.join("\n")
                 },
             );

@@ -16,6 +16,7 @@ use super::{
     session::SignedIn,
 };
 use crate::service::admin_audit::{self, AuditFilter};
+use crate::service::count;
 
 pub fn routes(route: Route) -> Route {
     route
@@ -257,7 +258,7 @@ fn list_page(
                     @if entries.len() as u64 >= PAGE_LIMIT {
                         "The newest " (PAGE_LIMIT) " entries; narrow the filters or export to see older ones."
                     } @else {
-                        (entries.len()) " entries."
+                        (count(entries.len() as u64, "entry", "entries")) "."
                     }
                 }
                 (entries_table(entries, Listing::AnyObject, "No entry matches."))

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::{
     money::signed_cents,
+    service::count,
     service::{
         ledger::{self, LedgerEntry, LedgerFilter},
         ledger_check::{self, RecordedAudit},
@@ -148,7 +149,7 @@ fn list_page(
                     @if entries.len() as u64 >= LIMIT {
                         "The newest " (LIMIT) " entries; narrow the filters to see older ones."
                     } @else {
-                        (entries.len()) " entries."
+                        (count(entries.len() as u64, "entry", "entries")) "."
                     }
                 }
                 div.table-wrap { table {
@@ -248,8 +249,7 @@ fn audit_page(
                         "Run " (page::when(&entry.at)) " by " (super::audit_log::actor_cell(entry)) "."
                     }
                     p class=(if run.is_clean() { "notice" } else { "warning" }) {
-                        "Checked: " (run.accounts) " balance accounts, " (run.completed_orders) " completed orders, "
-                        (run.cancelled_orders) " cancelled orders, " (run.log_rows) " log rows: "
+                        "Checked: " (run.counted()) ": "
                         strong { (run.verdict()) }
                     }
                     @if !run.findings.is_empty() {

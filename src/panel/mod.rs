@@ -62,6 +62,9 @@ pub enum PanelError {
     SignInRequired,
     #[error("{0}")]
     Forbidden(&'static str),
+    /// A request no page of the panel sends.
+    #[error("{0}")]
+    BadRequest(&'static str),
     #[error("{0} not found")]
     NotFound(String),
     /// A change the rules refused where no form field is to blame.
@@ -98,6 +101,11 @@ impl IntoResponse for PanelError {
                     .finish();
             }
             PanelError::Forbidden(text) => (StatusCode::FORBIDDEN, "Refused", (*text).to_owned()),
+            PanelError::BadRequest(text) => (
+                StatusCode::BAD_REQUEST,
+                "Bad request",
+                format!("{text} Nothing was changed."),
+            ),
             PanelError::Refused(message) => (
                 StatusCode::CONFLICT,
                 "Refused",
@@ -155,9 +163,9 @@ pub fn routes(state: PanelState) -> impl Endpoint {
         .at("/sign-out", post(sign_in::sign_out))
         .at("/assets/panel.css", get(page::stylesheet))
         .at("/assets/panel.js", get(page::script))
-        .catch_error(|_: poem::error::NotFoundError| async {
-            PanelError::NotFound("This page".to_owned()).into_response()
-        })
+        .catch_error(|_: poem::error::NotFoundError| async { no_such_page() })
+        // An id that is not a number (`/tokens/abc`) names nothing either.
+        .catch_error(|_: poem::error::ParsePathError| async { no_such_page() })
         .data(state)
         // Errors (a redirect to the sign-in page, a refused form) become
         // answers here, so that they too get the headers below.
@@ -171,6 +179,10 @@ pub fn routes(state: PanelState) -> impl Endpoint {
                 .overriding(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
                 .overriding(header::X_FRAME_OPTIONS, "DENY"),
         )
+}
+
+fn no_such_page() -> Response {
+    PanelError::NotFound("This page".to_owned()).into_response()
 }
 
 /// One log line per panel request: method, path (a sign-in link's secret

@@ -23,6 +23,7 @@ use super::{
     users::{account_name, entries_table, parse_money, parse_server},
 };
 use crate::domain::{OrderId, PaymentSystem};
+use crate::service::count;
 use crate::service::{
     AdminError,
     admin_audit::{self, AuditFilter},
@@ -219,7 +220,7 @@ fn list_page(
             }
             @if view.searched {
                 p {
-                    @if view.total == 1 { "1 order matches." } @else { (view.total) " orders match." }
+                    (count(view.total, "order matches", "orders match")) "."
                     @if view.total > view.orders.len() as u64 {
                         " The newest " (view.orders.len()) " are shown."
                     }

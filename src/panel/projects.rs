@@ -176,7 +176,7 @@ async fn set_active(
     form: PostForm,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
-    let active = form.get("active") == "true";
+    let active = form.active()?;
     projects::set_active(&state.db, &admin.actor(), id, active).await?;
     Ok(page::redirect(&format!("/projects/{id}")))
 }

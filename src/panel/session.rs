@@ -213,6 +213,18 @@ impl PostForm {
             .map_or("", |(_, value)| value.as_str())
     }
 
+    /// The `active` field of an enable or disable form: `true` or `false`,
+    /// the two values the forms send; anything else is refused.
+    pub fn active(&self) -> Result<bool, PanelError> {
+        match self.get("active") {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(PanelError::BadRequest(
+                "The form's active field must be true or false.",
+            )),
+        }
+    }
+
     /// Every value of `name`.
     pub fn all(&self, name: &str) -> Vec<&str> {
         self.pairs

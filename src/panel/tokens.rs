@@ -607,7 +607,7 @@ async fn set_active(
     form: PostForm,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
-    let active = form.get("active") == "true";
+    let active = form.active()?;
     tokens::set_active(&state.db, &admin.actor(), id, active).await?;
     Ok(page::redirect(&format!("/tokens/{id}")))
 }

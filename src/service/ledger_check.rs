@@ -238,12 +238,32 @@ impl RecordedAudit {
         self.mismatches == 0
     }
 
+    /// What the run checked: `2 balance accounts, 1 completed order, ...`.
+    pub fn counted(&self) -> String {
+        use super::count;
+        let signed = |n: i64| u64::try_from(n).unwrap_or_default();
+        [
+            count(self.accounts, "balance account", "balance accounts"),
+            count(
+                signed(self.completed_orders),
+                "completed order",
+                "completed orders",
+            ),
+            count(
+                signed(self.cancelled_orders),
+                "cancelled order",
+                "cancelled orders",
+            ),
+            count(signed(self.log_rows), "log row", "log rows"),
+        ]
+        .join(", ")
+    }
+
     /// `ledger consistent`, or how many mismatches.
     pub fn verdict(&self) -> String {
         match self.mismatches {
             0 => "ledger consistent".to_owned(),
-            1 => "1 mismatch".to_owned(),
-            n => format!("{n} mismatches"),
+            n => super::count(n, "mismatch", "mismatches"),
         }
     }
 }

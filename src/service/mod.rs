@@ -25,6 +25,11 @@ pub mod validate;
 
 use sea_orm::{DbErr, SqlErr};
 
+/// `n` and the noun's form for it, for people: `1 order`, `2 orders`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Errors of the administrative operations (the panel, the command line).
 /// A refusal names the field it is about (`name`, `email`, `password`,
 /// `reason`...), so that the panel shows it next to that field.
