@@ -30,6 +30,7 @@ on_every_backend!(
     serve_demo_prints_a_sign_in_link_that_opens_the_panel,
     order_get_shows_a_refused_completion_and_order_complete_completes_it,
     a_reader_that_closes_early_ends_the_command_quietly,
+    the_last_active_administrator_cannot_be_disabled,
 );
 
 fn masterpay(url: &str, args: &[&str]) -> Output {
@@ -859,6 +860,22 @@ async fn a_reader_that_closes_early_ends_the_command_quietly(app: TestApp) {
     }
 }
 
+/// Creates the administrator `name` with the command line; returns its id.
+#[track_caller]
+fn create_admin(url: &str, name: &str) -> String {
+    let out = masterpay_with_stdin(
+        url,
+        &["admin", "create", "--name", name, "--json"],
+        "correct horse battery staple\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    id(&serde_json::from_slice(&out.stdout).unwrap())
+}
+
 fn masterpay_with_stdin(url: &str, args: &[&str], stdin: &str) -> Output {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_masterpay"))
@@ -957,6 +974,7 @@ async fn administrators_keep_only_an_argon2id_hash_and_can_be_disabled(app: Test
     assert_eq!(admins::list(&app.db).await.unwrap().len(), 1);
 
     // A disabled administrator's right password no longer signs in.
+    create_admin(url, "Colleague");
     assert_eq!(json(url, &["admin", "disable", "Ann"])["active"], false);
     assert!(
         admins::verify(&app.db, "Ann", password)
@@ -1258,6 +1276,8 @@ async fn every_change_writes_one_audit_row_of_the_command_line(app: TestApp) {
     let admin = id(&serde_json::from_slice(&admin.stdout).unwrap());
     let (_, after) = expect_row!("administrator.create", "administrator", admin);
     assert_eq!(after, serde_json::json!({"name": "Ann", "active": true}));
+    let colleague = create_admin(url, "Colleague");
+    expect_row!("administrator.create", "administrator", colleague);
     json(url, &["admin", "disable", "Ann"]);
     expect_row!("administrator.disable", "administrator", admin);
     json(url, &["admin", "enable", "Ann"]);
@@ -1489,6 +1509,7 @@ async fn admin_login_link_prints_a_single_use_url_stored_as_sha256(app: TestApp)
     let everything = format!("{rows:?}");
     assert!(!everything.contains(secret), "no secret in the audit log");
 
+    create_admin(&url, "colleague");
     assert!(json(&url, &["admin", "disable", "ann"])["active"] == false);
     let refused = masterpay(&url, &["admin", "login-link", "--name", "ann"]);
     assert!(!refused.status.success());
@@ -1600,4 +1621,31 @@ async fn serve_demo_prints_a_sign_in_link_that_opens_the_panel(app: TestApp) {
     assert_eq!(answer.status(), 200);
     let page = answer.text().await.unwrap();
     assert!(page.contains("Sign in as demo"), "{page}");
+}
+
+async fn the_last_active_administrator_cannot_be_disabled(app: TestApp) {
+    use masterpay::service::admins;
+    let url = app.database.url.as_str();
+    create_admin(url, "Ann");
+    let rows = audit_rows_after(&app, 0).await.len();
+    let refused = masterpay(url, &["admin", "disable", "Ann"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("Ann is the last active administrator"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(admins::list(&app.db).await.unwrap()[0].active);
+    assert_eq!(audit_rows_after(&app, 0).await.len(), rows, "no audit row");
+    // With a colleague, Ann may go; then the colleague is the last one.
+    create_admin(url, "Bob");
+    assert_eq!(json(url, &["admin", "disable", "Ann"])["active"], false);
+    let rows = audit_rows_after(&app, 0).await.len();
+    let refused = masterpay(url, &["admin", "disable", "Bob"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("Bob is the last active"));
+    assert_eq!(audit_rows_after(&app, 0).await.len(), rows, "no audit row");
+    // A disabled one may be disabled again (nothing more is locked out).
+    assert_eq!(json(url, &["admin", "disable", "Ann"])["active"], false);
 }

@@ -83,6 +83,7 @@ on_every_backend!(
         an_active_switch_other_than_true_or_false_is_refused,
         a_path_id_that_is_not_a_number_gets_the_panels_not_found_page,
         counts_of_one_are_singular,
+        an_administrator_cannot_disable_themselves_or_the_last_active_one,
     ],
     // These start a panel with settings of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -2958,4 +2959,47 @@ async fn counts_of_one_are_singular(panel: Panel) {
     assert!(log.text.contains("1 entry."), "{}", log.text);
     let ledger = browser.get(&format!("/ledger?user={user}")).await;
     assert!(ledger.text.contains("1 entry."), "{}", ledger.text);
+}
+
+async fn an_administrator_cannot_disable_themselves_or_the_last_active_one(panel: Panel) {
+    let db = &panel.app.db;
+    let mut browser = panel.signed_in().await;
+    let colleague = panel.administrator("colleague").await;
+    let rows = panel.audit_rows().await.len();
+    let me = Actor::Administrator {
+        id: panel.admin_id,
+        name: ADMIN.to_owned(),
+        address: Some("127.0.0.1".to_owned()),
+    };
+    let refused = admins::set_active(db, &me, ADMIN, false)
+        .await
+        .expect_err("not oneself");
+    assert!(
+        refused.to_string().contains("cannot disable yourself"),
+        "{refused}"
+    );
+    // Nothing changed: still active, still signed in, no audit row.
+    browser.get("/").await.assert_status(200);
+    assert_eq!(panel.audit_rows().await.len(), rows);
+    // The colleague may be disabled by the operator; then the operator is
+    // the last active administrator, whom nobody may disable.
+    admins::set_active(db, &me, "colleague", false)
+        .await
+        .expect("another administrator");
+    let rows = panel.audit_rows().await.len();
+    let refused = admins::set_active(db, &Actor::CommandLine, ADMIN, false)
+        .await
+        .expect_err("not the last one");
+    assert!(
+        refused.to_string().contains("last active administrator"),
+        "{refused}"
+    );
+    browser.get("/").await.assert_status(200);
+    assert_eq!(panel.audit_rows().await.len(), rows);
+    let stored = administrator::Entity::find_by_id(colleague)
+        .one(db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!stored.active);
 }

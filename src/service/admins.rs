@@ -170,6 +170,9 @@ pub async fn set_active(
         .one(&*txn)
         .await?
         .ok_or_else(|| unknown(name))?;
+    if before.active && !active {
+        keeps_someone_in(&txn, actor, &before).await?;
+    }
     let mut row: administrator::ActiveModel = before.clone().into();
     row.active = Set(active);
     let admin = row.update(&*txn).await?;
@@ -198,6 +201,40 @@ pub async fn set_active(
         .after(after);
     txn.commit(change).await?;
     Ok(admin)
+}
+
+/// Refuses to disable `admin` when the one disabling is `admin` (their own
+/// session would end mid-change) or when no other administrator is active
+/// (nobody could sign in to the panel). The other active administrators'
+/// rows stay locked until the change commits, so two administrators
+/// disabled at once cannot both pass as "not the last".
+async fn keeps_someone_in(
+    txn: &AuditedChange<'_>,
+    actor: &Actor,
+    admin: &administrator::Model,
+) -> Result<(), AdminError> {
+    if matches!(actor, Actor::Administrator { id, .. } if *id == admin.id) {
+        return Err(AdminError::Conflict(
+            "name",
+            "you cannot disable yourself: another administrator must do it".to_owned(),
+        ));
+    }
+    let others = administrator::Entity::find()
+        .filter(administrator::Column::Active.eq(true))
+        .filter(administrator::Column::Id.ne(admin.id))
+        .lock_exclusive()
+        .all(&**txn)
+        .await?;
+    if others.is_empty() {
+        return Err(AdminError::Conflict(
+            "name",
+            format!(
+                "{} is the last active administrator: create or enable another before disabling them",
+                admin.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Replaces the password of administrator `id` (hashed before the write
