@@ -84,6 +84,7 @@ on_every_backend!(
         a_path_id_that_is_not_a_number_gets_the_panels_not_found_page,
         counts_of_one_are_singular,
         an_administrator_cannot_disable_themselves_or_the_last_active_one,
+        a_reissued_token_was_never_used,
     ],
     // These start a panel with settings of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -3002,4 +3003,35 @@ async fn an_administrator_cannot_disable_themselves_or_the_last_active_one(panel
         .unwrap()
         .unwrap();
     assert!(!stored.active);
+}
+
+async fn a_reissued_token_was_never_used(panel: Panel) {
+    let (tid, value) = panel.app.token(&[Permission::Balance]).await;
+    let user = panel.app.user("used@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    assert_eq!(
+        panel.app.get_balance(Some(&value), &query).await.status,
+        200
+    );
+    let used = || async {
+        entity::app_token::Entity::find_by_id(tid)
+            .one(&panel.app.db)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_used_at
+    };
+    assert!(used().await.is_some(), "the old value was used");
+    let mut browser = panel.signed_in().await;
+    let page = format!("/tokens/{tid}");
+    let answer = browser.submit(&page, &format!("{page}/reissue"), &[]).await;
+    assert!(answer.status < 400, "{}", answer.text);
+    assert_eq!(used().await, None, "the new value was never used");
+    let shown = browser.get(&page).await;
+    let last_used = Regex::new(r"Last used</th><td>(.*?)</td>").unwrap();
+    assert!(
+        last_used.captures(&shown.text).unwrap()[1].contains("never"),
+        "{}",
+        shown.text
+    );
 }

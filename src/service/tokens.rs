@@ -360,6 +360,8 @@ pub async fn reissue(
     let value = TokenValue::generate();
     let info = update(db, actor, id, "token.reissue", None, |model| {
         model.token_hash = Set(hash(value.expose()));
+        // The new value has never been used.
+        model.last_used_at = Set(None);
     })
     .await?;
     Ok((info.token, value))
