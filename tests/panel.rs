@@ -777,6 +777,12 @@ fn assert_rate_limited(page: &Page) {
     assert!(text.contains("too many failed sign-ins"), "{}", page.text);
     assert!(text.contains("5 minutes"), "{}", page.text);
     assert!(page.set_cookie("masterpay_session").is_none(), "no session");
+    let retry_after: u64 = page
+        .header("retry-after")
+        .expect("a Retry-After header")
+        .parse()
+        .expect("seconds");
+    assert!((1..=300).contains(&retry_after), "{retry_after}");
 }
 
 async fn five_failures_for_a_name_pause_its_sign_in(panel: Panel) {
@@ -802,6 +808,19 @@ async fn five_failures_for_a_name_pause_its_sign_in(panel: Panel) {
     assert_rate_limited(&browser.sign_in(ADMIN, "wrong password!").await);
     assert_eq!(panel.sessions().await, sessions, "no session while paused");
     browser.get("/").await.assert_sign_in_required();
+    // Retry-After counts down to when the oldest failure leaves the window.
+    admin_sign_in_failure::Entity::update_many()
+        .col_expr(
+            admin_sign_in_failure::Column::FailedAt,
+            Expr::value(Utc::now() - Duration::seconds(270)),
+        )
+        .exec(&panel.app.db)
+        .await
+        .expect("age failures");
+    let paused = browser.sign_in(ADMIN, PASSWORD).await;
+    assert_rate_limited(&paused);
+    let retry_after: i64 = paused.header("retry-after").unwrap().parse().unwrap();
+    assert!((25..=30).contains(&retry_after), "{retry_after}");
     // Once the failures are older than 5 minutes, sign-in works again.
     panel.age_failures().await;
     browser.sign_in(ADMIN, PASSWORD).await.assert_redirect("/");

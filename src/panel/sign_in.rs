@@ -3,7 +3,7 @@
 use maud::html;
 use poem::{
     Request, Response, handler,
-    http::StatusCode,
+    http::{StatusCode, header},
     web::{Data, Path},
 };
 
@@ -95,6 +95,7 @@ pub async fn submit(
     let visitor = Visitor::of(req, &state);
     let name = form.get("name");
     let mut errors = FieldErrors::default();
+    let mut retry_after = None;
     let status = match admin_sessions::sign_in(
         &state.db,
         name,
@@ -109,8 +110,13 @@ pub async fn submit(
             return signed_in(req, &secret, &state).await;
         }
         Err(SignInError::Db(err)) => return Err(err.into()),
-        Err(err @ SignInError::RateLimited) => {
+        Err(
+            err @ SignInError::RateLimited {
+                retry_after: seconds,
+            },
+        ) => {
             state.metrics.record_panel_sign_in("rate_limited");
+            retry_after = Some(seconds);
             errors.add("form", format!("{err}. Sign-in is paused after {} failures in {} minutes, for the name and for the address.",
                 admin_sessions::MAX_FAILURES, admin_sessions::FAILURE_WINDOW.num_minutes()));
             StatusCode::TOO_MANY_REQUESTS
@@ -121,7 +127,13 @@ pub async fn submit(
             StatusCode::UNAUTHORIZED
         }
     };
-    Ok(sign_in_page(status, &visitor.csrf(), name, &errors))
+    let mut response = sign_in_page(status, &visitor.csrf(), name, &errors);
+    if let Some(seconds) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+    }
+    Ok(response)
 }
 
 fn link_gone() -> Response {

@@ -22,7 +22,7 @@ use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
-    PaginatorTrait, QueryFilter,
+    PaginatorTrait, QueryFilter, QueryOrder,
     sea_query::{Expr, ExprTrait},
 };
 
@@ -94,8 +94,10 @@ impl Session {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SignInError {
+    /// Paused: the next attempt may be made after this many seconds, when
+    /// the oldest failure that counted leaves [`FAILURE_WINDOW`].
     #[error("too many failed sign-ins; try again in a few minutes")]
-    RateLimited,
+    RateLimited { retry_after: u64 },
     #[error("wrong name or password")]
     Refused,
     #[error(transparent)]
@@ -138,14 +140,28 @@ pub async fn sign_in(
             .filter(Column::FailedAt.gt(since))
             .count(db)
     };
-    // The attempt itself is among those counted.
-    if recent(Condition::all().add(Column::Name.eq(&name))).await? > MAX_FAILURES
-        || recent(Condition::all().add(Column::Address.eq(address))).await? > MAX_FAILURES
-    {
+    // The attempt itself is among those counted. Paused until the oldest
+    // failure of each limit that is reached leaves the window.
+    let mut paused_until = None;
+    for condition in [Column::Name.eq(&name), Column::Address.eq(address)] {
+        let condition = Condition::all().add(condition);
+        if recent(condition.clone()).await? > MAX_FAILURES {
+            let oldest = admin_sign_in_failure::Entity::find()
+                .filter(condition)
+                .filter(Column::FailedAt.gt(since))
+                .order_by_asc(Column::FailedAt)
+                .one(db)
+                .await?;
+            paused_until = Ord::max(paused_until, oldest.map(|f| f.failed_at + FAILURE_WINDOW));
+        }
+    }
+    if let Some(until) = paused_until {
         admin_sign_in_failure::Entity::delete_by_id(attempt.id)
             .exec(db)
             .await?;
-        return Err(SignInError::RateLimited);
+        let millis = Ord::max((until - now()).num_milliseconds(), 1);
+        let retry_after = u64::try_from(millis).unwrap_or(1).div_ceil(1000);
+        return Err(SignInError::RateLimited { retry_after });
     }
     let Some(admin) = admins::verify(db, &name, password).await? else {
         return Err(SignInError::Refused);
