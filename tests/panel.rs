@@ -85,6 +85,7 @@ on_every_backend!(
         counts_of_one_are_singular,
         an_administrator_cannot_disable_themselves_or_the_last_active_one,
         a_reissued_token_was_never_used,
+        sign_in_goes_on_to_the_page_asked_for_on_this_site_only,
     ],
     // These start a panel with settings of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -360,10 +361,18 @@ impl Page {
         );
     }
 
-    /// The answer of a page that needs a session, without one.
+    /// The answer of a page that needs a session, without one: the sign-in
+    /// page, which goes on to the page asked for when it was one.
     #[track_caller]
     fn assert_sign_in_required(&self) {
-        self.assert_redirect("/sign-in");
+        let location = self.header("location").unwrap_or_default();
+        assert!(
+            self.status == 303
+                && (location == "/sign-in" || location.starts_with("/sign-in?next=%2F")),
+            "expected a redirect to the sign-in page: {} {location} {}",
+            self.status,
+            self.text
+        );
     }
 
     /// The message shown next to `field`, when there is one.
@@ -3025,13 +3034,17 @@ async fn an_administrator_cannot_disable_themselves_or_the_last_active_one(panel
 }
 
 async fn a_reissued_token_was_never_used(panel: Panel) {
-    let (tid, value) = panel.app.token(&[Permission::Balance]).await;
-    let user = panel.app.user("used@example.com").await;
-    let query = format!("server_id=0&user_id={user}");
-    assert_eq!(
-        panel.app.get_balance(Some(&value), &query).await.status,
-        200
-    );
+    let (tid, _) = panel.app.token(&[Permission::Balance]).await;
+    // The old value's use, as the API records it.
+    entity::app_token::Entity::update_many()
+        .col_expr(
+            entity::app_token::Column::LastUsedAt,
+            Expr::value(Utc::now() - Duration::minutes(3)),
+        )
+        .filter(entity::app_token::Column::Id.eq(tid))
+        .exec(&panel.app.db)
+        .await
+        .unwrap();
     let used = || async {
         entity::app_token::Entity::find_by_id(tid)
             .one(&panel.app.db)
@@ -3053,4 +3066,72 @@ async fn a_reissued_token_was_never_used(panel: Panel) {
         "{}",
         shown.text
     );
+}
+
+async fn sign_in_goes_on_to_the_page_asked_for_on_this_site_only(panel: Panel) {
+    let mut browser = panel.browser();
+    let deep = "/orders?status=pending&project=1";
+    let asked = browser.get(deep).await;
+    asked.assert_redirect("/sign-in?next=%2Forders%3Fstatus%3Dpending%26project%3D1");
+    // A form sent without a session is not replayed: plain sign-in.
+    let csrf = browser.get("/sign-in").await.csrf();
+    browser
+        .post("/projects", &[("csrf", &csrf), ("name", "x")])
+        .await
+        .assert_redirect("/sign-in");
+    // The sign-in page carries `next` through a failure, then goes there.
+    let page = browser.get(asked.header("location").unwrap()).await;
+    assert!(
+        page.text
+            .contains(r#"name="next" value="/orders?status=pending&amp;project=1""#),
+        "{}",
+        page.text
+    );
+    let sign_in = |password: &'static str, next: &'static str| {
+        vec![("name", ADMIN), ("password", password), ("next", next)]
+    };
+    let csrf = page.csrf();
+    let mut form = vec![("csrf", csrf.as_str())];
+    form.extend(sign_in("wrong password!", deep));
+    let refused = browser.post("/sign-in", &form).await;
+    refused.assert_status(401);
+    assert!(refused.text.contains(r#"name="next""#), "{}", refused.text);
+    let mut form = vec![("csrf", csrf.as_str())];
+    form.extend(sign_in(PASSWORD, deep));
+    browser.post("/sign-in", &form).await.assert_redirect(deep);
+    // Signed in, the sign-in page goes on at once.
+    browser
+        .get("/sign-in?next=%2Fledger")
+        .await
+        .assert_redirect("/ledger");
+    // Anything but a path of this site goes to the overview.
+    for next in [
+        "https://evil.example/",
+        "//evil.example/",
+        "/\\evil.example/",
+        "\\\\evil.example",
+        "/\r\nSet-Cookie:x",
+        "/ spaced",
+        "javascript:alert(1)",
+        "orders",
+    ] {
+        let mut visitor = panel.browser();
+        let page = visitor
+            .get(&format!(
+                "/sign-in?{}",
+                form_urlencoded::Serializer::new(String::new())
+                    .append_pair("next", next)
+                    .finish()
+            ))
+            .await;
+        assert!(
+            !page.text.contains(r#"name="next""#),
+            "{next}: {}",
+            page.text
+        );
+        let csrf = page.csrf();
+        let mut form = vec![("csrf", csrf.as_str())];
+        form.extend(sign_in(PASSWORD, next));
+        visitor.post("/sign-in", &form).await.assert_redirect("/");
+    }
 }

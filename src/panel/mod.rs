@@ -58,8 +58,10 @@ impl PanelState {
 /// Why a panel request failed; each becomes a page of its own.
 #[derive(Debug, thiserror::Error)]
 pub enum PanelError {
+    /// Off to the sign-in page, which then goes on to the page `next`
+    /// (a page's path and query) when there is one.
     #[error("sign in first")]
-    SignInRequired,
+    SignInRequired { next: Option<String> },
     #[error("{0}")]
     Forbidden(&'static str),
     /// A request no page of the panel sends.
@@ -94,11 +96,17 @@ impl From<crate::service::AdminError> for PanelError {
 impl IntoResponse for PanelError {
     fn into_response(self) -> Response {
         let (status, title, text) = match &self {
-            PanelError::SignInRequired => {
-                return Response::builder()
-                    .status(StatusCode::SEE_OTHER)
-                    .header(header::LOCATION, "/sign-in")
-                    .finish();
+            PanelError::SignInRequired { next } => {
+                let to = match next {
+                    Some(next) => format!(
+                        "/sign-in?{}",
+                        form_urlencoded::Serializer::new(String::new())
+                            .append_pair("next", next)
+                            .finish()
+                    ),
+                    None => "/sign-in".to_owned(),
+                };
+                return page::redirect(&to);
             }
             PanelError::Forbidden(text) => (StatusCode::FORBIDDEN, "Refused", (*text).to_owned()),
             PanelError::BadRequest(text) => (

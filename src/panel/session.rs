@@ -177,13 +177,21 @@ impl SignedIn {
 impl<'a> FromRequest<'a> for SignedIn {
     async fn from_request(req: &'a Request, _body: &mut RequestBody) -> poem::Result<Self> {
         let state = PanelState::of(req)?;
+        // A page asked for (not a form sent) is where sign-in goes on to.
+        let required = || PanelError::SignInRequired {
+            next: (req.method() == poem::http::Method::GET)
+                .then(|| req.uri().path_and_query().map(|p| p.as_str().to_owned()))
+                .flatten()
+                .and_then(|next| Some(next_page(&next)?.to_owned()))
+                .filter(|next| next != "/"),
+        };
         let cookie = read_cookie(req, cookie_name(state.cookie_secure))
             .map(|value| Secret::from_client(&value))
-            .ok_or(PanelError::SignInRequired)?;
+            .ok_or_else(required)?;
         let session = admin_sessions::session(&state.db, &cookie)
             .await
             .map_err(PanelError::from)?
-            .ok_or(PanelError::SignInRequired)?;
+            .ok_or_else(required)?;
         Ok(SignedIn {
             session,
             csrf: csrf_token(&cookie),
@@ -191,6 +199,18 @@ impl<'a> FromRequest<'a> for SignedIn {
             cookie_hash: admin_sessions::cookie_hash(&cookie),
         })
     }
+}
+
+/// `next` when it is a page of the panel to go on to after sign-in: a
+/// path on this origin (`/orders?status=pending`), never an absolute URL,
+/// a scheme-relative `//host`, a backslash (which browsers read as a
+/// slash) or anything but printable ASCII.
+pub fn next_page(next: &str) -> Option<&str> {
+    let local = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.contains('\\')
+        && next.bytes().all(|b| b.is_ascii_graphic());
+    local.then_some(next)
 }
 
 /// A POSTed form that passed the origin and CSRF checks, as name/value

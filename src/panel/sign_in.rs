@@ -9,9 +9,9 @@ use poem::{
 
 use super::{
     PanelError, PanelState,
-    page::{self, FieldAttrs, FieldErrors},
+    page::{self, FieldAttrs, FieldErrors, Params},
     session::{
-        PostForm, Visitor, client_address, cookie_name, read_cookie, set_cookie,
+        PostForm, Visitor, client_address, cookie_name, next_page, read_cookie, set_cookie,
         sign_in_cookie_name,
     },
 };
@@ -33,23 +33,29 @@ fn session_cookie(req: &Request, state: &PanelState) -> Option<Secret> {
 }
 
 /// Signed in: the new session's cookie replaces the browser's, whose
-/// session (if it had one) ends.
+/// session (if it had one) ends; on to the page `next`, or the overview.
 async fn signed_in(
     req: &Request,
     secret: &Secret,
     state: &PanelState,
+    next: Option<&str>,
 ) -> Result<Response, PanelError> {
     if let Some(previous) = session_cookie(req, state) {
         admin_sessions::sign_out(&state.db, &previous).await?;
     }
-    let mut response = page::redirect("/");
+    let mut response = page::redirect(next.unwrap_or("/"));
     let cookie = (cookie_name(state.cookie_secure), secret.expose(), "/");
     let lifetime = Some(SESSION_LIFETIME.num_seconds());
     set_cookie(&mut response, cookie, state.cookie_secure, lifetime);
     Ok(response)
 }
 
-fn sign_in_page(status: StatusCode, csrf: &str, name: &str, errors: &FieldErrors) -> Response {
+fn sign_in_page(
+    status: StatusCode,
+    csrf: &str,
+    (name, next): (&str, Option<&str>),
+    errors: &FieldErrors,
+) -> Response {
     page::render(
         status,
         page::bare_markup(
@@ -57,6 +63,7 @@ fn sign_in_page(status: StatusCode, csrf: &str, name: &str, errors: &FieldErrors
             html! {
                 form method="post" action="/sign-in" {
                     (page::csrf_field(csrf))
+                    @if let Some(next) = next { input type="hidden" name="next" value=(next); }
                     (errors.show("form"))
                     (page::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
                     label.field {
@@ -75,14 +82,24 @@ fn sign_in_page(status: StatusCode, csrf: &str, name: &str, errors: &FieldErrors
 }
 
 #[handler]
-pub async fn show(req: &Request, state: Data<&PanelState>) -> Result<Response, PanelError> {
+pub async fn show(
+    req: &Request,
+    params: Params,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let next = next_page(params.get("next"));
     if let Some(cookie) = session_cookie(req, &state)
         && admin_sessions::session(&state.db, &cookie).await?.is_some()
     {
-        return Ok(page::redirect("/"));
+        return Ok(page::redirect(next.unwrap_or("/")));
     }
     let visitor = Visitor::of(req, &state);
-    let response = sign_in_page(StatusCode::OK, &visitor.csrf(), "", &FieldErrors::default());
+    let response = sign_in_page(
+        StatusCode::OK,
+        &visitor.csrf(),
+        ("", next),
+        &FieldErrors::default(),
+    );
     Ok(with_visitor_cookie(response, &visitor, &state))
 }
 
@@ -94,6 +111,7 @@ pub async fn submit(
 ) -> Result<Response, PanelError> {
     let visitor = Visitor::of(req, &state);
     let name = form.get("name");
+    let next = next_page(form.get("next"));
     let mut errors = FieldErrors::default();
     let mut retry_after = None;
     let status = match admin_sessions::sign_in(
@@ -107,7 +125,7 @@ pub async fn submit(
     {
         Ok((secret, _)) => {
             state.metrics.record_panel_sign_in("signed_in");
-            return signed_in(req, &secret, &state).await;
+            return signed_in(req, &secret, &state, next).await;
         }
         Err(SignInError::Db(err)) => return Err(err.into()),
         Err(
@@ -127,7 +145,7 @@ pub async fn submit(
             StatusCode::UNAUTHORIZED
         }
     };
-    let mut response = sign_in_page(status, &visitor.csrf(), name, &errors);
+    let mut response = sign_in_page(status, &visitor.csrf(), (name, next), &errors);
     if let Some(seconds) = retry_after {
         response
             .headers_mut()
@@ -179,7 +197,7 @@ pub async fn link_submit(
     match admin_sessions::redeem_login_link(&state.db, &link, &client_address(req, &state)).await? {
         Some((secret, _)) => {
             state.metrics.record_panel_sign_in("link_used");
-            signed_in(req, &secret, &state).await
+            signed_in(req, &secret, &state, None).await
         }
         None => {
             state.metrics.record_panel_sign_in("link_refused");
