@@ -70,7 +70,7 @@ on_every_backend!(
         every_page_needs_a_session,
         every_form_needs_a_session,
         a_token_value_is_shown_once_after_creation_and_after_reissue,
-        the_value_travels_in_a_short_lived_cookie_of_the_token_page_only,
+        the_value_is_only_in_the_answer_to_its_creation_or_reissue,
         token_changes_hold_from_the_next_api_request,
         a_token_without_a_permission_or_name_is_refused_next_to_its_field,
         bad_balance_and_order_forms_are_refused_next_to_their_fields,
@@ -240,6 +240,15 @@ impl Panel {
         };
         assert_eq!(json(&row.before), before, "before of {row:?}");
         assert_eq!(json(&row.after), after, "after of {row:?}");
+    }
+
+    async fn token_row_named(&self, name: &str) -> entity::app_token::Model {
+        entity::app_token::Entity::find()
+            .filter(entity::app_token::Column::Name.eq(name))
+            .one(&self.app.db)
+            .await
+            .unwrap()
+            .expect("the token")
     }
 
     /// Every row of the panel's own tables, as text (to look for secrets).
@@ -715,28 +724,6 @@ async fn secure_cookies_are_host_prefixed_and_secure(backend: Backend) {
     assert_eq!(session.attribute("path"), Some("/"));
     assert_eq!(session.attribute("max-age"), Some("28800"));
     browser.get("/").await.assert_status(200);
-    // A token's value travels in a `__Secure-` cookie.
-    let pid = panel.app.project_id;
-    let created = browser
-        .submit(
-            &format!("/projects/{pid}/tokens/new"),
-            &format!("/projects/{pid}/tokens"),
-            &[("name", "Secure"), ("permission", "master-account/balance")],
-        )
-        .await;
-    assert_eq!(created.status, 303, "{}", created.text);
-    assert!(created.set_cookie("masterpay_reveal").is_none());
-    let reveal = created
-        .set_cookie("__Secure-masterpay_reveal")
-        .expect("a __Secure- cookie");
-    assert!(reveal.has("secure") && reveal.has("httponly"), "{reveal:?}");
-    let location = created.header("location").unwrap().to_owned();
-    let shown = browser.get(&location).await;
-    assert!(shown_value(&shown).is_some(), "{}", shown.text);
-    let cleared = shown
-        .set_cookie("__Secure-masterpay_reveal")
-        .expect("cleared");
-    assert_eq!(cleared.attribute("max-age"), Some("0"));
     // The same value under the name without the prefix is not read.
     let mut plain = panel.browser();
     plain.cookie_name = "masterpay_session";
@@ -1875,13 +1862,18 @@ fn shown_value(page: &Page) -> Option<String> {
     re.captures(&page.text).map(|c| c[1].to_owned())
 }
 
-/// Opens a token's page right after its creation or reissue: the value is
-/// on it exactly once, and a reload no longer shows it.
-async fn value_shown_once(browser: &mut Browser, token_id: i64) -> String {
+/// The answer `shown` to a token's creation or reissue: the token's page
+/// with the value exactly once, not stored, in no cookie; a reload (a GET
+/// of the address the page puts in the history) no longer shows it.
+async fn value_shown_once(browser: &mut Browser, shown: &Page, token_id: i64) -> String {
     let path = format!("/tokens/{token_id}");
-    let shown = browser.get(&path).await;
     shown.assert_status(200);
-    let value = shown_value(&shown).unwrap_or_else(|| panic!("no value shown: {}", shown.text));
+    assert!(
+        shown.text.contains(&format!(r#"data-address="{path}""#)),
+        "{}",
+        shown.text
+    );
+    let value = shown_value(shown).unwrap_or_else(|| panic!("no value shown: {}", shown.text));
     assert_eq!(
         shown.text.matches(&value).count(),
         1,
@@ -1891,6 +1883,11 @@ async fn value_shown_once(browser: &mut Browser, token_id: i64) -> String {
         shown.header("cache-control"),
         Some("no-store"),
         "the page with the value is not cached"
+    );
+    assert!(
+        shown.headers.get(reqwest::header::SET_COOKIE).is_none(),
+        "no cookie: {:?}",
+        shown.headers
     );
     let reloaded = browser.get(&path).await;
     reloaded.assert_status(200);
@@ -2020,7 +2017,6 @@ async fn a_token_value_is_shown_once_after_creation_and_after_reissue(panel: Pan
             ],
         )
         .await;
-    assert_eq!(created.status, 303, "{}", created.text);
     let token = entity::app_token::Entity::find()
         .filter(entity::app_token::Column::Name.eq("Shop"))
         .one(&app.db)
@@ -2029,11 +2025,10 @@ async fn a_token_value_is_shown_once_after_creation_and_after_reissue(panel: Pan
         .expect("the token");
     let tid = token.id;
     let page = format!("/tokens/{tid}");
-    created.assert_redirect(&page);
     assert_eq!(token.created_by.as_deref(), Some(ADMIN));
     assert!(!created.text.contains(&token.token_hash));
 
-    let value = value_shown_once(&mut browser, tid).await;
+    let value = value_shown_once(&mut browser, &created, tid).await;
     assert_eq!(value.len(), 64);
     assert_eq!(sha256_hex(&value), token.token_hash);
     // Another browser of the same administrator never sees it.
@@ -2085,8 +2080,7 @@ async fn a_token_value_is_shown_once_after_creation_and_after_reissue(panel: Pan
 
     // Reissue: a new value, shown once; the old one stops working at once.
     let reissued = browser.submit(&page, &format!("{page}/reissue"), &[]).await;
-    reissued.assert_redirect(&page);
-    let new_value = value_shown_once(&mut browser, tid).await;
+    let new_value = value_shown_once(&mut browser, &reissued, tid).await;
     assert_ne!(new_value, value);
     assert_eq!(
         sha256_hex(&new_value),
@@ -2129,7 +2123,7 @@ async fn a_token_value_is_shown_once_after_creation_and_after_reissue(panel: Pan
     );
 }
 
-async fn the_value_travels_in_a_short_lived_cookie_of_the_token_page_only(panel: Panel) {
+async fn the_value_is_only_in_the_answer_to_its_creation_or_reissue(panel: Panel) {
     let pid = panel.app.project_id;
     let mut browser = panel.signed_in().await;
     let created = browser
@@ -2139,73 +2133,18 @@ async fn the_value_travels_in_a_short_lived_cookie_of_the_token_page_only(panel:
             &[("name", "Reveal"), ("permission", "master-account/balance")],
         )
         .await;
-    assert_eq!(created.status, 303, "{}", created.text);
-    let location = created.header("location").unwrap().to_owned();
-    // Never in the URL.
-    assert!(!location.contains('?'), "{location}");
-    let cookie = created
-        .set_cookie("masterpay_reveal")
-        .expect("the value's cookie");
-    assert_eq!(cookie.attribute("path"), Some(location.as_str()));
-    assert!(cookie.has("httponly"), "{cookie:?}");
-    assert_eq!(cookie.attribute("samesite"), Some("Strict"));
-    // A session cookie: never kept on disk as a persistent one.
-    assert!(
-        !cookie.has("max-age") && !cookie.has("expires"),
-        "{cookie:?}"
-    );
-    // Bound to the session that made the value.
-    let csrf = browser.csrf().await;
-    let (binding, _) = cookie.value.split_once('.').expect("binding.value");
-    assert_eq!(binding, &csrf[..16]);
-    // Another session in the same browser (another administrator signing
-    // in later) is shown nothing, and the cookie is cleared all the same.
-    let mut later = panel.signed_in().await;
-    let reveal = |others: &[(String, String, String)]| -> Vec<(String, String, String)> {
-        others
-            .iter()
-            .filter(|(name, ..)| name == "masterpay_reveal")
-            .cloned()
-            .collect()
-    };
-    later.others.extend(reveal(&browser.others));
-    let page = later.get(&location).await;
-    page.assert_status(200);
-    assert!(shown_value(&page).is_none(), "{}", page.text);
-    let cleared = page.set_cookie("masterpay_reveal").expect("cleared");
-    assert_eq!(cleared.attribute("max-age"), Some("0"));
-    assert!(reveal(&later.others).is_empty(), "{:?}", later.others);
-    // The page shows it to its session and clears it in the same answer.
-    let shown = browser.get(&location).await;
-    assert!(shown_value(&shown).is_some());
-    let cleared = shown.set_cookie("masterpay_reveal").expect("cleared");
-    assert_eq!(cleared.attribute("max-age"), Some("0"));
-    assert!(reveal(&browser.others).is_empty(), "{:?}", browser.others);
-    // A value's cookie made stale by a reissue (another browser reissued
-    // meanwhile) shows nothing.
-    let tid: i64 = location.rsplit('/').next().unwrap().parse().unwrap();
+    assert!(created.header("location").is_none());
+    let tid = panel.token_row_named("Reveal").await.id;
+    let value = value_shown_once(&mut browser, &created, tid).await;
+    // Another session never sees it either.
     let mut other = panel.signed_in().await;
-    let again = other
-        .submit(&location, &format!("{location}/reissue"), &[])
-        .await;
-    again.assert_redirect(&location);
-    let stale = again.set_cookie("masterpay_reveal").unwrap().value;
-    let stale_value = stale.split_once('.').expect("binding.value").1.to_owned();
-    let mut third = panel.signed_in().await;
-    let csrf = third.csrf().await;
-    third
-        .post(&format!("{location}/reissue"), &[("csrf", &csrf)])
-        .await
-        .assert_redirect(&location);
-    other.others = vec![("masterpay_reveal".into(), location.clone(), stale.clone())];
-    let page = other.get(&location).await;
-    assert!(!page.text.contains(&stale_value));
-    assert!(shown_value(&page).is_none());
-    assert_ne!(
-        sha256_hex(&stale_value),
-        panel.token_row(tid).await.unwrap().token_hash,
-        "the cookie is stale"
-    );
+    let page = format!("/tokens/{tid}");
+    assert!(!other.get(&page).await.text.contains(&value));
+    // A reissue from another browser: shown in that answer only.
+    let reissued = other.submit(&page, &format!("{page}/reissue"), &[]).await;
+    let new_value = value_shown_once(&mut other, &reissued, tid).await;
+    assert_ne!(new_value, value);
+    assert!(!browser.get(&page).await.text.contains(&new_value));
 }
 
 async fn token_changes_hold_from_the_next_api_request(panel: Panel) {
@@ -2214,14 +2153,13 @@ async fn token_changes_hold_from_the_next_api_request(panel: Panel) {
     let user = app.user("player@example.com").await;
     let query = format!("server_id=0&user_id={user}");
     let mut browser = panel.signed_in().await;
-    browser
+    let created = browser
         .submit(
             &format!("/projects/{pid}/tokens/new"),
             &format!("/projects/{pid}/tokens"),
             &[("name", "Shop"), ("permission", "master-account/balance")],
         )
-        .await
-        .assert_status(303);
+        .await;
     let tid = entity::app_token::Entity::find()
         .filter(entity::app_token::Column::Name.eq("Shop"))
         .one(&app.db)
@@ -2230,7 +2168,7 @@ async fn token_changes_hold_from_the_next_api_request(panel: Panel) {
         .unwrap()
         .id;
     let page = format!("/tokens/{tid}");
-    let value = value_shown_once(&mut browser, tid).await;
+    let value = value_shown_once(&mut browser, &created, tid).await;
     let object = tid.to_string();
     let state = |name: &str, permissions: &[&str], active: bool| json!({"project_id": pid, "name": name, "permissions": permissions, "active": active, "description": null});
 

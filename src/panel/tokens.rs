@@ -1,29 +1,25 @@
 //! The tokens of a project: list, create (one checkbox per endpoint), edit,
 //! disable and enable, reissue, delete, and "new token like this one".
 //!
-//! A token's value exists only in the answer to its creation or reissue: the
-//! POST hands it to the browser in an HttpOnly session cookie (never kept
-//! on disk as a persistent one) whose path is the token's page, and that
-//! page shows it once and clears the cookie in the same answer. The value
-//! never appears in a URL. The cookie is bound to the signed-in session
-//! that made the value: one read in another session (another administrator
-//! signing in later in the same browser), or that no longer matches the
-//! token's stored hash (a reissue since), shows nothing.
+//! A token's value exists only in the answer to its creation or reissue:
+//! the POST's own answer is the token's page with the value (`no-store`, as
+//! every panel answer), never a cookie or a URL; the script then puts the
+//! token page's address in the browser's history, so that a reload is a
+//! GET of that page, which never shows the value.
 
 use entity::{admin_audit_entry, app_token, project};
 use maud::{Markup, html};
 use poem::{
-    Request, Response, Route, get, handler, post,
+    Response, Route, get, handler, post,
     web::{Data, Path, Query},
 };
 use serde::Deserialize;
-use subtle::ConstantTimeEq;
 
 use super::{
     PanelError, PanelState,
     audit_log::{self, Listing},
     page::{self, FieldAttrs, FieldErrors},
-    session::{self, PostForm, SignedIn},
+    session::{PostForm, SignedIn},
 };
 use crate::service::{
     AdminError,
@@ -33,9 +29,6 @@ use crate::service::{
     validate,
 };
 
-/// How many leading characters of the session's CSRF token bind a reveal
-/// cookie to that session.
-const REVEAL_BINDING_LEN: usize = 16;
 /// How many admin-audit entries a token's page lists.
 const HISTORY_LIMIT: u64 = 100;
 
@@ -120,55 +113,6 @@ fn refused(err: AdminError) -> Result<FieldErrors, PanelError> {
         }
         err => Err(err.into()),
     }
-}
-
-/// The cookie carrying a new value from its POST to the page showing it:
-/// with `Secure`, the `__Secure-` prefix makes browsers refuse it unless it
-/// is Secure.
-fn reveal_cookie_name(secure: bool) -> &'static str {
-    if secure {
-        "__Secure-masterpay_reveal"
-    } else {
-        "masterpay_reveal"
-    }
-}
-
-/// What binds a reveal cookie to `admin`'s session: the start of its CSRF
-/// token (derived from the session's cookie, so another session's differs).
-fn reveal_binding(admin: &SignedIn) -> &str {
-    admin.csrf.get(..REVEAL_BINDING_LEN).unwrap_or(&admin.csrf)
-}
-
-/// Sets on `response` the reveal cookie of token `id`: `<binding>.<value>`
-/// until the browser closes, or its removal when `value` is none.
-fn set_reveal_cookie(response: &mut Response, id: i64, value: Option<(&str, &str)>, secure: bool) {
-    let path = format!("/tokens/{id}");
-    let name = reveal_cookie_name(secure);
-    match value {
-        Some((binding, value)) => {
-            let text = format!("{binding}.{value}");
-            session::set_cookie(response, (name, &text, &path), secure, None);
-        }
-        None => session::set_cookie(response, (name, "", &path), secure, Some(0)),
-    }
-}
-
-/// The value a reveal cookie `sent` carries, when it was made in the
-/// session whose binding is `ours` and is still the value of the token
-/// whose hash is `token_hash`.
-fn revealed(sent: &str, ours: &str, token_hash: &str) -> Option<String> {
-    let (binding, value) = sent.split_once('.')?;
-    let same_session =
-        binding.len() == ours.len() && bool::from(binding.as_bytes().ct_eq(ours.as_bytes()));
-    (same_session && tokens::hash(value) == token_hash).then(|| value.to_owned())
-}
-
-/// Off to the token's page, which shows `value` once to `admin`'s session.
-fn show_value_once(admin: &SignedIn, id: i64, value: &TokenValue, secure: bool) -> Response {
-    let mut response = page::redirect(&format!("/tokens/{id}"));
-    let value = Some((reveal_binding(admin), value.expose()));
-    set_reveal_cookie(&mut response, id, value, secure);
-    response
 }
 
 fn permission_badges(permissions: &[Permission]) -> Markup {
@@ -359,12 +303,7 @@ async fn create(
         .await
         {
             Ok((info, value)) => {
-                return Ok(show_value_once(
-                    &admin,
-                    info.token.id,
-                    &value,
-                    state.cookie_secure,
-                ));
+                return value_shown_once(&admin, &state, &info, &value).await;
             }
             Err(err) => errors = refused(err)?,
         }
@@ -409,7 +348,7 @@ fn token_page(
             (disabled_project_warning(p))
             @match reveal {
                 Reveal::Now(value) => {
-                    section.reveal {
+                    section.reveal data-address={ "/tokens/" (t.id) } {
                         h2 { "The token's value" }
                         p.secret id="token-value" { (value) }
                         div.actions {
@@ -500,24 +439,38 @@ fn token_page(
     }
 }
 
-/// The token's page with `fields` in its edit form, `errors` next to their
-/// fields, and nothing revealed (for forms sent back).
-async fn token_page_again(
+/// The token's page with its new `value`, the one time it is shown.
+async fn value_shown_once(
     admin: &SignedIn,
     state: &PanelState,
     info: &TokenInfo,
+    value: &TokenValue,
+) -> Result<Response, PanelError> {
+    let forms = Forms {
+        fields: &TokenFields::of(info),
+        errors: &FieldErrors::default(),
+        confirm_name: "",
+    };
+    let reveal = Reveal::Now(value.expose().to_owned());
+    token_page_with(admin, state, info, &reveal, &forms).await
+}
+
+/// The token's page: with `reveal`, the answer to a creation or reissue
+/// (200); else with `forms` sent back with their errors (422).
+async fn token_page_with(
+    admin: &SignedIn,
+    state: &PanelState,
+    info: &TokenInfo,
+    reveal: &Reveal,
     forms: &Forms<'_>,
 ) -> Result<Response, PanelError> {
     let p = projects::get(&state.db, info.token.project_id).await?;
     let history = history(state, info.token.id).await?;
-    Ok(page::invalid(token_page(
-        admin,
-        info,
-        &p,
-        &Reveal::Gone,
-        &history,
-        forms,
-    )))
+    let markup = token_page(admin, info, &p, reveal, &history, forms);
+    Ok(match reveal {
+        Reveal::Now(_) => page::ok(markup),
+        Reveal::Gone => page::invalid(markup),
+    })
 }
 
 async fn history(state: &PanelState, id: i64) -> Result<Vec<admin_audit_entry::Model>, PanelError> {
@@ -532,40 +485,24 @@ async fn history(state: &PanelState, id: i64) -> Result<Vec<admin_audit_entry::M
 #[handler]
 async fn show(
     admin: SignedIn,
-    req: &Request,
     Path(id): Path<i64>,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     let info = tokens::get_info(&state.db, id).await?;
     let p = projects::get(&state.db, info.token.project_id).await?;
     let history = history(&state, id).await?;
-    let sent = session::read_cookie(req, reveal_cookie_name(state.cookie_secure));
-    let was_sent = sent.is_some();
-    // A value of another session, from before a reissue or of another token
-    // shows nothing.
-    let reveal = match sent
-        .as_deref()
-        .and_then(|sent| revealed(sent, reveal_binding(&admin), &info.token.token_hash))
-    {
-        Some(value) => Reveal::Now(value),
-        None => Reveal::Gone,
-    };
-    let mut response = page::ok(token_page(
+    Ok(page::ok(token_page(
         &admin,
         &info,
         &p,
-        &reveal,
+        &Reveal::Gone,
         &history,
         &Forms {
             fields: &TokenFields::of(&info),
             errors: &FieldErrors::default(),
             confirm_name: "",
         },
-    ));
-    if was_sent {
-        set_reveal_cookie(&mut response, id, None, state.cookie_secure);
-    }
-    Ok(response)
+    )))
 }
 
 #[handler]
@@ -597,7 +534,7 @@ async fn edit(
         errors: &errors,
         confirm_name: "",
     };
-    token_page_again(&admin, &state, &info, &forms).await
+    token_page_with(&admin, &state, &info, &Reveal::Gone, &forms).await
 }
 
 #[handler]
@@ -619,13 +556,9 @@ async fn reissue(
     _form: PostForm,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
-    let (token, value) = tokens::reissue(&state.db, &admin.actor(), id).await?;
-    Ok(show_value_once(
-        &admin,
-        token.id,
-        &value,
-        state.cookie_secure,
-    ))
+    let (_, value) = tokens::reissue(&state.db, &admin.actor(), id).await?;
+    let info = tokens::get_info(&state.db, id).await?;
+    value_shown_once(&admin, &state, &info, &value).await
 }
 
 #[handler]
@@ -649,7 +582,7 @@ async fn delete(
             errors: &errors,
             confirm_name: typed,
         };
-        return token_page_again(&admin, &state, &info, &forms).await;
+        return token_page_with(&admin, &state, &info, &Reveal::Gone, &forms).await;
     }
     tokens::delete(&state.db, &admin.actor(), id).await?;
     Ok(page::redirect(&format!(
@@ -684,35 +617,6 @@ mod tests {
             ("permission", "everything"),
         ]));
         assert!(errors.of("permissions").unwrap().contains("everything"));
-    }
-
-    #[test]
-    fn a_reveal_cookie_shows_its_value_only_to_its_session() {
-        let value = "a".repeat(64);
-        let hash = tokens::hash(&value);
-        let ours = "0123456789abcdef";
-        let sent = format!("{ours}.{value}");
-        assert_eq!(revealed(&sent, ours, &hash), Some(value.clone()));
-        // Another session's, a stale value, no binding, an empty binding.
-        assert_eq!(revealed(&sent, "fedcba9876543210", &hash), None);
-        assert_eq!(revealed(&sent, ours, &tokens::hash("other")), None);
-        assert_eq!(revealed(&value, ours, &hash), None);
-        assert_eq!(revealed(&format!(".{value}"), ours, &hash), None);
-        assert_eq!(revealed(&format!("{ours}0.{value}"), ours, &hash), None);
-        // The cookie is a session cookie, named for Secure when it is.
-        let set = |value: Option<(&str, &str)>, secure: bool| {
-            let mut response = Response::default();
-            set_reveal_cookie(&mut response, 7, value, secure);
-            let cookie = response.headers().get(poem::http::header::SET_COOKIE);
-            cookie.unwrap().to_str().unwrap().to_owned()
-        };
-        let cookie = set(Some((ours, &value)), true);
-        assert!(cookie.starts_with(&format!("__Secure-masterpay_reveal={sent};")));
-        assert!(cookie.contains("Path=/tokens/7") && cookie.contains("Secure"));
-        assert!(!cookie.contains("Max-Age") && !cookie.contains("Expires"));
-        let cleared = set(None, false);
-        assert!(cleared.starts_with("masterpay_reveal=;"), "{cleared}");
-        assert!(cleared.contains("Max-Age=0"));
     }
 
     #[test]

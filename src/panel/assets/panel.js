@@ -1,5 +1,9 @@
-// The panel's only script: copy buttons, and confirmation of forms that
-// carry data-confirm. Every page works without it.
+// The panel's only script: copy buttons, confirmation of forms that carry
+// data-confirm, and the address of a page answering a form (a token's new
+// value) put in the history, so that a reload does not send the form again.
+// Every page works without it.
+const address = document.querySelector("[data-address]");
+if (address) history.replaceState(null, "", address.dataset.address);
 document.addEventListener("click", (event) => {
   const button = event.target.closest("[data-copy]");
   if (!button) return;
