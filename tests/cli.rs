@@ -1413,6 +1413,7 @@ async fn disabling_an_administrator_ends_their_sessions_at_once(app: TestApp) {
             created_at: Set(now),
             expires_at: Set(now + chrono::Duration::hours(8)),
             address: Set(Some("192.0.2.1".into())),
+            by_link: Set(false),
             ..Default::default()
         }
         .insert(&app.db)

@@ -86,6 +86,7 @@ on_every_backend!(
         an_administrator_cannot_disable_themselves_or_the_last_active_one,
         a_reissued_token_was_never_used,
         sign_in_goes_on_to_the_page_asked_for_on_this_site_only,
+        a_sign_in_link_sets_a_new_password_without_the_current_one_for_15_minutes,
     ],
     // These start a panel with settings of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -2741,19 +2742,37 @@ async fn changing_ones_password_ends_the_other_sessions(panel: Panel) {
     // Refused, next to the field, changing nothing.
     let before = panel.snapshot().await;
     let new_password = "  a brand new passphrase ";
+    let current = ("current_password", PASSWORD);
     for (fields, field) in [
         (
-            vec![("password", "short"), ("password_again", "short")],
+            vec![current, ("password", "short"), ("password_again", "short")],
             "password",
         ),
         (
             vec![
+                current,
                 ("password", new_password),
                 ("password_again", "a brand new passphrase"),
             ],
             "password_again",
         ),
-        (vec![("password", ""), ("password_again", "")], "password"),
+        (
+            vec![current, ("password", ""), ("password_again", "")],
+            "password",
+        ),
+        // The current password is asked for, and checked.
+        (
+            vec![("password", new_password), ("password_again", new_password)],
+            "current_password",
+        ),
+        (
+            vec![
+                ("current_password", "wrong password!"),
+                ("password", new_password),
+                ("password_again", new_password),
+            ],
+            "current_password",
+        ),
     ] {
         let answer = browser
             .submit("/account", "/account/password", &fields)
@@ -2776,7 +2795,11 @@ async fn changing_ones_password_ends_the_other_sessions(panel: Panel) {
         .submit(
             "/account",
             "/account/password",
-            &[("password", new_password), ("password_again", new_password)],
+            &[
+                current,
+                ("password", new_password),
+                ("password_again", new_password),
+            ],
         )
         .await;
     assert_eq!(changed.status, 303, "{}", changed.text);
@@ -3072,4 +3095,57 @@ async fn sign_in_goes_on_to_the_page_asked_for_on_this_site_only(panel: Panel) {
         form.extend(sign_in(PASSWORD, next));
         visitor.post("/sign-in", &form).await.assert_redirect("/");
     }
+}
+
+async fn a_sign_in_link_sets_a_new_password_without_the_current_one_for_15_minutes(panel: Panel) {
+    let new_password = "a passphrase after a lost one";
+    let change = [("password", new_password), ("password_again", new_password)];
+    // Signed in by a link: no current password asked for.
+    let mut browser = panel.browser();
+    let link = panel.login_link(ADMIN).await;
+    let form = browser.get(&format!("/sign-in/link/{link}")).await;
+    let csrf = form.csrf();
+    browser
+        .post("/sign-in/link", &[("csrf", &csrf), ("link", &link)])
+        .await
+        .assert_redirect("/");
+    let account = browser.get("/account").await;
+    assert!(
+        !account.text.contains("current_password"),
+        "{}",
+        account.text
+    );
+    // Past 15 minutes after that sign-in, it is asked for again.
+    admin_session::Entity::update_many()
+        .col_expr(
+            admin_session::Column::CreatedAt,
+            Expr::value(Utc::now() - Duration::minutes(16)),
+        )
+        .exec(&panel.app.db)
+        .await
+        .unwrap();
+    let refused = browser
+        .submit("/account", "/account/password", &change)
+        .await;
+    refused.assert_status(422);
+    assert!(
+        refused.field_error("current_password").is_some(),
+        "{}",
+        refused.text
+    );
+    // A fresh link session sets it without the current one.
+    let mut again = panel.browser();
+    let link = panel.login_link(ADMIN).await;
+    let csrf = again.get(&format!("/sign-in/link/{link}")).await.csrf();
+    again
+        .post("/sign-in/link", &[("csrf", &csrf), ("link", &link)])
+        .await
+        .assert_redirect("/");
+    let changed = again.submit("/account", "/account/password", &change).await;
+    assert_eq!(changed.status, 303, "{}", changed.text);
+    panel
+        .browser()
+        .sign_in(ADMIN, new_password)
+        .await
+        .assert_redirect("/");
 }

@@ -13,6 +13,8 @@ pub struct Model {
     pub expires_at: ChronoDateTimeUtc,
     /// The address the session was signed in from.
     pub address: Option<String>,
+    /// Whether a sign-in link opened it (not a password).
+    pub by_link: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

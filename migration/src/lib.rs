@@ -14,6 +14,7 @@ mod m20261125_000001_order_life;
 mod m20261125_000002_administrators;
 mod m20261125_000003_panel;
 mod m20261126_000001_completion_refusals;
+mod m20261126_000002_session_by_link;
 
 pub struct Migrator;
 
@@ -26,6 +27,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000002_administrators::Migration),
             Box::new(m20261125_000003_panel::Migration),
             Box::new(m20261126_000001_completion_refusals::Migration),
+            Box::new(m20261126_000002_session_by_link::Migration),
         ]
     }
 }

@@ -34,6 +34,16 @@ fn account_page(admin: &SignedIn, changed: bool, errors: &FieldErrors) -> Markup
                 h2 { "New password" }
                 form method="post" action="/account/password" {
                     (page::csrf(admin))
+                    @if admin.session.may_skip_current_password() {
+                        p.muted { "Signed in with a sign-in link: set a new password without the current one (for 15 minutes after the sign-in)." }
+                    } @else {
+                        label.field {
+                            span { "Current password" }
+                            input type="password" name="current_password" required autocomplete="current-password"
+                                aria-invalid=[errors.of("current_password").map(|_| "true")];
+                            (errors.show("current_password"))
+                        }
+                    }
                     label.field {
                         span { "New password (at least 12 characters)" }
                         input type="password" name="password" required autocomplete="new-password"
@@ -67,6 +77,13 @@ async fn change_password(
 ) -> Result<Response, PanelError> {
     let mut errors = FieldErrors::default();
     // Taken as typed: spaces at either end are part of a password.
+    if !admin.session.may_skip_current_password()
+        && admins::verify(&state.db, admin.name(), form.raw("current_password"))
+            .await?
+            .is_none()
+    {
+        errors.add("current_password", "this is not your current password");
+    }
     let typed = form.raw("password");
     if typed != form.raw("password_again") {
         errors.add("password_again", "the two passwords differ");

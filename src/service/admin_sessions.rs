@@ -79,9 +79,19 @@ pub fn cookie_hash(cookie: &Secret) -> String {
 pub struct Session {
     pub administrator: administrator::Model,
     pub expires_at: DateTime<Utc>,
+    /// When a sign-in link opened the session; none for a password.
+    pub by_link_at: Option<DateTime<Utc>>,
 }
 
 impl Session {
+    /// Whether a new password may be set without the current one: within
+    /// [`LOGIN_LINK_LIFETIME`] of a sign-in by link, the way back in after
+    /// a lost password.
+    pub fn may_skip_current_password(&self) -> bool {
+        self.by_link_at
+            .is_some_and(|at| now() - at < LOGIN_LINK_LIFETIME)
+    }
+
     /// The actor of the changes made in this session, from `address`.
     pub fn actor(&self, address: Option<String>) -> Actor {
         Actor::Administrator {
@@ -170,13 +180,14 @@ pub async fn sign_in(
         .filter(Column::Name.eq(&name).or(Column::Id.eq(attempt.id)))
         .exec(db)
         .await?;
-    Ok(start_session(db, admin, address).await?)
+    Ok(start_session(db, admin, address, false).await?)
 }
 
 async fn start_session<C: ConnectionTrait>(
     db: &C,
     administrator: administrator::Model,
     address: &str,
+    by_link: bool,
 ) -> Result<(Secret, Session), DbErr> {
     admin_session::Entity::delete_many()
         .filter(admin_session::Column::ExpiresAt.lte(now()))
@@ -191,6 +202,7 @@ async fn start_session<C: ConnectionTrait>(
         created_at: Set(created_at),
         expires_at: Set(expires_at),
         address: Set(Some(address.to_owned())),
+        by_link: Set(by_link),
         ..Default::default()
     }
     .insert(db)
@@ -201,6 +213,7 @@ async fn start_session<C: ConnectionTrait>(
         Session {
             administrator,
             expires_at,
+            by_link_at: by_link.then_some(created_at),
         },
     ))
 }
@@ -217,6 +230,7 @@ pub async fn session(db: &DatabaseConnection, cookie: &Secret) -> Result<Option<
         Some((session, Some(administrator))) if administrator.active => Some(Session {
             administrator,
             expires_at: session.expires_at,
+            by_link_at: session.by_link.then_some(session.created_at),
         }),
         _ => None,
     })
@@ -315,7 +329,7 @@ pub async fn redeem_login_link(
     if !used {
         return Ok(None);
     }
-    let signed_in = start_session(&txn, administrator, address).await?;
+    let signed_in = start_session(&txn, administrator, address, true).await?;
     txn.commit().await?;
     Ok(Some(signed_in))
 }
