@@ -1389,21 +1389,10 @@ async fn token_audit_rows_never_hold_its_value_or_hash(app: TestApp) {
 async fn disabling_an_administrator_ends_their_sessions_at_once(app: TestApp) {
     let url = app.database.url.clone();
     let url = url.as_str();
-    let mut ids = Vec::new();
-    for name in ["Ann", "Bob"] {
-        let out = masterpay_with_stdin(
-            url,
-            &["admin", "create", "--name", name, "--json"],
-            "correct horse battery staple\n",
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let created: Value = serde_json::from_slice(&out.stdout).unwrap();
-        ids.push(created["id"].as_i64().unwrap());
-    }
+    let ids: Vec<i64> = ["Ann", "Bob"]
+        .into_iter()
+        .map(|name| create_admin(url, name).parse().unwrap())
+        .collect();
     let (ann, bob) = (ids[0], ids[1]);
     let now = chrono::Utc::now();
     for (n, administrator_id) in [ann, ann, bob].into_iter().enumerate() {
