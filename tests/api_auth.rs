@@ -7,11 +7,13 @@
 
 mod common;
 
+use chrono::{TimeDelta, Utc};
 use common::TestApp;
 use masterpay::service::{
+    AdminError,
     admin_audit::Actor,
     projects,
-    tokens::{self, Permission},
+    tokens::{self, Permission, TokenEdit},
 };
 use serde_json::json;
 
@@ -25,6 +27,12 @@ on_every_backend!(
     disabled_token_is_token_disabled_until_enabled_again,
     deleted_token_is_token_not_found,
     reissued_token_replaces_the_old_value_at_once,
+    during_a_grace_period_both_values_work_then_the_old_one_is_not_found,
+    ending_the_grace_stops_the_old_value_at_once,
+    a_second_reissue_ends_the_earlier_grace,
+    disable_and_delete_act_on_both_values,
+    an_expired_token_is_token_disabled,
+    an_expiry_must_lie_ahead_and_a_grace_within_7_days,
     token_without_permissions_is_empty_access,
     inactive_project_is_project_not_found_until_enabled,
     missing_endpoint_permission_is_access_denied,
@@ -36,6 +44,7 @@ on_every_backend!(
     token_of_one_project_reads_and_completes_nothing_of_another,
     only_the_sha256_of_a_token_is_stored,
     use_of_a_token_is_recorded_as_last_used,
+    each_value_records_its_own_last_use,
 );
 
 async fn missing_authorization_header_is_empty_token_on_every_endpoint(app: TestApp) {
@@ -157,7 +166,7 @@ async fn reissued_token_replaces_the_old_value_at_once(app: TestApp) {
     let user = app.user("alice@example.com").await;
     let query = format!("server_id=0&user_id={user}");
     assert_eq!(app.get_balance(Some(&old), &query).await.status, 200);
-    let (_, new) = tokens::reissue(&app.db, &Actor::CommandLine, id)
+    let (_, new) = tokens::reissue(&app.db, &Actor::CommandLine, id, TimeDelta::zero())
         .await
         .unwrap();
     app.get_balance(Some(&old), &query)
@@ -224,16 +233,14 @@ async fn missing_endpoint_permission_is_access_denied(app: TestApp) {
 /// whose transaction reads before it writes does on SQLite, in about 2 of 10
 /// full-suite runs).
 async fn edit_token(app: &TestApp, id: i64, name: Option<&str>, permissions: &[Permission]) {
-    tokens::edit(
-        &app.db,
-        &Actor::CommandLine,
-        id,
+    let edit = TokenEdit {
         name,
-        None,
-        Some(permissions),
-    )
-    .await
-    .unwrap_or_else(|err| panic!("token edit: {err}"));
+        permissions: Some(permissions),
+        ..TokenEdit::default()
+    };
+    tokens::edit(&app.db, &Actor::CommandLine, id, edit)
+        .await
+        .unwrap_or_else(|err| panic!("token edit: {err}"));
 }
 
 async fn edited_permissions_take_effect_on_the_next_request(app: TestApp) {
@@ -272,16 +279,13 @@ async fn checks_run_in_the_documented_order(app: TestApp) {
         .await
         .assert_error(403, "EMPTY_ACCESS");
     // Inactive project, wrong permission, unknown path: PROJECT_NOT_FOUND first.
-    tokens::edit(
-        &app.db,
-        &Actor::CommandLine,
-        id,
-        None,
-        None,
-        Some(&[Permission::Complete]),
-    )
-    .await
-    .unwrap();
+    let edit = TokenEdit {
+        permissions: Some(&[Permission::Complete]),
+        ..TokenEdit::default()
+    };
+    tokens::edit(&app.db, &Actor::CommandLine, id, edit)
+        .await
+        .unwrap();
     app.get_balance(Some(&token), "server_id=-1")
         .await
         .assert_error(404, "PROJECT_NOT_FOUND");
@@ -434,4 +438,256 @@ async fn use_of_a_token_is_recorded_as_last_used(app: TestApp) {
     assert!(recorded, "last_used_at was never recorded");
 }
 
-use sea_orm::EntityTrait;
+use sea_orm::{ActiveModelTrait, ActiveValue::Set, EntityTrait};
+
+/// Status and error code of a balance request made with `token`.
+async fn answer(app: &TestApp, token: &str, query: &str) -> (u16, Option<String>) {
+    let response = app.get_balance(Some(token), query).await;
+    let code = response.body["code"].as_str().map(str::to_owned);
+    (response.status, code)
+}
+
+const OK: (u16, Option<String>) = (200, None);
+
+fn refused(status: u16, code: &str) -> (u16, Option<String>) {
+    (status, Some(code.to_owned()))
+}
+
+/// Reissues the token `id` with `grace`; returns the new value.
+async fn reissue(app: &TestApp, id: i64, grace: TimeDelta) -> String {
+    let (_, value) = tokens::reissue(&app.db, &Actor::CommandLine, id, grace)
+        .await
+        .unwrap();
+    value.expose().to_owned()
+}
+
+/// Moves a column of the token `id` to the past, as the clock would: the
+/// service refuses to set a past time itself.
+async fn age_token(app: &TestApp, id: i64, set: impl FnOnce(&mut entity::app_token::ActiveModel)) {
+    let row = entity::app_token::Entity::find_by_id(id)
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut model: entity::app_token::ActiveModel = row.into();
+    set(&mut model);
+    model.update(&app.db).await.unwrap();
+}
+
+async fn during_a_grace_period_both_values_work_then_the_old_one_is_not_found(app: TestApp) {
+    let (id, old) = app.token(&[Permission::Balance]).await;
+    let user = app.user("alice@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    let new = reissue(&app, id, TimeDelta::hours(1)).await;
+    assert_eq!(answer(&app, &old, &query).await, OK);
+    assert_eq!(answer(&app, &new, &query).await, OK);
+    let stored = tokens::get_info(&app.db, id).await.unwrap().token;
+    assert_eq!(stored.last4.as_deref(), Some(&new[60..]));
+    assert_eq!(stored.previous_last4.as_deref(), Some(&old[60..]));
+    age_token(&app, id, |t| {
+        t.previous_until = Set(Some(Utc::now() - TimeDelta::seconds(1)));
+    })
+    .await;
+    assert_eq!(
+        answer(&app, &old, &query).await,
+        refused(403, "TOKEN_NOT_FOUND")
+    );
+    assert_eq!(answer(&app, &new, &query).await, OK);
+}
+
+async fn ending_the_grace_stops_the_old_value_at_once(app: TestApp) {
+    let (id, old) = app.token(&[Permission::Balance]).await;
+    let query = "server_id=0&user_id=1";
+    let new = reissue(&app, id, TimeDelta::days(7)).await;
+    assert_ne!(
+        answer(&app, &old, query).await.1.as_deref(),
+        Some("TOKEN_NOT_FOUND")
+    );
+    tokens::end_grace(&app.db, &Actor::CommandLine, id)
+        .await
+        .unwrap();
+    assert_eq!(
+        answer(&app, &old, query).await,
+        refused(403, "TOKEN_NOT_FOUND")
+    );
+    assert_ne!(
+        answer(&app, &new, query).await.1.as_deref(),
+        Some("TOKEN_NOT_FOUND")
+    );
+}
+
+async fn a_second_reissue_ends_the_earlier_grace(app: TestApp) {
+    let (id, first) = app.token(&[Permission::Balance]).await;
+    let user = app.user("alice@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    let second = reissue(&app, id, TimeDelta::hours(24)).await;
+    let third = reissue(&app, id, TimeDelta::hours(24)).await;
+    assert_eq!(
+        answer(&app, &first, &query).await,
+        refused(403, "TOKEN_NOT_FOUND")
+    );
+    assert_eq!(answer(&app, &second, &query).await, OK);
+    assert_eq!(answer(&app, &third, &query).await, OK);
+    // Without a grace, the value before stops at once too.
+    let fourth = reissue(&app, id, TimeDelta::zero()).await;
+    for gone in [&second, &third] {
+        assert_eq!(
+            answer(&app, gone, &query).await,
+            refused(403, "TOKEN_NOT_FOUND")
+        );
+    }
+    assert_eq!(answer(&app, &fourth, &query).await, OK);
+}
+
+async fn disable_and_delete_act_on_both_values(app: TestApp) {
+    let (id, old) = app.token(&[Permission::Balance]).await;
+    let user = app.user("alice@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    let new = reissue(&app, id, TimeDelta::hours(1)).await;
+    tokens::set_active(&app.db, &Actor::CommandLine, id, false)
+        .await
+        .unwrap();
+    for value in [&old, &new] {
+        assert_eq!(
+            answer(&app, value, &query).await,
+            refused(403, "TOKEN_DISABLED")
+        );
+    }
+    tokens::set_active(&app.db, &Actor::CommandLine, id, true)
+        .await
+        .unwrap();
+    for value in [&old, &new] {
+        assert_eq!(answer(&app, value, &query).await, OK);
+    }
+    tokens::delete(&app.db, &Actor::CommandLine, id)
+        .await
+        .unwrap();
+    for value in [&old, &new] {
+        assert_eq!(
+            answer(&app, value, &query).await,
+            refused(403, "TOKEN_NOT_FOUND")
+        );
+    }
+}
+
+async fn an_expired_token_is_token_disabled(app: TestApp) {
+    let (id, token) = app.token(&[Permission::Balance]).await;
+    let user = app.user("alice@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    let edit = |expires_at| TokenEdit {
+        expires_at: Some(expires_at),
+        ..TokenEdit::default()
+    };
+    tokens::edit(
+        &app.db,
+        &Actor::CommandLine,
+        id,
+        edit(Some(Utc::now() + TimeDelta::hours(1))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer(&app, &token, &query).await, OK);
+    age_token(&app, id, |t| {
+        t.expires_at = Set(Some(Utc::now() - TimeDelta::seconds(1)));
+    })
+    .await;
+    assert_eq!(
+        answer(&app, &token, &query).await,
+        refused(403, "TOKEN_DISABLED")
+    );
+    // A grace value of an expired token is refused alike.
+    let new = reissue(&app, id, TimeDelta::hours(1)).await;
+    for value in [&token, &new] {
+        assert_eq!(
+            answer(&app, value, &query).await,
+            refused(403, "TOKEN_DISABLED")
+        );
+    }
+    tokens::edit(&app.db, &Actor::CommandLine, id, edit(None))
+        .await
+        .unwrap();
+    assert_eq!(answer(&app, &new, &query).await, OK);
+}
+
+async fn an_expiry_must_lie_ahead_and_a_grace_within_7_days(app: TestApp) {
+    let (id, _) = app.token(&[Permission::Balance]).await;
+    let past = Some(Utc::now() - TimeDelta::minutes(1));
+    let edit = TokenEdit {
+        expires_at: Some(past),
+        ..TokenEdit::default()
+    };
+    let err = tokens::edit(&app.db, &Actor::CommandLine, id, edit)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, AdminError::Invalid("expires_at", _)),
+        "{err:?}"
+    );
+    let err = tokens::create(
+        &app.db,
+        &Actor::CommandLine,
+        app.project_id,
+        "late",
+        None,
+        &[Permission::Balance],
+        past,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, AdminError::Invalid("expires_at", _)),
+        "{err:?}"
+    );
+    for grace in [
+        TimeDelta::days(7) + TimeDelta::seconds(1),
+        TimeDelta::seconds(-1),
+    ] {
+        let err = tokens::reissue(&app.db, &Actor::CommandLine, id, grace)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, AdminError::Invalid("grace", _)), "{err:?}");
+    }
+    let stored = tokens::get_info(&app.db, id).await.unwrap().token;
+    assert_eq!(stored.expires_at, None);
+    assert_eq!(stored.previous_hash, None);
+}
+
+/// Polls (bounded, not timed) until `done` holds of the token `id`'s row.
+async fn until_token(
+    app: &TestApp,
+    id: i64,
+    done: impl Fn(&entity::app_token::Model) -> bool,
+) -> bool {
+    for _ in 0..3000 {
+        let row = entity::app_token::Entity::find_by_id(id)
+            .one(&app.db)
+            .await
+            .unwrap()
+            .unwrap();
+        if done(&row) {
+            return true;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    false
+}
+
+async fn each_value_records_its_own_last_use(app: TestApp) {
+    let (id, old) = app.token(&[Permission::Balance]).await;
+    let user = app.user("alice@example.com").await;
+    let query = format!("server_id=0&user_id={user}");
+    let new = reissue(&app, id, TimeDelta::hours(1)).await;
+    assert_eq!(answer(&app, &old, &query).await, OK);
+    assert!(
+        until_token(&app, id, |t| t.previous_last_used_at.is_some()).await,
+        "the old value's use was never recorded"
+    );
+    let row = tokens::get_info(&app.db, id).await.unwrap().token;
+    assert_eq!(row.last_used_at, None, "the new value was not used");
+    assert_eq!(answer(&app, &new, &query).await, OK);
+    assert!(
+        until_token(&app, id, |t| t.last_used_at.is_some()).await,
+        "the new value's use was never recorded"
+    );
+}

@@ -793,10 +793,46 @@ async fn token_changes_made_with_the_command_line_hold_on_the_next_request(app: 
     json(url, &["project", "disable", &project]);
     answers(&app, &token, &query, 404, Some("PROJECT_NOT_FOUND")).await;
     json(url, &["project", "enable", &project]);
-    let reissued = json(url, &["token", "reissue", &id]);
+    // A reissue with a grace period: both values work, and the list shows
+    // each one's last 4 characters, until the grace is ended.
+    let graced = json(url, &["token", "reissue", &id, "--grace", "24h"]);
+    assert!(graced["previous_until"].is_string(), "{graced}");
+    let graced_token = graced["token"].as_str().unwrap().to_owned();
+    answers(&app, &token, &query, 200, None).await;
+    answers(&app, &graced_token, &query, 200, None).await;
+    let listed = |url| {
+        let all = json(url, &["token", "list", "--project", &project]);
+        let rows = all["tokens"].as_array().unwrap();
+        let row = rows.iter().find(|row| row["id"] == id.parse::<i64>().unwrap());
+        row.cloned()
+            .unwrap_or_else(|| panic!("token {id} listed: {all}"))
+    };
+    let row = listed(url);
+    assert_eq!(row["last4"], graced_token[60..], "{row}");
+    assert_eq!(row["previous_value"]["last4"], token[60..], "{row}");
+    json(url, &["token", "end-grace", &id]);
     answers(&app, &token, &query, 403, Some("TOKEN_NOT_FOUND")).await;
+    assert!(listed(url)["previous_value"].is_null());
+    let reissued = json(url, &["token", "reissue", &id]);
+    answers(&app, &graced_token, &query, 403, Some("TOKEN_NOT_FOUND")).await;
     let new_token = reissued["token"].as_str().unwrap();
     answers(&app, new_token, &query, 200, None).await;
+    // An expiry ahead changes nothing yet; a past one and a grace beyond
+    // 7 days are refused.
+    let ahead = (chrono::Utc::now() + chrono::TimeDelta::days(1)).to_rfc3339();
+    let edited = json(url, &["token", "edit", &id, "--expires", &ahead]);
+    assert!(edited["expires_at"].is_string(), "{edited}");
+    answers(&app, new_token, &query, 200, None).await;
+    for args in [
+        &["token", "edit", &id, "--expires", "2001-01-01T00:00:00Z"][..],
+        &["token", "reissue", &id, "--grace", "8days"][..],
+    ] {
+        let out = masterpay(url, args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+    }
+    answers(&app, new_token, &query, 200, None).await;
+    let edited = json(url, &["token", "edit", &id, "--expires", "never"]);
+    assert!(edited["expires_at"].is_null(), "{edited}");
     json(url, &["token", "delete", &id]);
     answers(&app, new_token, &query, 403, Some("TOKEN_NOT_FOUND")).await;
 }

@@ -85,6 +85,9 @@ on_every_backend!(
         counts_of_one_are_singular,
         an_administrator_cannot_disable_themselves_or_the_last_active_one,
         a_reissued_token_was_never_used,
+        tokens_show_the_last_4_characters_of_each_value,
+        a_reissue_with_grace_keeps_the_old_value_until_the_grace_is_ended,
+        a_token_expiry_is_set_by_day_and_a_past_or_malformed_one_is_refused,
         sign_in_goes_on_to_the_page_asked_for_on_this_site_only,
         a_sign_in_link_sets_a_new_password_without_the_current_one_for_15_minutes,
     ],
@@ -1946,7 +1949,10 @@ async fn every_form_needs_a_session(panel: Panel) {
             format!("/tokens/{token_id}/active"),
             vec![("active", "false")],
         ),
-        (format!("/tokens/{token_id}/reissue"), vec![]),
+        (
+            format!("/tokens/{token_id}/reissue"),
+            vec![("grace_hours", "0")],
+        ),
         (
             format!("/tokens/{token_id}/delete"),
             vec![("confirm_name", "test")],
@@ -2074,11 +2080,17 @@ async fn a_token_value_is_shown_once_after_creation_and_after_reissue(panel: Pan
             "permissions": ["master-account/balance"],
             "active": true,
             "description": "the shop's game panel",
+            "last4": value[60..],
+            "expires_at": null,
+            "previous_last4": null,
+            "previous_until": null,
         })),
     );
 
     // Reissue: a new value, shown once; the old one stops working at once.
-    let reissued = browser.submit(&page, &format!("{page}/reissue"), &[]).await;
+    let reissued = browser
+        .submit(&page, &format!("{page}/reissue"), &[("grace_hours", "0")])
+        .await;
     let new_value = value_shown_once(&mut browser, &reissued, tid).await;
     assert_ne!(new_value, value);
     assert_eq!(
@@ -2108,17 +2120,24 @@ async fn a_token_value_is_shown_once_after_creation_and_after_reissue(panel: Pan
         panel.snapshot().await
     );
     assert!(!stored.contains(&new_value), "the new value is stored");
-    let same = json!({
-        "project_id": pid,
-        "name": "Shop",
-        "permissions": ["master-account/balance"],
-        "active": true,
-        "description": "the shop's game panel",
-    });
+    // The same token, but for the last 4 characters of its value.
+    let with_value = |value: &str| {
+        json!({
+            "project_id": pid,
+            "name": "Shop",
+            "permissions": ["master-account/balance"],
+            "active": true,
+            "description": "the shop's game panel",
+            "last4": value[60..],
+            "expires_at": null,
+            "previous_last4": null,
+            "previous_until": null,
+        })
+    };
     panel.check_row(
         &panel.audit_of("token.reissue", &tid.to_string()).await,
-        Some(same.clone()),
-        Some(same),
+        Some(with_value(&value)),
+        Some(with_value(&new_value)),
     );
 }
 
@@ -2140,7 +2159,9 @@ async fn the_value_is_only_in_the_answer_to_its_creation_or_reissue(panel: Panel
     let page = format!("/tokens/{tid}");
     assert!(!other.get(&page).await.text.contains(&value));
     // A reissue from another browser: shown in that answer only.
-    let reissued = other.submit(&page, &format!("{page}/reissue"), &[]).await;
+    let reissued = other
+        .submit(&page, &format!("{page}/reissue"), &[("grace_hours", "0")])
+        .await;
     let new_value = value_shown_once(&mut other, &reissued, tid).await;
     assert_ne!(new_value, value);
     assert!(!browser.get(&page).await.text.contains(&new_value));
@@ -2169,7 +2190,13 @@ async fn token_changes_hold_from_the_next_api_request(panel: Panel) {
     let page = format!("/tokens/{tid}");
     let value = value_shown_once(&mut browser, &created, tid).await;
     let object = tid.to_string();
-    let state = |name: &str, permissions: &[&str], active: bool| json!({"project_id": pid, "name": name, "permissions": permissions, "active": active, "description": null});
+    let state = |name: &str, permissions: &[&str], active: bool| {
+        json!({
+            "project_id": pid, "name": name, "permissions": permissions, "active": active,
+            "description": null, "last4": value[60..], "expires_at": null,
+            "previous_last4": null, "previous_until": null,
+        })
+    };
 
     // Edit: a second permission, a new name.
     browser
@@ -3013,7 +3040,9 @@ async fn a_reissued_token_was_never_used(panel: Panel) {
     assert!(used().await.is_some(), "the old value was used");
     let mut browser = panel.signed_in().await;
     let page = format!("/tokens/{tid}");
-    let answer = browser.submit(&page, &format!("{page}/reissue"), &[]).await;
+    let answer = browser
+        .submit(&page, &format!("{page}/reissue"), &[("grace_hours", "0")])
+        .await;
     assert!(answer.status < 400, "{}", answer.text);
     assert_eq!(used().await, None, "the new value was never used");
     let shown = browser.get(&page).await;
@@ -3023,6 +3052,149 @@ async fn a_reissued_token_was_never_used(panel: Panel) {
         "{}",
         shown.text
     );
+}
+
+/// The status and code of a balance request made with `token`.
+async fn api_answer(panel: &Panel, token: &str) -> (u16, String) {
+    let reply = panel.app.get_balance(Some(token), "server_id=-1").await;
+    (reply.status, reply.code().to_owned())
+}
+
+async fn tokens_show_the_last_4_characters_of_each_value(panel: Panel) {
+    let (tid, value) = panel.app.token(&[Permission::Balance]).await;
+    let mut browser = panel.signed_in().await;
+    let end = format!("…{}", &value[60..]);
+    let project = panel.app.project_id;
+    for page in [
+        format!("/projects/{project}/tokens"),
+        format!("/tokens/{tid}"),
+    ] {
+        let shown = browser.get(&page).await;
+        shown.assert_status(200);
+        assert!(shown.text.contains(&end), "{page}: {}", shown.text);
+        assert!(
+            !shown.text.contains(&value[..8]),
+            "{page} shows more of the value"
+        );
+    }
+}
+
+async fn a_reissue_with_grace_keeps_the_old_value_until_the_grace_is_ended(panel: Panel) {
+    // A token without the balance permission: a value that passes
+    // authentication is answered ACCESS_DENIED by the balance endpoint.
+    let (tid, old) = panel.app.token(&[Permission::Complete]).await;
+    let mut browser = panel.signed_in().await;
+    let page = format!("/tokens/{tid}");
+    let refused = browser
+        .submit(&page, &format!("{page}/reissue"), &[("grace_hours", "5")])
+        .await;
+    refused.assert_status(400);
+    assert_eq!(
+        api_answer(&panel, &old).await.1,
+        "ACCESS_DENIED",
+        "nothing changed"
+    );
+    let shown = browser
+        .submit(&page, &format!("{page}/reissue"), &[("grace_hours", "24")])
+        .await;
+    let new = value_shown_once(&mut browser, &shown, tid).await;
+    // Both values pass authentication.
+    assert_eq!(api_answer(&panel, &old).await.1, "ACCESS_DENIED");
+    assert_eq!(api_answer(&panel, &new).await.1, "ACCESS_DENIED");
+    let token_page = browser.get(&page).await;
+    assert!(
+        token_page.text.contains("Old value in its grace period"),
+        "{}",
+        token_page.text
+    );
+    assert!(token_page.text.contains(&format!("…{}", &old[60..])));
+    assert!(token_page.text.contains(&format!("…{}", &new[60..])));
+    let ended = browser
+        .submit(&page, &format!("{page}/end-grace"), &[])
+        .await;
+    assert!(ended.status < 400, "{}", ended.text);
+    assert_eq!(
+        api_answer(&panel, &old).await,
+        (403, "TOKEN_NOT_FOUND".to_owned())
+    );
+    assert_eq!(api_answer(&panel, &new).await.1, "ACCESS_DENIED");
+    let token_page = browser.get(&page).await;
+    assert!(!token_page.text.contains("Old value in its grace period"));
+    let rows = panel.audit_of("token.end_grace", &tid.to_string()).await;
+    assert_eq!(rows.len(), 1);
+    let before: Value = serde_json::from_str(rows[0].before.as_deref().unwrap()).unwrap();
+    assert_eq!(before["previous_last4"], old[60..]);
+    let logged = format!("{:?} {:?}", rows[0].before, rows[0].after);
+    assert!(
+        !logged.contains(&old) && !logged.contains(&new),
+        "no value in the log"
+    );
+}
+
+async fn a_token_expiry_is_set_by_day_and_a_past_or_malformed_one_is_refused(panel: Panel) {
+    let project = panel.app.project_id;
+    let mut browser = panel.signed_in().await;
+    let new_form = format!("/projects/{project}/tokens/new");
+    let action = format!("/projects/{project}/tokens");
+    let fields = |expires_on| {
+        [
+            ("name", "Expiring"),
+            ("permission", "master-account/balance"),
+            ("expires_on", expires_on),
+        ]
+    };
+    let before = panel.snapshot().await;
+    for (day, message) in [("31.12.2099", "YYYY-MM-DD"), ("2001-01-01", "future")] {
+        let refused = browser.submit(&new_form, &action, &fields(day)).await;
+        refused.assert_status(422);
+        let error = refused.field_error("expires_on").unwrap_or_default();
+        assert!(error.contains(message), "{day}: {error} {}", refused.text);
+    }
+    assert_eq!(panel.snapshot().await, before, "nothing created");
+    let next_year = (Utc::now() + Duration::days(366))
+        .format("%Y-%m-%d")
+        .to_string();
+    let shown = browser
+        .submit(&new_form, &action, &fields(&next_year))
+        .await;
+    shown.assert_status(200);
+    let token = entity::app_token::Entity::find()
+        .filter(entity::app_token::Column::Name.eq("Expiring"))
+        .one(&panel.app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    let expiry = token.expires_at.expect("an expiry");
+    assert_eq!(
+        expiry.format("%Y-%m-%d %H:%M:%S").to_string(),
+        format!("{next_year} 00:00:00")
+    );
+    // The edit form shows the day; cleared, the token never expires.
+    let page = format!("/tokens/{}", token.id);
+    let edit = browser.get(&page).await;
+    assert!(
+        edit.text.contains(&format!(r#"value="{next_year}""#)),
+        "{}",
+        edit.text
+    );
+    let saved = browser
+        .submit(
+            &page,
+            &format!("{page}/edit"),
+            &[
+                ("name", "Expiring"),
+                ("permission", "master-account/balance"),
+                ("expires_on", ""),
+            ],
+        )
+        .await;
+    assert!(saved.status < 400, "{}", saved.text);
+    let stored = entity::app_token::Entity::find_by_id(token.id)
+        .one(&panel.app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.expires_at, None);
 }
 
 async fn sign_in_goes_on_to_the_page_asked_for_on_this_site_only(panel: Panel) {

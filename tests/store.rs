@@ -46,6 +46,7 @@ on_every_backend!(
         a_token_reads_with_its_permissions_and_states,
         a_token_whose_project_is_gone_reads_without_a_project,
         the_account_asked_is_read_with_the_token,
+        a_reissued_tokens_old_value_reads_with_its_grace_and_its_expiry,
         // insert_order
         an_order_is_inserted_for_its_user_by_id_by_email_or_both,
         an_order_for_a_user_not_of_the_project_is_not_inserted,
@@ -61,6 +62,7 @@ on_every_backend!(
         an_operators_change_commits_with_its_audit_row_and_a_refusal_writes_none,
         // record_token_use
         a_token_use_is_recorded,
+        a_use_is_recorded_on_the_value_used,
     ],
     #[tokio::test]
     common::run_store: [
@@ -130,6 +132,51 @@ async fn a_token_reads_with_its_permissions_and_states(t: StoreTest) {
     // The other project's token is as it was.
     let row = t.read(&full, None).await.expect("token");
     assert_eq!((row.active, row.project_active), (true, Some(true)));
+}
+
+/// Both values of a token in its grace period read as the token; the old
+/// one carries the end of its grace, and both the token's expiry. Refusing
+/// a value past its grace or an expired token is the service's rule.
+async fn a_reissued_tokens_old_value_reads_with_its_grace_and_its_expiry(t: StoreTest) {
+    let (id, old) = t.token(&[Permission::Balance]).await;
+    let expiry = masterpay::store::now() + Duration::days(30);
+    let edit = tokens::TokenEdit {
+        expires_at: Some(Some(expiry)),
+        ..Default::default()
+    };
+    tokens::edit(&t.db, &Actor::CommandLine, id, edit)
+        .await
+        .unwrap();
+    let new = t.reissue(id, Duration::hours(1)).await;
+    let until = tokens::get_info(&t.db, id)
+        .await
+        .unwrap()
+        .token
+        .previous_until;
+    assert!(until.is_some());
+    let current = t.read(&new, None).await.expect("the new value");
+    let previous = t.read(&old, None).await.expect("the old value");
+    assert_eq!((current.token_id, previous.token_id), (id, id));
+    assert_eq!((current.grace_until, previous.grace_until), (None, until));
+    assert_eq!(
+        (current.expires_at, previous.expires_at),
+        (Some(expiry), Some(expiry))
+    );
+    // With an account, the old value reads it as the new one does.
+    let alice = t.user("alice@example.com").await;
+    t.set_balance(alice, 0, "2.50", "0").await;
+    let key = account(Some(alice), None, 0);
+    let by_old = t.read(&old, Some(&key)).await.expect("token").account;
+    let by_new = t.read(&new, Some(&key)).await.expect("token").account;
+    assert_eq!(by_old, by_new);
+    assert_eq!(by_new.and_then(|a| a.main_cents), Some(250));
+    tokens::end_grace(&t.db, &Actor::CommandLine, id)
+        .await
+        .unwrap();
+    assert!(
+        t.read(&old, None).await.is_none(),
+        "no longer a value of the token"
+    );
 }
 
 /// `project_active` is `None` when the project row is gone.
@@ -965,13 +1012,13 @@ async fn a_token_use_is_recorded(t: StoreTest) {
     let (_, unused) = t.token(&[Permission::Balance]).await;
     let first = masterpay::store::now();
     t.store
-        .record_token_use(used_id, first)
+        .record_token_use(used_id, &used, first)
         .await
         .expect("recorded");
     assert_eq!(t.read(&used, None).await.unwrap().last_used_at, Some(first));
     let later = first + Duration::seconds(90);
     t.store
-        .record_token_use(used_id, later)
+        .record_token_use(used_id, &used, later)
         .await
         .expect("recorded");
     assert_eq!(t.read(&used, None).await.unwrap().last_used_at, Some(later));
@@ -980,6 +1027,36 @@ async fn a_token_use_is_recorded(t: StoreTest) {
         None,
         "only the token named"
     );
+}
+
+/// The value a reissue replaced is recorded apart from the current one; a
+/// hash the token no longer has records nothing.
+async fn a_use_is_recorded_on_the_value_used(t: StoreTest) {
+    let (id, old) = t.token(&[Permission::Balance]).await;
+    let new = t.reissue(id, Duration::hours(1)).await;
+    let at = masterpay::store::now();
+    t.store
+        .record_token_use(id, &old, at)
+        .await
+        .expect("recorded");
+    assert_eq!(t.read(&old, None).await.unwrap().last_used_at, Some(at));
+    assert_eq!(t.read(&new, None).await.unwrap().last_used_at, None);
+    let later = at + Duration::seconds(90);
+    t.store
+        .record_token_use(id, &new, later)
+        .await
+        .expect("recorded");
+    assert_eq!(t.read(&new, None).await.unwrap().last_used_at, Some(later));
+    assert_eq!(t.read(&old, None).await.unwrap().last_used_at, Some(at));
+    tokens::end_grace(&t.db, &Actor::CommandLine, id)
+        .await
+        .unwrap();
+    let gone = tokens::hash("a value this token never had");
+    t.store
+        .record_token_use(id, &gone, later + Duration::seconds(90))
+        .await
+        .expect("nothing to record");
+    assert_eq!(t.read(&new, None).await.unwrap().last_used_at, Some(later));
 }
 
 // ---- helpers ----
@@ -1092,10 +1169,19 @@ impl StoreTest {
             "test",
             None,
             permissions,
+            None,
         )
         .await
         .expect("token");
         (info.token.id, tokens::hash(value.expose()))
+    }
+
+    /// Reissues the token `id` with `grace`; returns the new value's hash.
+    async fn reissue(&self, id: i64, grace: Duration) -> String {
+        let (_, value) = tokens::reissue(&self.db, &Actor::CommandLine, id, grace)
+            .await
+            .expect("reissue");
+        tokens::hash(value.expose())
     }
 
     /// A pending order of the test project by `PS`; returns its order id.

@@ -18,6 +18,16 @@ pub struct Model {
     pub description: Option<String>,
     /// Who created it: an administrator's name, or `command line`.
     pub created_by: Option<String>,
+    /// The last 4 characters of the current value (`None` for values issued
+    /// before they were kept).
+    pub last4: Option<String>,
+    /// When the token stops working; `None`: never.
+    pub expires_at: Option<ChronoDateTimeUtc>,
+    /// The value a reissue replaced, working until `previous_until`.
+    pub previous_hash: Option<String>,
+    pub previous_last4: Option<String>,
+    pub previous_last_used_at: Option<ChronoDateTimeUtc>,
+    pub previous_until: Option<ChronoDateTimeUtc>,
 }
 
 /// The hash is not secret in the way the value is, but it identifies a
@@ -34,6 +44,15 @@ impl std::fmt::Debug for Model {
             .field("last_used_at", &self.last_used_at)
             .field("description", &self.description)
             .field("created_by", &self.created_by)
+            .field("last4", &self.last4)
+            .field("expires_at", &self.expires_at)
+            .field(
+                "previous_hash",
+                &self.previous_hash.as_ref().map(|_| "[redacted]"),
+            )
+            .field("previous_last4", &self.previous_last4)
+            .field("previous_last_used_at", &self.previous_last_used_at)
+            .field("previous_until", &self.previous_until)
             .finish()
     }
 }

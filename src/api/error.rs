@@ -193,8 +193,9 @@ error_body!(
     AuthErrorBody,
     /// Why the token was refused: EMPTY_TOKEN (no `Authorization: Bearer`
     /// token), INVALID_TOKEN (not 64 characters, or the scheme is not
-    /// Bearer), TOKEN_NOT_FOUND (never issued, deleted or reissued),
-    /// TOKEN_DISABLED (the token is disabled), EMPTY_ACCESS (the token has no
+    /// Bearer), TOKEN_NOT_FOUND (never issued, deleted, or replaced by a
+    /// reissue and past its grace period), TOKEN_DISABLED (the token is
+    /// disabled or past its expiry), EMPTY_ACCESS (the token has no
     /// permissions at all), ACCESS_DENIED (the token lacks this endpoint's
     /// permission).
     AuthErrorCode {

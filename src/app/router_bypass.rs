@@ -180,9 +180,10 @@ mod tests {
             &[Permission::Balance],
             &[Permission::Complete],
         ] {
-            let (_, value) = tokens::create(&db, &Actor::CommandLine, project, "t", None, allow)
-                .await
-                .unwrap();
+            let (_, value) =
+                tokens::create(&db, &Actor::CommandLine, project, "t", None, allow, None)
+                    .await
+                    .unwrap();
             bearers.push(Some(format!("Bearer {}", value.expose())));
         }
         // Completed once beforehand: every later completion of it is 409.

@@ -94,6 +94,7 @@ pub async fn seed(
         "demo",
         Some("made by masterpay demo"),
         &Permission::ALL,
+        None,
     )
     .await?;
     let value = value.expose();

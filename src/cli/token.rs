@@ -1,8 +1,9 @@
-//! `masterpay token create|list|edit|disable|enable|delete|reissue`.
+//! `masterpay token create|list|edit|disable|enable|delete|reissue|end-grace`.
 //!
 //! The value is printed by `create` and `reissue` only, once; `list` never
-//! shows it (it is not stored).
+//! shows it (it is not stored), only its last 4 characters.
 
+use chrono::{DateTime, TimeDelta, Utc};
 use clap::Subcommand;
 use sea_orm::DatabaseConnection;
 use serde_json::json;
@@ -28,6 +29,10 @@ pub enum TokenCommand {
         /// What the token is for (at most 500 characters).
         #[arg(long)]
         description: Option<String>,
+        /// When the token stops working (RFC 3339, e.g. 2027-01-31T00:00:00Z);
+        /// then it answers 403 TOKEN_DISABLED.
+        #[arg(long)]
+        expires: Option<DateTime<Utc>>,
     },
     /// List a project's tokens (never their values).
     List {
@@ -45,6 +50,9 @@ pub enum TokenCommand {
         /// Replaces all permissions; an empty value removes them all.
         #[arg(long)]
         allow: Option<String>,
+        /// When the token stops working (RFC 3339), or `never`.
+        #[arg(long, value_parser = parse_expiry)]
+        expires: Option<Expiry>,
     },
     /// Disable a token (403 TOKEN_DISABLED).
     Disable { id: i64 },
@@ -52,8 +60,35 @@ pub enum TokenCommand {
     Enable { id: i64 },
     /// Delete a token (403 TOKEN_NOT_FOUND).
     Delete { id: i64 },
-    /// Give a token a new value; the old one stops working at once.
-    Reissue { id: i64 },
+    /// Give a token a new value; the old one keeps working for the grace
+    /// period (then 403 TOKEN_NOT_FOUND).
+    Reissue {
+        id: i64,
+        /// How long the old value keeps working: 0 (the default) to 7d, e.g.
+        /// 1h, 24h. A reissue ends an earlier grace period.
+        #[arg(long, default_value = "0s", value_parser = parse_grace)]
+        grace: TimeDelta,
+    },
+    /// End a reissue's grace period: the old value stops working now.
+    EndGrace { id: i64 },
+}
+
+/// An `--expires` of `edit`: a time, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct Expiry(Option<DateTime<Utc>>);
+
+fn parse_expiry(text: &str) -> Result<Expiry, String> {
+    if text == "never" {
+        return Ok(Expiry(None));
+    }
+    text.parse()
+        .map(|at| Expiry(Some(at)))
+        .map_err(|err| format!("{err}; give an RFC 3339 time or `never`"))
+}
+
+fn parse_grace(text: &str) -> Result<TimeDelta, String> {
+    let grace = humantime::parse_duration(text).map_err(|err| err.to_string())?;
+    TimeDelta::from_std(grace).map_err(|err| err.to_string())
 }
 
 fn info_json(info: &TokenInfo) -> serde_json::Value {
@@ -66,21 +101,40 @@ fn info_json(info: &TokenInfo) -> serde_json::Value {
         "created_by": info.token.created_by,
         "permissions": info.permissions.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
         "created_at": info.token.created_at,
+        "last4": info.token.last4,
+        "expires_at": info.token.expires_at,
         "last_used_at": info.token.last_used_at,
+        "previous_value": tokens::grace_until(&info.token).map(|until| json!({
+            "last4": info.token.previous_last4,
+            "works_until": until,
+            "last_used_at": info.token.previous_last_used_at,
+        })),
     })
 }
 
 fn describe(info: &TokenInfo) -> String {
     let perms: Vec<_> = info.permissions.iter().map(|p| p.as_str()).collect();
     let last_used = info.token.last_used_at.map(|t| t.to_rfc3339());
-    format!(
-        "{}\t{}\t{}\t[{}]\tlast used {}",
+    let mut line = format!(
+        "{}\t{}\t{}\t…{}\t[{}]\tlast used {}",
         info.token.id,
         state(info.token.active),
         info.token.name,
+        info.token.last4.as_deref().unwrap_or("????"),
         perms.join(","),
         last_used.as_deref().unwrap_or("never")
-    )
+    );
+    if let Some(expiry) = info.token.expires_at {
+        line += &format!("\texpires {}", expiry.to_rfc3339());
+    }
+    if let Some(until) = tokens::grace_until(&info.token) {
+        line += &format!(
+            "\told value …{} works until {}",
+            info.token.previous_last4.as_deref().unwrap_or("????"),
+            until.to_rfc3339()
+        );
+    }
+    line
 }
 
 pub async fn run(cmd: TokenCommand, db: &DatabaseConnection, out: Output) -> CliResult {
@@ -90,6 +144,7 @@ pub async fn run(cmd: TokenCommand, db: &DatabaseConnection, out: Output) -> Cli
             name,
             allow,
             description,
+            expires,
         } => {
             let permissions = allow
                 .as_deref()
@@ -103,6 +158,7 @@ pub async fn run(cmd: TokenCommand, db: &DatabaseConnection, out: Output) -> Cli
                 &name,
                 description.as_deref(),
                 &permissions,
+                expires,
             )
             .await?;
             out.emit(json!({"id": info.token.id, "token": value.expose()}), || {
@@ -124,17 +180,16 @@ pub async fn run(cmd: TokenCommand, db: &DatabaseConnection, out: Output) -> Cli
             name,
             description,
             allow,
+            expires,
         } => {
             let permissions = allow.as_deref().map(parse_permissions).transpose()?;
-            let info = tokens::edit(
-                db,
-                &Actor::CommandLine,
-                id,
-                name.as_deref(),
-                description.as_deref(),
-                permissions.as_deref(),
-            )
-            .await?;
+            let edit = tokens::TokenEdit {
+                name: name.as_deref(),
+                description: description.as_deref(),
+                permissions: permissions.as_deref(),
+                expires_at: expires.map(|Expiry(at)| at),
+            };
+            let info = tokens::edit(db, &Actor::CommandLine, id, edit).await?;
             out.emit(info_json(&info), || {
                 format!("updated token {}", describe(&info))
             });
@@ -153,15 +208,27 @@ pub async fn run(cmd: TokenCommand, db: &DatabaseConnection, out: Output) -> Cli
                 format!("deleted token {id}")
             });
         }
-        TokenCommand::Reissue { id } => {
-            let (t, value) = tokens::reissue(db, &Actor::CommandLine, id).await?;
-            out.emit(json!({"id": t.id, "token": value.expose()}), || {
+        TokenCommand::Reissue { id, grace } => {
+            let (t, value) = tokens::reissue(db, &Actor::CommandLine, id, grace).await?;
+            let old = match t.previous_until {
+                Some(until) => format!("the old value works until {}", until.to_rfc3339()),
+                None => "the old value no longer works".to_owned(),
+            };
+            let answer =
+                json!({"id": t.id, "token": value.expose(), "previous_until": t.previous_until});
+            out.emit(answer, || {
                 format!(
-                    "reissued token {} ({}); the old value no longer works\n{}\nThis value is shown once and cannot be recovered.",
+                    "reissued token {} ({}); {old}\n{}\nThis value is shown once and cannot be recovered.",
                     t.id,
                     t.name,
                     value.expose()
                 )
+            });
+        }
+        TokenCommand::EndGrace { id } => {
+            let t = tokens::end_grace(db, &Actor::CommandLine, id).await?;
+            out.emit(json!({"id": t.id, "previous_until": null}), || {
+                format!("token {}: the old value no longer works", t.id)
             });
         }
     }

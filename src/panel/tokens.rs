@@ -1,5 +1,7 @@
-//! The tokens of a project: list, create (one checkbox per endpoint), edit,
-//! disable and enable, reissue, delete, and "new token like this one".
+//! The tokens of a project: list, create (one checkbox per endpoint, an
+//! optional expiry day), edit, disable and enable, reissue with a grace
+//! period for the old value, end that grace, delete, and "new token like
+//! this one". Lists and pages show the last 4 characters of each value.
 //!
 //! A token's value exists only in the answer to its creation or reissue:
 //! the POST's own answer is the token's page with the value (`no-store`, as
@@ -40,6 +42,7 @@ pub fn routes(route: Route) -> Route {
         .at("/tokens/:id/edit", post(edit))
         .at("/tokens/:id/active", post(set_active))
         .at("/tokens/:id/reissue", post(reissue))
+        .at("/tokens/:id/end-grace", post(end_grace))
         .at("/tokens/:id/delete", post(delete))
 }
 
@@ -49,6 +52,8 @@ struct TokenFields {
     name: String,
     description: String,
     permissions: Vec<Permission>,
+    /// The expiry day as typed (`YYYY-MM-DD`, blank: never).
+    expires_on: String,
 }
 
 impl TokenFields {
@@ -57,9 +62,26 @@ impl TokenFields {
             name: info.token.name.clone(),
             description: info.token.description.clone().unwrap_or_default(),
             permissions: info.permissions.clone(),
+            expires_on: expiry_day(&info.token),
         }
     }
 }
+
+/// The day a token expires, as the form shows it.
+fn expiry_day(token: &app_token::Model) -> String {
+    token
+        .expires_at
+        .map(|at| at.format("%Y-%m-%d").to_string())
+        .unwrap_or_default()
+}
+
+/// The grace periods a reissue offers, as (form value, label).
+const GRACE_CHOICES: [(&str, &str); 4] = [
+    ("0", "now"),
+    ("1", "in 1 hour"),
+    ("24", "in 24 hours"),
+    ("168", "in 7 days"),
+];
 
 /// The fields of a posted create or edit form, with an error next to each
 /// field that is wrong (the rules are the service's).
@@ -94,12 +116,24 @@ fn read_fields(form: &PostForm) -> (TokenFields, FieldErrors) {
             "choose at least one endpoint: a token without any can call nothing",
         );
     }
+    let expires_on = form.get("expires_on");
+    if let Err(message) = page::parse_day(expires_on) {
+        errors.add("expires_on", message);
+    }
     let fields = TokenFields {
         name: name.to_owned(),
         description: description.to_owned(),
         permissions,
+        expires_on: expires_on.trim().to_owned(),
     };
     (fields, errors)
+}
+
+impl TokenFields {
+    /// The expiry the form asks for: the start of its UTC day.
+    fn expires_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        page::parse_day(&self.expires_on).ok().flatten()
+    }
 }
 
 /// A service refusal the form checks did not foresee, shown next to the
@@ -107,6 +141,11 @@ fn read_fields(form: &PostForm) -> (TokenFields, FieldErrors) {
 fn refused(err: AdminError) -> Result<FieldErrors, PanelError> {
     match err {
         AdminError::Invalid(field, message) | AdminError::Conflict(field, message) => {
+            let field = if field == "expires_at" {
+                "expires_on"
+            } else {
+                field
+            };
             let mut errors = FieldErrors::default();
             errors.add(field, message);
             Ok(errors)
@@ -129,9 +168,30 @@ fn created(token: &app_token::Model) -> Markup {
     }
 }
 
-fn last_used(token: &app_token::Model) -> Markup {
+fn last_used(at: Option<&chrono::DateTime<chrono::Utc>>) -> Markup {
     html! {
-        @match &token.last_used_at {
+        @match at {
+            Some(at) => { (page::when(at)) }
+            None => { span.muted { "never" } }
+        }
+    }
+}
+
+/// A value as its last 4 characters (unknown for values issued before they
+/// were kept).
+fn value_end(last4: Option<&str>) -> Markup {
+    html! {
+        @match last4 {
+            Some(last4) => { code { "…" (last4) } }
+            None => { span.muted { "unknown" } }
+        }
+    }
+}
+
+fn expiry(token: &app_token::Model) -> Markup {
+    html! {
+        @match &token.expires_at {
+            Some(at) if *at <= chrono::Utc::now() => { (page::badge("expired", "off")) " " (page::when(at)) }
             Some(at) => { (page::when(at)) }
             None => { span.muted { "never" } }
         }
@@ -155,6 +215,7 @@ fn token_fields(fields: &TokenFields, errors: &FieldErrors) -> Markup {
     html! {
         (page::text_field("Name", "name", &fields.name, errors, FieldAttrs::TEXT))
         (page::text_field("Description (optional)", "description", &fields.description, errors, FieldAttrs::OPTIONAL))
+        (page::text_field("Expires on (UTC day, optional: from 00:00 that day it is refused)", "expires_on", &fields.expires_on, errors, FieldAttrs::DATE))
         fieldset aria-invalid=[errors.of("permissions").map(|_| "true")] {
             legend { "Endpoints this token may call" }
             @for p in Permission::ALL {
@@ -181,22 +242,29 @@ fn list_page(admin: &SignedIn, p: &project::Model, all: &[TokenInfo]) -> Markup 
             }
             div.table-wrap { table {
                 thead { tr {
-                    th { "Name" } th { "Description" } th { "Endpoints" } th { "State" }
-                    th { "Created" } th { "Last used" }
+                    th { "Name" } th { "Value" } th { "Description" } th { "Endpoints" } th { "State" }
+                    th { "Created" } th { "Expires" } th { "Last used" }
                 } }
                 tbody {
                     @for info in all {
                         @let t = &info.token;
                         tr {
                             td { a href={ "/tokens/" (t.id) } { (t.name) } }
+                            td {
+                                (value_end(t.last4.as_deref()))
+                                @if let Some(until) = tokens::grace_until(t) {
+                                    br; span.muted { "and " (value_end(t.previous_last4.as_deref())) " until " (page::when(&until)) }
+                                }
+                            }
                             td { @if let Some(d) = &t.description { (d) } }
                             td { (permission_badges(&info.permissions)) }
                             td { (page::state_badge(t.active)) }
                             td { (created(t)) }
-                            td { (last_used(t)) }
+                            td { (expiry(t)) }
+                            td { (last_used(t.last_used_at.as_ref())) }
                         }
                     }
-                    @if all.is_empty() { tr { td colspan="6" .muted { "No token yet." } } }
+                    @if all.is_empty() { tr { td colspan="8" .muted { "No token yet." } } }
                 }
             } }
             p.muted { "A token's value is shown once, when it is created or reissued; only a hash of it is kept." }
@@ -299,6 +367,7 @@ async fn create(
             &fields.name,
             Some(&fields.description),
             &fields.permissions,
+            fields.expires_at(),
         )
         .await
         {
@@ -372,8 +441,10 @@ fn token_page(
                         tr { th { "Description" } td {
                             @match &t.description { Some(d) => { (d) } None => { span.muted { "none" } } }
                         } }
+                        tr { th { "Value" } td { (value_end(t.last4.as_deref())) } }
                         tr { th { "Created" } td { (created(t)) } }
-                        tr { th { "Last used" } td { (last_used(t)) } }
+                        tr { th { "Expires" } td { (expiry(t)) } }
+                        tr { th { "Last used" } td { (last_used(t.last_used_at.as_ref())) } }
                     }
                 } }
                 div.actions {
@@ -408,12 +479,28 @@ fn token_page(
                     }
                 }
             }
+            @if let Some(until) = tokens::grace_until(t) {
+                section {
+                    h2 { "Old value in its grace period" }
+                    p { "The value ending " (value_end(t.previous_last4.as_deref())) " still works until " (page::when(&until))
+                        ", then it is answered 403 TOKEN_NOT_FOUND. Last used: " (last_used(t.previous_last_used_at.as_ref())) "." }
+                    form method="post" action={ (base) "/end-grace" } data-confirm={ "End the grace period of token " (t.name) "? Its old value stops working at once." } {
+                        (page::csrf(admin))
+                        button.danger type="submit" { "End grace now" }
+                    }
+                }
+            }
             section {
                 h2 { "Reissue" }
-                p { "Reissuing gives the token a new value, shown once, and keeps its name, endpoints and state. The old value stops working at once." }
-                p.muted { "To rotate without downtime, create a new token like this one, switch your game panel to it, then delete this one." }
-                form method="post" action={ (base) "/reissue" } data-confirm={ "Reissue token " (t.name) "? The old value stops working at once." } {
+                p { "Reissuing gives the token a new value, shown once, and keeps its name, endpoints and state. The old value keeps working for the grace period you choose, so that your game panels can switch without downtime; a reissue ends an earlier grace period." }
+                form method="post" action={ (base) "/reissue" } data-confirm={ "Reissue token " (t.name) "?" } {
                     (page::csrf(admin))
+                    label.field {
+                        span { "The old value stops working" }
+                        select name="grace_hours" {
+                            @for (value, label) in GRACE_CHOICES { option value=(value) { (label) } }
+                        }
+                    }
                     button.danger type="submit" { "Reissue token" }
                 }
             }
@@ -515,16 +602,14 @@ async fn edit(
     let info = tokens::get_info(&state.db, id).await?;
     let (fields, mut errors) = read_fields(&form);
     if errors.is_empty() {
-        match tokens::edit(
-            &state.db,
-            &admin.actor(),
-            id,
-            Some(&fields.name),
-            Some(&fields.description),
-            Some(&fields.permissions),
-        )
-        .await
-        {
+        let edit = tokens::TokenEdit {
+            name: Some(&fields.name),
+            description: Some(&fields.description),
+            permissions: Some(&fields.permissions),
+            // The form shows the day only: an unchanged day keeps the time.
+            expires_at: (fields.expires_on != expiry_day(&info.token)).then(|| fields.expires_at()),
+        };
+        match tokens::edit(&state.db, &admin.actor(), id, edit).await {
             Ok(_) => return Ok(page::redirect(&format!("/tokens/{id}"))),
             Err(err) => errors = refused(err)?,
         }
@@ -553,12 +638,28 @@ async fn set_active(
 async fn reissue(
     admin: SignedIn,
     Path(id): Path<i64>,
+    form: PostForm,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let hours = form.get("grace_hours");
+    if !GRACE_CHOICES.iter().any(|(value, _)| *value == hours) {
+        return Err(PanelError::BadRequest("No such grace period."));
+    }
+    let grace = chrono::TimeDelta::hours(hours.parse().unwrap_or_default());
+    let (_, value) = tokens::reissue(&state.db, &admin.actor(), id, grace).await?;
+    let info = tokens::get_info(&state.db, id).await?;
+    value_shown_once(&admin, &state, &info, &value).await
+}
+
+#[handler]
+async fn end_grace(
+    admin: SignedIn,
+    Path(id): Path<i64>,
     _form: PostForm,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
-    let (_, value) = tokens::reissue(&state.db, &admin.actor(), id).await?;
-    let info = tokens::get_info(&state.db, id).await?;
-    value_shown_once(&admin, &state, &info, &value).await
+    tokens::end_grace(&state.db, &admin.actor(), id).await?;
+    Ok(page::redirect(&format!("/tokens/{id}")))
 }
 
 #[handler]

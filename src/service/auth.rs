@@ -111,7 +111,13 @@ pub async fn authenticate(
         .read_token(&token_hash, account.as_ref())
         .await?
         .ok_or(AuthError::TokenNotFound)?;
-    if !row.active {
+    let at = now();
+    // A replaced value past its grace period is gone, as a deleted token is;
+    // an expired token still exists, as a disabled one does.
+    if row.grace_until.is_some_and(|until| until <= at) {
+        return Err(AuthError::TokenNotFound);
+    }
+    if !row.active || row.expires_at.is_some_and(|expiry| expiry <= at) {
         return Err(AuthError::TokenDisabled);
     }
     let granted =
@@ -122,7 +128,7 @@ pub async fn authenticate(
     if row.project_active != Some(true) {
         return Err(AuthError::ProjectNotFound);
     }
-    usage.record(store, row.token_id, row.last_used_at);
+    usage.record(store, row.token_id, &token_hash, row.last_used_at, at);
     Ok(Authenticated {
         principal: Principal {
             token_id: row.token_id,
@@ -134,47 +140,55 @@ pub async fn authenticate(
     })
 }
 
-/// Records when tokens are used: `last_used_at`, written at most once a
-/// minute per token and off the request path, so authentication stays a read.
+/// Records when token values are used: `last_used_at` of the value, written
+/// at most once a minute per value and off the request path, so authentication stays a read.
 ///
 /// The database value alone would let every request of a burst that starts
 /// before the first write lands spawn a write of its own (64 at once under
 /// load, each queuing for SQLite's one writer), so the process also keeps
-/// when it last recorded each token.
+/// when it last recorded each value (by its hash, so that a reissued
+/// token's new value is recorded from its first use).
 #[derive(Debug, Default)]
 pub struct UsageRecorder {
-    recorded_at: Mutex<HashMap<i64, DateTime<Utc>>>,
+    recorded_at: Mutex<HashMap<String, DateTime<Utc>>>,
 }
 
 /// How stale `last_used_at` may get.
 const USAGE_RESOLUTION: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
 impl UsageRecorder {
-    fn record(&self, store: &Arc<dyn Store>, token_id: i64, last_used_at: Option<DateTime<Utc>>) {
-        let now = now();
+    fn record(
+        &self,
+        store: &Arc<dyn Store>,
+        token_id: i64,
+        token_hash: &str,
+        last_used_at: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) {
         let fresh = |t: DateTime<Utc>| now - t <= USAGE_RESOLUTION;
-        if last_used_at.is_some_and(fresh) || !self.claim(token_id, now) {
+        if last_used_at.is_some_and(fresh) || !self.claim(token_hash, now) {
             return;
         }
         let store = Arc::clone(store);
+        let token_hash = token_hash.to_owned();
         tokio::spawn(async move {
-            if let Err(err) = store.record_token_use(token_id, now).await {
+            if let Err(err) = store.record_token_use(token_id, &token_hash, now).await {
                 tracing::debug!(token_id, error = %err, "could not record last use");
             }
         });
     }
 
-    /// True when this process has not recorded `token_id` within the last
-    /// minute; it then counts as recorded at `now`.
-    fn claim(&self, token_id: i64, now: DateTime<Utc>) -> bool {
+    /// True when this process has not recorded the value `token_hash`
+    /// within the last minute; it then counts as recorded at `now`.
+    fn claim(&self, token_hash: &str, now: DateTime<Utc>) -> bool {
         let mut recorded_at = self
             .recorded_at
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        match recorded_at.get(&token_id) {
+        match recorded_at.get(token_hash) {
             Some(&t) if now - t <= USAGE_RESOLUTION => false,
             _ => {
-                recorded_at.insert(token_id, now);
+                recorded_at.insert(token_hash.to_owned(), now);
                 true
             }
         }
@@ -204,15 +218,15 @@ mod tests {
         }
     }
 
-    /// A burst of requests of one token records its use once a minute.
+    /// A burst of requests of one value records its use once a minute.
     #[test]
-    fn usage_is_recorded_once_a_minute_per_token() {
+    fn usage_is_recorded_once_a_minute_per_value() {
         let usage = UsageRecorder::default();
         let start = now();
-        assert!(usage.claim(1, start));
-        assert!(!usage.claim(1, start));
-        assert!(usage.claim(2, start), "another token");
-        assert!(!usage.claim(1, start + chrono::TimeDelta::seconds(60)));
-        assert!(usage.claim(1, start + chrono::TimeDelta::seconds(61)));
+        assert!(usage.claim("a", start));
+        assert!(!usage.claim("a", start));
+        assert!(usage.claim("b", start), "another value");
+        assert!(!usage.claim("a", start + chrono::TimeDelta::seconds(60)));
+        assert!(usage.claim("a", start + chrono::TimeDelta::seconds(61)));
     }
 }

@@ -9,6 +9,8 @@
 
 use std::{fmt, str::FromStr};
 
+use chrono::{DateTime, TimeDelta, Utc};
+
 use entity::{app_token, token_permission};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr,
@@ -114,7 +116,18 @@ impl TokenValue {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// Its last 4 characters, stored and shown to match a deployed value to
+    /// its token (the value's format allows no prefix; 4 of 64 random
+    /// characters tell nothing of the other 60).
+    fn last4(&self) -> String {
+        self.0[TOKEN_LEN - 4..].to_owned()
+    }
 }
+
+/// The longest grace period of a reissue: the old value serves a rollout,
+/// not as a second token.
+pub const MAX_GRACE: TimeDelta = TimeDelta::days(7);
 
 impl fmt::Debug for TokenValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -176,7 +189,7 @@ async fn replace_permissions<C: ConnectionTrait>(
     Ok(unique)
 }
 
-/// A token as the audit log shows it: never its value or hash.
+/// A token as the audit log shows it: never a value or a hash.
 fn audited(token: &app_token::Model, permissions: &[Permission]) -> Value {
     json!({
         "project_id": token.project_id,
@@ -184,12 +197,28 @@ fn audited(token: &app_token::Model, permissions: &[Permission]) -> Value {
         "permissions": permissions.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
         "active": token.active,
         "description": token.description,
+        "last4": token.last4,
+        "expires_at": token.expires_at,
+        "previous_last4": token.previous_last4,
+        "previous_until": token.previous_until,
     })
 }
 
-/// Issues a token for a project, created by `actor`. Returns its record
-/// and its value, which is not stored anywhere and cannot be shown again.
-/// A blank `description` is none.
+/// An expiry must lie ahead: one already past would make a token that never
+/// works.
+fn check_expiry(expires_at: Option<DateTime<Utc>>) -> Result<Option<DateTime<Utc>>, AdminError> {
+    match expires_at {
+        Some(at) if at <= now() => Err(AdminError::Invalid(
+            "expires_at",
+            "the expiry must be in the future".to_owned(),
+        )),
+        other => Ok(other),
+    }
+}
+
+/// Issues a token for a project, created by `actor`, working until
+/// `expires_at` when given. Returns its record and its value, which is not
+/// stored anywhere and cannot be shown again. A blank `description` is none.
 pub async fn create(
     db: &DatabaseConnection,
     actor: &Actor,
@@ -197,6 +226,7 @@ pub async fn create(
     name: &str,
     description: Option<&str>,
     permissions: &[Permission],
+    expires_at: Option<DateTime<Utc>>,
 ) -> Result<(TokenInfo, TokenValue), AdminError> {
     let name = validate::check_name("token", name).map_err(AdminError::invalid("name"))?;
     let description = description
@@ -204,6 +234,7 @@ pub async fn create(
         .transpose()
         .map_err(AdminError::invalid("description"))?
         .flatten();
+    let expires_at = check_expiry(expires_at)?;
     projects::get(db, project_id).await?;
     let value = TokenValue::generate();
     let txn = AuditedChange::begin(db, actor).await?;
@@ -211,9 +242,10 @@ pub async fn create(
         project_id: Set(project_id),
         name: Set(name),
         token_hash: Set(hash(value.expose())),
+        last4: Set(Some(value.last4())),
         active: Set(true),
         created_at: Set(now()),
-        last_used_at: Set(None),
+        expires_at: Set(expires_at),
         description: Set(description),
         created_by: Set(Some(actor.name().to_owned())),
         ..Default::default()
@@ -289,17 +321,31 @@ async fn update(
     Ok(TokenInfo { token, permissions })
 }
 
-/// Renames a token, replaces its description and/or replaces its
-/// permissions; what is `None` stays as it is, and a blank description
-/// removes it.
+/// What an edit changes; what is `None` stays as it is.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TokenEdit<'a> {
+    pub name: Option<&'a str>,
+    /// A blank description removes it.
+    pub description: Option<&'a str>,
+    pub permissions: Option<&'a [Permission]>,
+    /// `Some(None)` removes the expiry.
+    pub expires_at: Option<Option<DateTime<Utc>>>,
+}
+
+/// Renames a token, replaces its description, its permissions and/or its
+/// expiry.
 pub async fn edit(
     db: &DatabaseConnection,
     actor: &Actor,
     id: i64,
-    name: Option<&str>,
-    description: Option<&str>,
-    permissions: Option<&[Permission]>,
+    edit: TokenEdit<'_>,
 ) -> Result<TokenInfo, AdminError> {
+    let TokenEdit {
+        name,
+        description,
+        permissions,
+        expires_at,
+    } = edit;
     let name = name
         .map(|n| validate::check_name("token", n))
         .transpose()
@@ -308,12 +354,16 @@ pub async fn edit(
         .map(validate::check_description)
         .transpose()
         .map_err(AdminError::invalid("description"))?;
+    let expires_at = expires_at.map(check_expiry).transpose()?;
     update(db, actor, id, "token.edit", permissions, |model| {
         if let Some(name) = name {
             model.name = Set(name);
         }
         if let Some(description) = description {
             model.description = Set(description);
+        }
+        if let Some(expires_at) = expires_at {
+            model.expires_at = Set(expires_at);
         }
     })
     .await
@@ -349,22 +399,59 @@ pub async fn delete(db: &DatabaseConnection, actor: &Actor, id: i64) -> Result<(
     Ok(())
 }
 
-/// Gives a token a new value, keeping its id, name, permissions and state;
-/// the old value stops working at once. The value changed, and neither it
-/// nor its hash is logged: before and after show the same fields.
+/// Gives a token a new value, keeping its id, name, permissions and state.
+/// The old value keeps working for `grace` (zero: it stops at once), with
+/// its last use; a grace still running from an earlier reissue ends now, so
+/// a token has at most two values. Neither value nor hash is logged, only
+/// their last 4 characters.
 pub async fn reissue(
     db: &DatabaseConnection,
     actor: &Actor,
     id: i64,
+    grace: TimeDelta,
 ) -> Result<(app_token::Model, TokenValue), AdminError> {
+    if grace < TimeDelta::zero() || grace > MAX_GRACE {
+        return Err(AdminError::Invalid(
+            "grace",
+            "the grace period must be between 0 and 7 days".to_owned(),
+        ));
+    }
     let value = TokenValue::generate();
     let info = update(db, actor, id, "token.reissue", None, |model| {
+        let old_value = grace > TimeDelta::zero();
+        model.previous_hash = Set(old_value.then(|| model.token_hash.clone().unwrap()));
+        model.previous_last4 = Set(model.last4.clone().unwrap().filter(|_| old_value));
+        model.previous_last_used_at =
+            Set(model.last_used_at.clone().unwrap().filter(|_| old_value));
+        model.previous_until = Set(old_value.then(|| now() + grace));
         model.token_hash = Set(hash(value.expose()));
+        model.last4 = Set(Some(value.last4()));
         // The new value has never been used.
         model.last_used_at = Set(None);
     })
     .await?;
     Ok((info.token, value))
+}
+
+/// Ends a reissue's grace period now: the old value stops working.
+pub async fn end_grace(
+    db: &DatabaseConnection,
+    actor: &Actor,
+    id: i64,
+) -> Result<app_token::Model, AdminError> {
+    let info = update(db, actor, id, "token.end_grace", None, |model| {
+        model.previous_hash = Set(None);
+        model.previous_last4 = Set(None);
+        model.previous_last_used_at = Set(None);
+        model.previous_until = Set(None);
+    })
+    .await?;
+    Ok(info.token)
+}
+
+/// The end of the token's grace period while its old value still works.
+pub fn grace_until(token: &app_token::Model) -> Option<DateTime<Utc>> {
+    token.previous_until.filter(|until| *until > now())
 }
 
 /// The active tokens never used, or last used before `cutoff`, oldest

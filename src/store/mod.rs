@@ -44,7 +44,8 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The request path's database operations (see the module docs).
 pub trait Store: Send + Sync {
-    /// The token whose hash is `token_hash` (`None`: no such token), and,
+    /// The token one of whose values (the current one, or the one a
+    /// reissue replaced) has the hash `token_hash` (`None`: no such token), and,
     /// when `account` is given, that account of the token's project read in
     /// the same statement.
     fn read_token<'a>(
@@ -73,12 +74,14 @@ pub trait Store: Send + Sync {
         order: &'a NewOrder,
     ) -> StoreFuture<'a, Result<OrderInsert, StoreError>>;
 
-    /// Records that the token `token_id` was used at `at`.
-    fn record_token_use(
-        &self,
+    /// Records that the value `token_hash` of the token `token_id` was used
+    /// at `at` (nothing when the token no longer has that value).
+    fn record_token_use<'a>(
+        &'a self,
         token_id: i64,
+        token_hash: &'a str,
         at: DateTime<Utc>,
-    ) -> StoreFuture<'_, Result<(), StoreError>>;
+    ) -> StoreFuture<'a, Result<(), StoreError>>;
 }
 
 /// Counts what the grouping backends put into one statement; the
@@ -116,6 +119,12 @@ pub struct TokenRow {
     pub token_id: i64,
     pub project_id: i64,
     pub active: bool,
+    /// When the token stops working; `None`: never.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When the matched value stops working: `None` for the current value,
+    /// the end of its grace period for the value a reissue replaced.
+    pub grace_until: Option<DateTime<Utc>>,
+    /// When the matched value was last used.
     pub last_used_at: Option<DateTime<Utc>>,
     /// `None` when the project row is gone.
     pub project_active: Option<bool>,
@@ -163,6 +172,8 @@ where
         token_id: row.try_get("token_id")?,
         project_id: row.try_get("project_id")?,
         active: row.try_get("token_active")?,
+        expires_at: row.try_get("expires_at")?,
+        grace_until: row.try_get("grace_until")?,
         last_used_at: row.try_get("last_used_at")?,
         project_active: row.try_get("project_active")?,
         permissions: permission_list(row.try_get("permissions")?),

@@ -22,10 +22,12 @@ use super::{
 /// user by e-mail, the balance of the user (by id, else by e-mail) on the
 /// server, the user by id (proved by the balance row, which carries its
 /// user's project; read from users only without one), and the server.
-/// Parameters: user id, user id, e-mail, user id, server id, server id,
-/// token hash.
+/// Parameters: token hash, token hash, user id, user id, e-mail, user id,
+/// server id, server id, token hash, token hash.
 const READ_TOKEN: &str = r#"SELECT t.id AS token_id, t.project_id, t.active AS token_active,
-    t.last_used_at, p.active AS project_active,
+    t.expires_at, p.active AS project_active,
+    CASE WHEN t.token_hash = ? THEN NULL ELSE t.previous_until END AS grace_until,
+    CASE WHEN t.token_hash = ? THEN t.last_used_at ELSE t.previous_last_used_at END AS last_used_at,
     (SELECT GROUP_CONCAT(g.permission SEPARATOR ',') FROM token_permissions AS g
         WHERE g.token_id = t.id) AS permissions,
     CASE WHEN b.user_id = ? THEN b.user_id
@@ -38,7 +40,7 @@ LEFT JOIN users AS by_email ON by_email.email = ? AND by_email.project_id = t.pr
 LEFT JOIN balances AS b ON b.user_id = COALESCE(?, by_email.id) AND b.server_id = ?
     AND b.project_id = t.project_id
 LEFT JOIN servers AS s ON s.id = ? AND s.project_id = t.project_id
-WHERE t.token_hash = ?"#;
+WHERE t.token_hash = ? OR t.previous_hash = ?"#;
 
 /// The status update of a completion, guarded so that it matches a pending
 /// order only once. Parameters: completed status, time, payment id, order
@@ -64,8 +66,12 @@ ON DUPLICATE KEY UPDATE main_cents = main_cents + VALUES(main_cents), updated_at
 const MAIN_BALANCE: &str =
     r#"SELECT main_cents FROM balances WHERE user_id = ? AND server_id = ? FOR UPDATE"#;
 
-/// When a token was last used. Parameters: time, token id.
-const RECORD_TOKEN_USE: &str = r#"UPDATE app_tokens SET last_used_at = ? WHERE id = ?"#;
+/// When a token's value was last used. Parameters: hash, time, hash, time,
+/// token id.
+const RECORD_TOKEN_USE: &str = r#"UPDATE app_tokens
+SET last_used_at = CASE WHEN token_hash = ? THEN ? ELSE last_used_at END,
+    previous_last_used_at = CASE WHEN previous_hash = ? THEN ? ELSE previous_last_used_at END
+WHERE id = ?"#;
 
 /// The operation-log row of a credited order. Parameters: kind, order row
 /// id, user id, server id, amount, balance before, balance after, time.
@@ -121,12 +127,15 @@ impl MySqlStore {
         let user_id = account.and_then(|a| a.user_id);
         let server_id = account.map(|a| a.server_id);
         let row = sqlx::query(READ_TOKEN)
+            .bind(token_hash)
+            .bind(token_hash)
             .bind(user_id)
             .bind(user_id)
             .bind(account.and_then(|a| a.email.as_deref()))
             .bind(user_id)
             .bind(server_id)
             .bind(server_id)
+            .bind(token_hash)
             .bind(token_hash)
             .fetch_optional(&self.pool)
             .await?;
@@ -303,13 +312,17 @@ impl Store for MySqlStore {
         Box::pin(self.insert_order_now(order))
     }
 
-    fn record_token_use(
-        &self,
+    fn record_token_use<'a>(
+        &'a self,
         token_id: i64,
+        token_hash: &'a str,
         at: DateTime<Utc>,
-    ) -> StoreFuture<'_, Result<(), StoreError>> {
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             sqlx::query(RECORD_TOKEN_USE)
+                .bind(token_hash)
+                .bind(at)
+                .bind(token_hash)
                 .bind(at)
                 .bind(token_id)
                 .execute(&self.pool)

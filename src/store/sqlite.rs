@@ -48,7 +48,10 @@ use super::{
 /// read for an id only when the account has no balance row (one B-tree fewer
 /// per lookup).
 const READ_TOKEN: &str = r#"SELECT t."id" AS "token_id", t."project_id", t."active" AS "token_active",
-    t."last_used_at", p."active" AS "project_active",
+    t."expires_at", p."active" AS "project_active",
+    CASE WHEN t."token_hash" = :token_hash THEN NULL ELSE t."previous_until" END AS "grace_until",
+    CASE WHEN t."token_hash" = :token_hash THEN t."last_used_at" ELSE t."previous_last_used_at" END
+        AS "last_used_at",
     (SELECT group_concat(g."permission", ',') FROM "token_permissions" AS g
         WHERE g."token_id" = t."id") AS "permissions",
     CASE WHEN b."user_id" = :user_id THEN b."user_id"
@@ -61,7 +64,7 @@ LEFT JOIN "users" AS by_email ON by_email."email" = :email AND by_email."project
 LEFT JOIN "balances" AS b ON b."user_id" = COALESCE(:user_id, by_email."id")
     AND b."server_id" = :server_id AND b."project_id" = t."project_id"
 LEFT JOIN "servers" AS s ON s."id" = :server_id AND s."project_id" = t."project_id"
-WHERE t."token_hash" = :token_hash"#;
+WHERE t."token_hash" = :token_hash OR t."previous_hash" = :token_hash"#;
 
 /// The status update of a completion, guarded so that it matches a pending
 /// order only once.
@@ -103,8 +106,11 @@ const ORDER_USER: &str = r#"CASE WHEN :user_id IS NOT NULL
 const ORDER_SERVER: &str = r#"(:server_id = 0 OR EXISTS (SELECT 1 FROM "servers" AS s
         WHERE s."id" = :server_id AND s."project_id" = :project_id))"#;
 
-/// When a token was last used.
-const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens" SET "last_used_at" = ?1 WHERE "id" = ?2"#;
+/// When a token's value (`?3`, its hash) was last used.
+const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens"
+SET "last_used_at" = CASE WHEN "token_hash" = ?3 THEN ?1 ELSE "last_used_at" END,
+    "previous_last_used_at" = CASE WHEN "previous_hash" = ?3 THEN ?1 ELSE "previous_last_used_at" END
+WHERE "id" = ?2"#;
 
 /// How long an inline read waits for a locked file (WAL recovery after a
 /// crashed writer, another process holding it exclusively) before it counts
@@ -162,10 +168,9 @@ impl SqliteStore {
                             token_id: row.get("token_id")?,
                             project_id: row.get("project_id")?,
                             active: row.get("token_active")?,
-                            last_used_at: row
-                                .get::<_, Option<String>>("last_used_at")?
-                                .as_deref()
-                                .and_then(parse_time),
+                            expires_at: time_column(row, "expires_at")?,
+                            grace_until: time_column(row, "grace_until")?,
+                            last_used_at: time_column(row, "last_used_at")?,
                             project_active: row.get("project_active")?,
                             permissions: permission_list(row.get("permissions")?),
                             account: match account {
@@ -459,14 +464,18 @@ impl Store for SqliteStore {
         Box::pin(self.write(move |conn| insert_order_now(conn, &order)))
     }
 
-    fn record_token_use(
-        &self,
+    fn record_token_use<'a>(
+        &'a self,
         token_id: i64,
+        token_hash: &'a str,
         at: DateTime<Utc>,
-    ) -> StoreFuture<'_, Result<(), StoreError>> {
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        let token_hash = token_hash.to_owned();
         Box::pin(self.write(move |conn| {
             conn.prepare_cached(RECORD_TOKEN_USE)
-                .and_then(|mut record| record.execute(params![stored_time(at), token_id]))
+                .and_then(|mut record| {
+                    record.execute(params![stored_time(at), token_id, token_hash])
+                })
                 .map(drop)
                 .map_err(|err| classify(&err))
         }))
@@ -544,10 +553,15 @@ fn unavailable(err: &rusqlite::Error) -> StoreError {
     StoreError::Unavailable(err.to_string())
 }
 
-/// A time as sqlx stores it on SQLite (RFC 3339 text). An unreadable one
-/// reads as unknown, which only makes the token's use be recorded again.
-fn parse_time(text: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|time| time.with_timezone(&Utc))
+/// A time column as sqlx stores it on SQLite (RFC 3339 text). An unreadable
+/// one fails the read: an expiry must never read as "never".
+fn time_column(row: &rusqlite::Row<'_>, name: &str) -> rusqlite::Result<Option<DateTime<Utc>>> {
+    let Some(text) = row.get::<_, Option<String>>(name)? else {
+        return Ok(None);
+    };
+    DateTime::parse_from_rfc3339(&text)
+        .map(|time| Some(time.with_timezone(&Utc)))
+        .map_err(|err| {
+            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(err))
+        })
 }

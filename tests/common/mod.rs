@@ -335,6 +335,7 @@ impl TestApp {
             "test",
             None,
             permissions,
+            None,
         )
         .await
         .expect("token");

@@ -59,7 +59,10 @@ const MAX_GROUP: usize = 32;
 /// user's project; read from users only without one), and the server.
 /// `token_id` is NULL for an unknown token.
 pub const READ_TOKENS: &str = r#"SELECT "r"."idx", "t"."id" AS "token_id", "t"."project_id", "t"."active" AS "token_active",
-    "t"."last_used_at", "p"."active" AS "project_active",
+    "t"."expires_at", "p"."active" AS "project_active",
+    CASE WHEN "t"."token_hash" = "r"."token_hash" THEN NULL ELSE "t"."previous_until" END AS "grace_until",
+    CASE WHEN "t"."token_hash" = "r"."token_hash" THEN "t"."last_used_at" ELSE "t"."previous_last_used_at" END
+        AS "last_used_at",
     (SELECT string_agg("g"."permission", ',') FROM "token_permissions" AS "g"
         WHERE "g"."token_id" = "t"."id") AS "permissions",
     CASE WHEN "b"."user_id" = "r"."user_id" THEN "b"."user_id"
@@ -69,7 +72,7 @@ pub const READ_TOKENS: &str = r#"SELECT "r"."idx", "t"."id" AS "token_id", "t"."
     "by_email"."id" AS "user_by_email", "b"."main_cents", "b"."bonus_cents", "s"."id" AS "server_found"
 FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[])
     WITH ORDINALITY AS "r" ("token_hash", "user_id", "email", "server_id", "idx")
-LEFT JOIN "app_tokens" AS "t" ON "t"."token_hash" = "r"."token_hash"
+LEFT JOIN "app_tokens" AS "t" ON "t"."token_hash" = "r"."token_hash" OR "t"."previous_hash" = "r"."token_hash"
 LEFT JOIN "projects" AS "p" ON "p"."id" = "t"."project_id"
 LEFT JOIN "users" AS "by_email" ON "by_email"."email" = "r"."email" AND "by_email"."project_id" = "t"."project_id"
 LEFT JOIN "balances" AS "b" ON "b"."user_id" = COALESCE("r"."user_id", "by_email"."id")
@@ -195,8 +198,11 @@ const LOG_AUDIT: &str = r#"INSERT INTO "admin_audit_log" ("at", "administrator_i
     "object_id", "before", "after", "address")
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"#;
 
-/// When a token was last used.
-const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens" SET "last_used_at" = $1 WHERE "id" = $2"#;
+/// When a token's value (`$3`, its hash) was last used.
+const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens"
+SET "last_used_at" = CASE WHEN "token_hash" = $3 THEN $1 ELSE "last_used_at" END,
+    "previous_last_used_at" = CASE WHEN "previous_hash" = $3 THEN $1 ELSE "previous_last_used_at" END
+WHERE "id" = $2"#;
 
 /// How long a group of `statements` statements may take in all: a
 /// connection, each statement, and a second for the round trips.
@@ -339,15 +345,17 @@ impl Store for PostgresStore {
         })
     }
 
-    fn record_token_use(
-        &self,
+    fn record_token_use<'a>(
+        &'a self,
         token_id: i64,
+        token_hash: &'a str,
         at: DateTime<Utc>,
-    ) -> StoreFuture<'_, Result<(), StoreError>> {
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             sqlx::query(RECORD_TOKEN_USE)
                 .bind(at)
                 .bind(token_id)
+                .bind(token_hash)
                 .execute(&self.pool)
                 .await?;
             Ok(())
