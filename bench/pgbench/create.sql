@@ -11,7 +11,10 @@
 \set kg (:g * 1000003) % 1000000000000
 \set oid (:g * 1000003) % 100000000 * 1000 + :round
 SELECT "r"."idx", "t"."id" AS "token_id", "t"."project_id", "t"."active" AS "token_active",
-    "t"."last_used_at", "p"."active" AS "project_active",
+    "t"."expires_at", "p"."active" AS "project_active",
+    CASE WHEN "t"."token_hash" = "r"."token_hash" THEN NULL ELSE "t"."previous_until" END AS "grace_until",
+    CASE WHEN "t"."token_hash" = "r"."token_hash" THEN "t"."last_used_at" ELSE "t"."previous_last_used_at" END
+        AS "last_used_at",
     (SELECT string_agg("g"."permission", ',') FROM "token_permissions" AS "g"
         WHERE "g"."token_id" = "t"."id") AS "permissions",
     CASE WHEN "b"."user_id" = "r"."user_id" THEN "b"."user_id"
@@ -21,7 +24,7 @@ SELECT "r"."idx", "t"."id" AS "token_id", "t"."project_id", "t"."active" AS "tok
     "by_email"."id" AS "user_by_email", "b"."main_cents", "b"."bonus_cents", "s"."id" AS "server_found"
 FROM unnest(ARRAY[:tokhash]::text[], ARRAY[NULL]::int8[], ARRAY[NULL]::text[], ARRAY[NULL]::int8[])
     WITH ORDINALITY AS "r" ("token_hash", "user_id", "email", "server_id", "idx")
-LEFT JOIN "app_tokens" AS "t" ON "t"."token_hash" = "r"."token_hash"
+LEFT JOIN "app_tokens" AS "t" ON "t"."token_hash" = "r"."token_hash" OR "t"."previous_hash" = "r"."token_hash"
 LEFT JOIN "projects" AS "p" ON "p"."id" = "t"."project_id"
 LEFT JOIN "users" AS "by_email" ON "by_email"."email" = "r"."email" AND "by_email"."project_id" = "t"."project_id"
 LEFT JOIN "balances" AS "b" ON "b"."user_id" = COALESCE("r"."user_id", "by_email"."id")

@@ -13,7 +13,9 @@
 //     user's page) and cancel it (the page shows it cancelled), find it by
 //     its id; set a balance with a reason (the user's page shows it);
 //     enable the token again and read that balance through the API;
-//  6. make a second token "like this one", with one more endpoint
+//  6. reissue the token keeping the old value for an hour: both values
+//     answer 200; end the grace: the old one 403 TOKEN_NOT_FOUND;
+//     make a second token "like this one", with one more endpoint
 //     (payment/order/read), and read the cancelled order with it;
 //  7. run the audit from the ledger (its result shown);
 //  8. find each action in the admin audit log (by whom, from where, the
@@ -423,6 +425,28 @@ try {
     fail(`the API reads ${JSON.stringify(after)} after the panel set 25.50 and 3.00`);
   }
 
+  // ---------------------------------------------------------------- rotation with a grace period
+  // A reissue keeping the old value for an hour: both values answer 200;
+  // "End grace now" stops the old one (403 TOKEN_NOT_FOUND), not the new.
+  asked = confirmations.length;
+  await submit(`form[action="/tokens/${tokenId}/reissue"]`, { grace_hours: "1" }, "Reissue token", "reissue with 1 hour of grace");
+  expectConfirmed(asked, "reissuing the token");
+  const rotated = (await page.locator("#token-value").innerText()).trim();
+  if (!/^[A-Za-z0-9]{64}$/.test(rotated) || rotated === value) fail("the reissue shows no new value");
+  await shot("token-reissued-value-once");
+  await expectApi("balance with the old value in its grace period", callApi("GET", balancePath, value), 200);
+  await expectApi("balance with the new value", callApi("GET", balancePath, rotated), 200);
+  await visit(`/tokens/${tokenId}`, "token-grace");
+  await expectText("Old value in its grace period", "the token's page");
+  await expectText(`…${value.slice(60)}`, "the token's page");
+  await expectText(`…${rotated.slice(60)}`, "the token's page");
+  asked = confirmations.length;
+  await submit(`form[action="/tokens/${tokenId}/end-grace"]`, {}, "End grace now", "end the grace period");
+  expectConfirmed(asked, "ending the grace period");
+  await expectApi("balance with the old value after the grace", callApi("GET", balancePath, value), 403, "TOKEN_NOT_FOUND");
+  await expectApi("balance with the new value after the grace", callApi("GET", balancePath, rotated), 200);
+  await shot("token-grace-ended");
+
   // ---------------------------------------------------------------- a new token like this one
   await follow("New token like this one", "token-new-like", /^\/projects\/\d+\/tokens\/new$/);
   const likeForm = `form[action="/projects/${projectId}/tokens"]`;
@@ -482,7 +506,8 @@ try {
   }
   const reasonRow = rows.find((r) => r.action === "balance.set" && r.object === `balance ${userId}:0`);
   if (!reasonRow.text.includes(reason)) fail(`the audit log's balance.set does not show the reason: ${reasonRow.text}`);
-  if ((await page.content()).includes(value)) fail("the audit log shows the token's value");
+  const pageText = await page.content();
+  if ([value, rotated].some((v) => pageText.includes(v))) fail("the audit log shows a token's value");
   await submit(
     'form.filters[action="/audit-log"]',
     { object_kind: "token", object_id: tokenId },
@@ -491,7 +516,7 @@ try {
   );
   const tokenRows = await auditRows();
   const actions = tokenRows.map((r) => r.action).sort().join(" ");
-  if (actions !== "token.create token.disable token.enable") {
+  if (actions !== "token.create token.disable token.enable token.end_grace token.reissue") {
     fail(`filtered to token ${tokenId}, the audit log lists ${actions}`);
   }
   step(`filtered to the token: ${actions}`);
