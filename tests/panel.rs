@@ -90,6 +90,10 @@ on_every_backend!(
         a_token_expiry_is_set_by_day_and_a_past_or_malformed_one_is_refused,
         sign_in_goes_on_to_the_page_asked_for_on_this_site_only,
         a_sign_in_link_sets_a_new_password_without_the_current_one_for_15_minutes,
+        administrators_are_invited_disabled_and_enabled_in_the_panel,
+        the_panel_refuses_to_disable_yourself,
+        two_administrators_disabling_each_other_at_once_leave_one_active,
+        sign_out_everywhere_ends_every_session_of_the_administrator,
     ],
     // These start a panel with settings of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -518,6 +522,14 @@ impl Browser {
             &[("name", name), ("password", password)],
         )
         .await
+    }
+
+    /// Opens the sign-in link `secret` and presses its button.
+    async fn use_link(&mut self, secret: &str) -> Page {
+        let shown = self.get(&format!("/sign-in/link/{secret}")).await;
+        let csrf = shown.csrf();
+        self.post("/sign-in/link", &[("csrf", &csrf), ("link", secret)])
+            .await
     }
 
     /// The CSRF token of this browser, from a page it can see.
@@ -3316,4 +3328,271 @@ async fn a_sign_in_link_sets_a_new_password_without_the_current_one_for_15_minut
         .sign_in(ADMIN, new_password)
         .await
         .assert_redirect("/");
+}
+
+// ---- administrators ----
+
+async fn administrators_are_invited_disabled_and_enabled_in_the_panel(panel: Panel) {
+    let mut browser = panel.signed_in().await;
+    let listed = browser.get("/admins").await;
+    listed.assert_status(200);
+    assert!(
+        listed.text.contains(r#"href="/admins""#),
+        "in the navigation"
+    );
+    let mine = Regex::new(&format!(r"<tr><td>{ADMIN} .*?</tr>")).unwrap();
+    let row = &mine.find(&listed.text).expect("my row").as_str();
+    assert!(row.contains("you") && !row.contains("never"), "{row}");
+    assert!(
+        !row.contains("<form"),
+        "no disable button for oneself: {row}"
+    );
+
+    // Refused next to the field, changing nothing.
+    let rows = panel.audit_rows().await.len();
+    for (name, why) in [("", "name"), (ADMIN, "already exists")] {
+        let refused = browser
+            .submit("/admins", "/admins", &[("name", name)])
+            .await;
+        refused.assert_status(422);
+        let error = refused.field_error("name").unwrap_or_default();
+        assert!(error.contains(why), "{name:?}: {}", refused.text);
+    }
+    assert_eq!(panel.audit_rows().await.len(), rows);
+
+    // The link is in the invitation's answer only.
+    let invited = browser
+        .submit("/admins", "/admins", &[("name", "newcomer")])
+        .await;
+    invited.assert_status(200);
+    assert_eq!(invited.header("cache-control"), Some("no-store"));
+    let link = Regex::new(r"/sign-in/link/([A-Za-z0-9]{43})").unwrap();
+    let secret = link.captures(&invited.text).expect("the link")[1].to_owned();
+    assert!(
+        invited
+            .text
+            .contains(&format!("{}/sign-in/link/{secret}", panel.base)),
+        "a whole address: {}",
+        invited.text
+    );
+    assert!(invited.text.contains("15 minutes"), "{}", invited.text);
+    let again = browser.get("/admins").await;
+    assert!(!again.text.contains(&secret), "shown once");
+    assert!(!link.is_match(&again.text));
+    let newcomer = administrator::Entity::find()
+        .filter(administrator::Column::Name.eq("newcomer"))
+        .one(&panel.app.db)
+        .await
+        .unwrap()
+        .expect("invited");
+    assert_eq!(newcomer.last_signed_in_at, None);
+    let rows = panel
+        .audit_of("administrator.invite", &newcomer.id.to_string())
+        .await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0].actor.as_str(), rows[0].administrator_id),
+        (ADMIN, Some(panel.admin_id))
+    );
+    let after: Value = serde_json::from_str(rows[0].after.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        (&after["name"], &after["active"]),
+        (&json!("newcomer"), &json!(true))
+    );
+    assert!(after["link_expires_at"].is_string(), "{after}");
+    assert!(!panel.panel_tables_text().await.contains(&secret));
+
+    // The link signs the newcomer in once; they set their own password.
+    let mut theirs = panel.browser();
+    theirs.use_link(&secret).await.assert_redirect("/");
+    let account = theirs.get("/account").await;
+    assert!(account.text.contains("newcomer") && !account.text.contains("current_password"));
+    panel
+        .browser()
+        .get(&format!("/sign-in/link/{secret}"))
+        .await
+        .assert_status(410);
+    let password = "the newcomer's own passphrase";
+    let set = theirs
+        .submit(
+            "/account",
+            "/account/password",
+            &[("password", password), ("password_again", password)],
+        )
+        .await;
+    assert_eq!(set.status, 303, "{}", set.text);
+    panel
+        .browser()
+        .sign_in("newcomer", password)
+        .await
+        .assert_redirect("/");
+
+    // Disabled: signed out at once; then enabled again.
+    let path = format!("/admins/{}/active", newcomer.id);
+    let page = browser
+        .submit("/admins", &path, &[("active", "false")])
+        .await;
+    page.assert_redirect("/admins");
+    theirs.get("/").await.assert_sign_in_required();
+    let audited = |active: bool| json!({"name": "newcomer", "active": active});
+    let mut disabled_after = audited(false);
+    disabled_after["sessions_ended"] = json!(2);
+    panel.check_row(
+        &panel
+            .audit_of("administrator.disable", &newcomer.id.to_string())
+            .await,
+        Some(audited(true)),
+        Some(disabled_after),
+    );
+    let listed = browser.get("/admins").await;
+    assert!(listed.text.contains("disabled"), "{}", listed.text);
+    let page = browser
+        .submit("/admins", &path, &[("active", "true")])
+        .await;
+    page.assert_redirect("/admins");
+    panel.check_row(
+        &panel
+            .audit_of("administrator.enable", &newcomer.id.to_string())
+            .await,
+        Some(audited(false)),
+        Some(audited(true)),
+    );
+    panel
+        .browser()
+        .sign_in("newcomer", password)
+        .await
+        .assert_redirect("/");
+}
+
+async fn the_panel_refuses_to_disable_yourself(panel: Panel) {
+    let mut browser = panel.signed_in().await;
+    panel.administrator("colleague").await;
+    let rows = panel.audit_rows().await.len();
+    let path = format!("/admins/{}/active", panel.admin_id);
+    let refused = browser
+        .submit("/admins", &path, &[("active", "false")])
+        .await;
+    refused.assert_status(422);
+    let error = refused.field_error("active").unwrap_or_default();
+    assert!(
+        error.contains("cannot disable yourself"),
+        "{}",
+        refused.text
+    );
+    browser.get("/").await.assert_status(200);
+    assert_eq!(panel.audit_rows().await.len(), rows);
+}
+
+async fn two_administrators_disabling_each_other_at_once_leave_one_active(panel: Panel) {
+    // Each signed in, each disabling the other: the last active
+    // administrator is never disabled, whichever goes first.
+    let colleague = panel.administrator("colleague").await;
+    let mut mine = panel.signed_in().await;
+    let mut theirs = panel.browser();
+    theirs
+        .sign_in("colleague", PASSWORD)
+        .await
+        .assert_redirect("/");
+    let (my_csrf, their_csrf) = (mine.csrf().await, theirs.csrf().await);
+    let my_path = format!("/admins/{colleague}/active");
+    let their_path = format!("/admins/{}/active", panel.admin_id);
+    let my_form = [("csrf", my_csrf.as_str()), ("active", "false")];
+    let their_form = [("csrf", their_csrf.as_str()), ("active", "false")];
+    let (a, b) = tokio::join!(
+        mine.post(&my_path, &my_form),
+        theirs.post(&their_path, &their_form),
+    );
+    let done = [&a, &b]
+        .iter()
+        .filter(|p| p.status == 303 && p.header("location") == Some("/admins"))
+        .count();
+    assert_eq!(done, 1, "one disables the other: {} {}", a.text, b.text);
+    for page in [&a, &b] {
+        let signed_out = page.status == 303 && page.header("location") == Some("/sign-in");
+        let refused = page.status == 422
+            && page
+                .field_error("active")
+                .is_some_and(|e| e.contains("last active administrator"));
+        let disabled = page.header("location") == Some("/admins");
+        assert!(
+            disabled || signed_out || refused,
+            "{} {}",
+            page.status,
+            page.text
+        );
+    }
+    let active = administrator::Entity::find()
+        .filter(administrator::Column::Active.eq(true))
+        .all(&panel.app.db)
+        .await
+        .unwrap();
+    assert_eq!(active.len(), 1, "{active:?}");
+    let disables = panel
+        .audit_rows()
+        .await
+        .into_iter()
+        .filter(|r| r.action == "administrator.disable")
+        .count();
+    assert_eq!(disables, 1);
+}
+
+async fn sign_out_everywhere_ends_every_session_of_the_administrator(panel: Panel) {
+    panel.administrator("colleague").await;
+    let mut browser = panel.signed_in().await;
+    let mut elsewhere = panel.signed_in().await;
+    let mut colleague = panel.browser();
+    colleague
+        .sign_in("colleague", PASSWORD)
+        .await
+        .assert_redirect("/");
+    elsewhere.get("/").await.assert_status(200);
+    let account = browser.get("/account").await;
+    account.assert_status(200);
+    let rows = Regex::new(r"<tr><td class=.when.>.*?</tr>").unwrap();
+    let sessions: Vec<&str> = rows.find_iter(&account.text).map(|m| m.as_str()).collect();
+    assert_eq!(
+        sessions.len(),
+        2,
+        "mine, not the colleague's: {}",
+        account.text
+    );
+    assert_eq!(
+        sessions
+            .iter()
+            .filter(|r| r.contains("this session"))
+            .count(),
+        1
+    );
+    assert!(
+        sessions.iter().all(|r| r.contains("127.0.0.1")),
+        "{sessions:?}"
+    );
+    // A page opened records when the session was last seen.
+    let seen = admin_session::Entity::find()
+        .filter(admin_session::Column::AdministratorId.eq(panel.admin_id))
+        .all(&panel.app.db)
+        .await
+        .unwrap();
+    assert!(seen.iter().all(|s| s.last_seen_at.is_some()), "{seen:?}");
+
+    let csrf = account.csrf();
+    let out = browser
+        .post("/account/sign-out-everywhere", &[("csrf", &csrf)])
+        .await;
+    out.assert_redirect("/sign-in");
+    assert!(browser.cookie.is_none(), "the cookie is deleted");
+    browser.get("/").await.assert_sign_in_required();
+    elsewhere.get("/").await.assert_sign_in_required();
+    colleague.get("/").await.assert_status(200);
+    assert_eq!(panel.sessions().await, 1);
+    panel.check_row(
+        &panel
+            .audit_of(
+                "administrator.sign_out_everywhere",
+                &panel.admin_id.to_string(),
+            )
+            .await,
+        None,
+        Some(json!({"name": ADMIN, "sessions_ended": 2})),
+    );
 }

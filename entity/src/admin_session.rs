@@ -15,6 +15,8 @@ pub struct Model {
     pub address: Option<String>,
     /// Whether a sign-in link opened it (not a password).
     pub by_link: bool,
+    /// When it last opened a page, to a minute; none before its first.
+    pub last_seen_at: Option<ChronoDateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -13,6 +13,8 @@ pub struct Model {
     /// An inactive administrator cannot sign in.
     pub active: bool,
     pub created_at: ChronoDateTimeUtc,
+    /// When they last signed in; none before their first sign-in.
+    pub last_signed_in_at: Option<ChronoDateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -16,6 +16,7 @@ mod m20261125_000003_panel;
 mod m20261126_000001_completion_refusals;
 mod m20261126_000002_session_by_link;
 mod m20261127_000001_token_rotation;
+mod m20261127_000001_panel_activity;
 
 pub struct Migrator;
 
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000001_completion_refusals::Migration),
             Box::new(m20261126_000002_session_by_link::Migration),
             Box::new(m20261127_000001_token_rotation::Migration),
+            Box::new(m20261127_000001_panel_activity::Migration),
         ]
     }
 }

@@ -54,12 +54,7 @@ pub(super) async fn login_link(
 ) -> anyhow::Result<(String, chrono::DateTime<chrono::Utc>)> {
     let (secret, expires_at) =
         admin_sessions::create_login_link(db, &Actor::CommandLine, name).await?;
-    let url = format!(
-        "{}/sign-in/link/{}",
-        base.trim_end_matches('/'),
-        secret.expose()
-    );
-    Ok((url, expires_at))
+    Ok((admin_sessions::link_url(base, &secret), expires_at))
 }
 
 fn to_json(a: &administrator::Model) -> serde_json::Value {

@@ -1,6 +1,8 @@
-//! The signed-in administrator's own account: their session, and a new
-//! password (after a sign-in link, the way back from a lost one).
+//! The signed-in administrator's own account: their sessions (every
+//! browser they are signed in with, which they can all sign out at once),
+//! and a new password (after a sign-in link, the way back from a lost one).
 
+use entity::admin_session;
 use maud::{Markup, html};
 use poem::{Response, Route, get, handler, post, web::Data};
 
@@ -8,9 +10,10 @@ use super::{
     PanelError, PanelState,
     page::{self, FieldErrors},
     session::{PostForm, SignedIn},
+    sign_in::signed_out,
 };
 use crate::service::{
-    AdminError,
+    AdminError, admin_sessions,
     admins::{self, Password},
 };
 
@@ -18,9 +21,15 @@ pub fn routes(route: Route) -> Route {
     route
         .at("/account", get(show))
         .at("/account/password", post(change_password))
+        .at("/account/sign-out-everywhere", post(sign_out_everywhere))
 }
 
-fn account_page(admin: &SignedIn, changed: bool, errors: &FieldErrors) -> Markup {
+fn account_page(
+    admin: &SignedIn,
+    sessions: &[admin_session::Model],
+    changed: bool,
+    errors: &FieldErrors,
+) -> Markup {
     page::frame(
         admin,
         "Your account",
@@ -30,6 +39,27 @@ fn account_page(admin: &SignedIn, changed: bool, errors: &FieldErrors) -> Markup
             }
             p { "Signed in as " strong { (admin.name()) } " until "
                 (page::when(&admin.session.expires_at)) " (sessions last 8 hours)." }
+            section {
+                h2 { "Your sessions" }
+                div.table-wrap { table {
+                    thead { tr { th { "Signed in" } th { "Last seen" } th { "From" } th {} } }
+                    tbody {
+                        @for s in sessions {
+                            tr {
+                                td.when { (page::when(&s.created_at)) @if s.by_link { " " span.muted { "(link)" } } }
+                                td.when { (page::when_or(s.last_seen_at.as_ref(), "not yet")) }
+                                td { (s.address.as_deref().unwrap_or("unknown")) }
+                                td { @if s.session_hash == admin.cookie_hash { (page::badge("this session", "ok")) } }
+                            }
+                        }
+                    }
+                } }
+                form method="post" action="/account/sign-out-everywhere"
+                    data-confirm="Sign out every browser, this one included?" {
+                    (page::csrf(admin))
+                    button.danger type="submit" { "Sign out everywhere" }
+                }
+            }
             section {
                 h2 { "New password" }
                 form method="post" action="/account/password" {
@@ -64,9 +94,30 @@ fn account_page(admin: &SignedIn, changed: bool, errors: &FieldErrors) -> Markup
 }
 
 #[handler]
-async fn show(admin: SignedIn, req: &poem::Request) -> Response {
+async fn show(
+    admin: SignedIn,
+    req: &poem::Request,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
     let changed = req.uri().query() == Some("changed");
-    page::ok(account_page(&admin, changed, &FieldErrors::default()))
+    let sessions = admin_sessions::sessions_of(&state.db, admin.session.administrator.id).await?;
+    Ok(page::ok(account_page(
+        &admin,
+        &sessions,
+        changed,
+        &FieldErrors::default(),
+    )))
+}
+
+#[handler]
+async fn sign_out_everywhere(
+    admin: SignedIn,
+    _form: PostForm,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let id = admin.session.administrator.id;
+    admin_sessions::sign_out_everywhere(&state.db, &admin.actor(), id).await?;
+    Ok(signed_out(&state))
 }
 
 #[handler]
@@ -97,7 +148,11 @@ async fn change_password(
         Err(err) => return Err(err.into()),
     };
     let Some(password) = password.filter(|_| errors.is_empty()) else {
-        return Ok(page::invalid(account_page(&admin, false, &errors)));
+        let sessions =
+            admin_sessions::sessions_of(&state.db, admin.session.administrator.id).await?;
+        return Ok(page::invalid(account_page(
+            &admin, &sessions, false, &errors,
+        )));
     };
     admins::set_password(
         &state.db,

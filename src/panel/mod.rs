@@ -13,6 +13,7 @@
 //! secret is in its path).
 
 mod account;
+mod admins;
 mod audit_log;
 mod ledger;
 mod orders;
@@ -154,6 +155,7 @@ pub fn routes(state: PanelState) -> impl Endpoint {
     tokio::task::spawn_blocking(crate::service::admins::prepare_unknown_name_check);
     let pages = [
         account::routes,
+        admins::routes,
         projects::routes,
         tokens::routes,
         users::routes,

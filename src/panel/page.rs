@@ -56,6 +56,7 @@ pub fn frame(admin: &SignedIn, title: &str, body: Markup) -> Markup {
                         a href="/orders" { "Orders" }
                         a href="/ledger" { "Ledger" }
                         a href="/audit-log" { "Audit log" }
+                        a href="/admins" { "Administrators" }
                     }
                     form.sign-out method="post" action="/sign-out" {
                         (csrf(admin))

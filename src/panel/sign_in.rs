@@ -212,11 +212,16 @@ pub async fn sign_out(
     _form: PostForm,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
-    let name = cookie_name(state.cookie_secure);
-    if let Some(value) = read_cookie(req, name) {
-        admin_sessions::sign_out(&state.db, &Secret::from_client(&value)).await?;
+    if let Some(cookie) = session_cookie(req, &state) {
+        admin_sessions::sign_out(&state.db, &cookie).await?;
     }
+    Ok(signed_out(&state))
+}
+
+/// Off to the sign-in page, the session cookie deleted.
+pub fn signed_out(state: &PanelState) -> Response {
     let mut response = page::redirect("/sign-in");
+    let name = cookie_name(state.cookie_secure);
     set_cookie(&mut response, (name, "", "/"), state.cookie_secure, Some(0));
-    Ok(response)
+    response
 }

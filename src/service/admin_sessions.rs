@@ -10,7 +10,8 @@
 //!
 //! A session lasts [`SESSION_LIFETIME`] from its sign-in, never longer
 //! (signing in again starts a new one, with a new cookie); it ends at
-//! sign-out, and at once for every session of an administrator who is
+//! sign-out (of one browser, or of every browser of its administrator at
+//! once), and at once for every session of an administrator who is
 //! disabled (their rows are deleted, and a session is only found with its
 //! administrator active).
 
@@ -41,6 +42,12 @@ pub const LOGIN_LINK_LIFETIME: Duration = Duration::minutes(15);
 /// [`FAILURE_WINDOW`]; the next attempt is refused without checking.
 pub const MAX_FAILURES: u64 = 5;
 pub const FAILURE_WINDOW: Duration = Duration::minutes(5);
+/// How long a failed sign-in is kept (for the overview's count of refused
+/// sign-ins), though it counts for the rate limit only within
+/// [`FAILURE_WINDOW`].
+pub const FAILURES_KEPT: Duration = Duration::hours(24);
+/// A session's `last_seen_at` is written at most this often.
+const LAST_SEEN_PRECISION: Duration = Duration::minutes(1);
 
 const SECRET_LEN: usize = 43;
 
@@ -133,7 +140,7 @@ pub async fn sign_in(
     let name: String = name.trim().chars().take(200).collect();
     let since = now() - FAILURE_WINDOW;
     admin_sign_in_failure::Entity::delete_many()
-        .filter(Column::FailedAt.lte(since))
+        .filter(Column::FailedAt.lte(now() - FAILURES_KEPT))
         .exec(db)
         .await?;
     let attempt = admin_sign_in_failure::ActiveModel {
@@ -176,8 +183,11 @@ pub async fn sign_in(
     let Some(admin) = admins::verify(db, &name, password).await? else {
         return Err(SignInError::Refused);
     };
+    // Those of the window only: older ones no longer count for the limit,
+    // and stay for the overview's count of refused sign-ins.
     admin_sign_in_failure::Entity::delete_many()
         .filter(Column::Name.eq(&name).or(Column::Id.eq(attempt.id)))
+        .filter(Column::FailedAt.gt(since))
         .exec(db)
         .await?;
     Ok(start_session(db, admin, address, false).await?)
@@ -207,6 +217,14 @@ async fn start_session<C: ConnectionTrait>(
     }
     .insert(db)
     .await?;
+    administrator::Entity::update_many()
+        .col_expr(
+            administrator::Column::LastSignedInAt,
+            Expr::value(created_at),
+        )
+        .filter(administrator::Column::Id.eq(administrator.id))
+        .exec(db)
+        .await?;
     tracing::info!(administrator = %administrator.name, %address, "panel sign-in");
     Ok((
         secret,
@@ -219,6 +237,8 @@ async fn start_session<C: ConnectionTrait>(
 }
 
 /// The session of a cookie value: unexpired, its administrator active.
+/// Its `last_seen_at` becomes now, when it is older than
+/// [`LAST_SEEN_PRECISION`] (so that most pages read without writing).
 pub async fn session(db: &DatabaseConnection, cookie: &Secret) -> Result<Option<Session>, DbErr> {
     let found = admin_session::Entity::find()
         .filter(admin_session::Column::SessionHash.eq(cookie_hash(cookie)))
@@ -226,14 +246,63 @@ pub async fn session(db: &DatabaseConnection, cookie: &Secret) -> Result<Option<
         .find_also_related(administrator::Entity)
         .one(db)
         .await?;
-    Ok(match found {
-        Some((session, Some(administrator))) if administrator.active => Some(Session {
-            administrator,
-            expires_at: session.expires_at,
-            by_link_at: session.by_link.then_some(session.created_at),
-        }),
-        _ => None,
-    })
+    let Some((session, Some(administrator))) =
+        found.filter(|(_, a)| a.as_ref().is_some_and(|a| a.active))
+    else {
+        return Ok(None);
+    };
+    if session
+        .last_seen_at
+        .is_none_or(|at| now() - at >= LAST_SEEN_PRECISION)
+    {
+        admin_session::Entity::update_many()
+            .col_expr(admin_session::Column::LastSeenAt, Expr::value(now()))
+            .filter(admin_session::Column::Id.eq(session.id))
+            .exec(db)
+            .await?;
+    }
+    Ok(Some(Session {
+        administrator,
+        expires_at: session.expires_at,
+        by_link_at: session.by_link.then_some(session.created_at),
+    }))
+}
+
+/// The unexpired sessions of administrator `id`, newest first.
+pub async fn sessions_of(
+    db: &DatabaseConnection,
+    id: i64,
+) -> Result<Vec<admin_session::Model>, DbErr> {
+    admin_session::Entity::find()
+        .filter(admin_session::Column::AdministratorId.eq(id))
+        .filter(admin_session::Column::ExpiresAt.gt(now()))
+        .order_by_desc(admin_session::Column::Id)
+        .all(db)
+        .await
+}
+
+/// Ends every session of administrator `id` (the one asking included):
+/// every browser they are signed in with is signed out. Returns how many
+/// ended.
+pub async fn sign_out_everywhere(
+    db: &DatabaseConnection,
+    actor: &Actor,
+    id: i64,
+) -> Result<u64, AdminError> {
+    let txn = AuditedChange::begin(db, actor).await?;
+    let admin = administrator::Entity::find_by_id(id)
+        .one(&*txn)
+        .await?
+        .ok_or(AdminError::NotFound("administrator", id))?;
+    let ended = admin_session::Entity::delete_many()
+        .filter(admin_session::Column::AdministratorId.eq(id))
+        .exec(&*txn)
+        .await?
+        .rows_affected;
+    let change = Change::new("administrator.sign_out_everywhere", "administrator", id)
+        .after(serde_json::json!({"name": admin.name, "sessions_ended": ended}));
+    txn.commit(change).await?;
+    Ok(ended)
 }
 
 /// Ends the session of a cookie value (nothing when there is none).
@@ -263,19 +332,8 @@ pub async fn create_login_link(
             format!("administrator {name:?} is disabled; enable them first"),
         ));
     }
-    let secret = Secret::generate();
-    let expires_at = now() + LOGIN_LINK_LIFETIME;
     let txn = AuditedChange::begin(db, actor).await?;
-    admin_login_link::ActiveModel {
-        link_hash: Set(hash(secret.expose())),
-        administrator_id: Set(administrator.id),
-        created_at: Set(now()),
-        expires_at: Set(expires_at),
-        used_at: Set(None),
-        ..Default::default()
-    }
-    .insert(&*txn)
-    .await?;
+    let (secret, expires_at) = insert_login_link(&*txn, administrator.id).await?;
     txn.commit(
         Change::new(
             "administrator.login_link",
@@ -284,6 +342,38 @@ pub async fn create_login_link(
         )
         .after(serde_json::json!({"name": administrator.name, "expires_at": expires_at})),
     )
+    .await?;
+    Ok((secret, expires_at))
+}
+
+/// The address of the sign-in link `secret` on the panel at `base`
+/// (`https://panel.example`; empty for a path alone).
+pub fn link_url(base: &str, secret: &Secret) -> String {
+    format!(
+        "{}/sign-in/link/{}",
+        base.trim_end_matches('/'),
+        secret.expose()
+    )
+}
+
+/// Writes a new sign-in link of administrator `id`, valid
+/// [`LOGIN_LINK_LIFETIME`]: its secret and end, for the caller's
+/// transaction (which records it in the audit log).
+pub(super) async fn insert_login_link<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+) -> Result<(Secret, DateTime<Utc>), DbErr> {
+    let secret = Secret::generate();
+    let expires_at = now() + LOGIN_LINK_LIFETIME;
+    admin_login_link::ActiveModel {
+        link_hash: Set(hash(secret.expose())),
+        administrator_id: Set(id),
+        created_at: Set(now()),
+        expires_at: Set(expires_at),
+        used_at: Set(None),
+        ..Default::default()
+    }
+    .insert(db)
     .await?;
     Ok((secret, expires_at))
 }

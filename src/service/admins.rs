@@ -1,5 +1,5 @@
 //! Administrators: the accounts that may sign in to the administration
-//! panel, managed from the command line.
+//! panel, managed from the command line and the panel.
 //!
 //! A password is kept only as an argon2id hash, a PHC string that carries
 //! its parameters and salt (the `argon2` crate's defaults: 19 MiB, 2
@@ -10,6 +10,8 @@
 //! an answer does not tell which names exist.
 
 use std::{fmt, sync::LazyLock};
+
+use chrono::{DateTime, Utc};
 
 use argon2::{
     Argon2, PasswordHash, PasswordHasher, PasswordVerifier,
@@ -25,6 +27,7 @@ use serde_json::{Value, json};
 use super::{
     AdminError,
     admin_audit::{Actor, AuditedChange, Change},
+    admin_sessions::{self, Secret},
     now, validate,
 };
 
@@ -123,6 +126,39 @@ pub async fn create(
     name: &str,
     password: Password,
 ) -> Result<administrator::Model, AdminError> {
+    let (txn, admin) = insert(db, actor, name, password).await?;
+    let change =
+        Change::new("administrator.create", "administrator", admin.id).after(audited(&admin));
+    txn.commit(change).await?;
+    Ok(admin)
+}
+
+/// Creates the administrator `name` with a single-use sign-in link, in one
+/// change: the link's secret and end. Their password is random and never
+/// shown: signed in by the link, they set their own without it.
+pub async fn invite(
+    db: &DatabaseConnection,
+    actor: &Actor,
+    name: &str,
+) -> Result<(administrator::Model, Secret, DateTime<Utc>), AdminError> {
+    let unknown = Password(super::random_alphanumeric(43));
+    let (txn, admin) = insert(db, actor, name, unknown).await?;
+    let (secret, expires_at) = admin_sessions::insert_login_link(&*txn, admin.id).await?;
+    let mut after = audited(&admin);
+    after["link_expires_at"] = json!(expires_at);
+    txn.commit(Change::new("administrator.invite", "administrator", admin.id).after(after))
+        .await?;
+    Ok((admin, secret, expires_at))
+}
+
+/// Inserts the administrator `name` in a change left for the caller to
+/// commit with its audit row.
+async fn insert<'a>(
+    db: &DatabaseConnection,
+    actor: &'a Actor,
+    name: &str,
+    password: Password,
+) -> Result<(AuditedChange<'a>, administrator::Model), AdminError> {
     let name = validate::check_name("administrator", name).map_err(AdminError::invalid("name"))?;
     let taken = || format!("an administrator named {name:?} already exists");
     if named(&name).one(db).await?.is_some() {
@@ -142,10 +178,7 @@ pub async fn create(
     .insert(&*txn)
     .await
     .map_err(|err| AdminError::conflict_on_unique(err, "name", taken))?;
-    let change =
-        Change::new("administrator.create", "administrator", admin.id).after(audited(&admin));
-    txn.commit(change).await?;
-    Ok(admin)
+    Ok((txn, admin))
 }
 
 pub async fn list(db: &DatabaseConnection) -> Result<Vec<administrator::Model>, AdminError> {
@@ -153,6 +186,13 @@ pub async fn list(db: &DatabaseConnection) -> Result<Vec<administrator::Model>, 
         .order_by_asc(administrator::Column::Name)
         .all(db)
         .await?)
+}
+
+pub async fn get(db: &DatabaseConnection, id: i64) -> Result<administrator::Model, AdminError> {
+    administrator::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .ok_or(AdminError::NotFound("administrator", id))
 }
 
 /// Enables or disables the administrator `name`. Disabling also deletes

@@ -1,0 +1,186 @@
+//! The administrators: who may sign in to the panel. Invite one, disable,
+//! enable.
+//!
+//! An invitation creates the administrator with a single-use sign-in link,
+//! shown once: in the answer to the invitation (`no-store`, as every panel
+//! answer), never in a cookie or a URL; the script then puts `/admins` in
+//! the browser's history, so that a reload does not invite again. Signed
+//! in by the link, the new administrator sets their own password on their
+//! account page without a current one. The service refuses disabling
+//! yourself or the last active administrator; its refusal is shown in the
+//! row whose form asked.
+
+use chrono::{DateTime, Utc};
+use entity::administrator;
+use maud::{Markup, html};
+use poem::{
+    Request, Response, Route, handler,
+    http::header,
+    post,
+    web::{Data, Path},
+};
+
+use super::{
+    PanelError, PanelState,
+    page::{self, FieldAttrs, FieldErrors},
+    session::{PostForm, SignedIn},
+};
+use crate::service::{
+    AdminError,
+    admin_sessions::{self, LOGIN_LINK_LIFETIME},
+    admins,
+};
+
+pub fn routes(route: Route) -> Route {
+    route
+        .at("/admins", poem::get(list).post(invite))
+        .at("/admins/:id/active", post(set_active))
+}
+
+/// What the page shows besides the list.
+#[derive(Default)]
+struct Shown<'a> {
+    /// The invitation just made: the name, the link and its end.
+    invited: Option<(String, String, DateTime<Utc>)>,
+    /// The invitation form's name and errors.
+    name: &'a str,
+    errors: FieldErrors,
+    /// The administrator whose enable or disable was refused, and why.
+    refused: Option<(i64, String)>,
+}
+
+fn admins_page(admin: &SignedIn, all: &[administrator::Model], shown: &Shown<'_>) -> Markup {
+    let me = admin.session.administrator.id;
+    page::frame(
+        admin,
+        "Administrators",
+        html! {
+            @if let Some((name, link, until)) = &shown.invited {
+                section.reveal data-address="/admins" {
+                    h2 { "Sign-in link for " (name) }
+                    p.secret id="invite-link" { (link) }
+                    div.actions {
+                        button.secondary type="button" data-copy="invite-link" { "Copy" }
+                    }
+                    p.warning { "It signs " (name) " in once, until " (page::when(until))
+                        " (" (LOGIN_LINK_LIFETIME.num_minutes()) " minutes); then they set their password on their account page. Send it to them now: it is not shown again. "
+                        code { "masterpay admin login-link --name NAME" } " makes another." }
+                }
+            }
+            div.table-wrap { table {
+                thead { tr {
+                    th { "Name" } th { "State" } th { "Created" } th { "Last sign-in" } th {}
+                } }
+                tbody {
+                    @for a in all {
+                        tr {
+                            td { (a.name) @if a.id == me { " " (page::badge("you", "")) } }
+                            td { (page::state_badge(a.active)) }
+                            td.when { (page::when(&a.created_at)) }
+                            td.when { (page::when_or(a.last_signed_in_at.as_ref(), "never")) }
+                            td {
+                                @if a.id != me {
+                                    form method="post" action={ "/admins/" (a.id) "/active" }
+                                        data-confirm=[a.active.then(|| format!("Disable {}? Their sessions end at once.", a.name))] {
+                                        (page::csrf(admin))
+                                        input type="hidden" name="active" value=(!a.active);
+                                        @if a.active {
+                                            button.danger type="submit" { "Disable" }
+                                        } @else {
+                                            button.secondary type="submit" { "Enable" }
+                                        }
+                                    }
+                                }
+                                @if let Some((_, message)) = shown.refused.as_ref().filter(|(id, _)| *id == a.id) {
+                                    p.field-error id="active-error" role="alert" { (message) }
+                                }
+                            }
+                        }
+                    }
+                }
+            } }
+            section {
+                h2 { "Invite an administrator" }
+                form method="post" action="/admins" {
+                    (page::csrf(admin))
+                    (page::text_field("Name", "name", shown.name, &shown.errors, FieldAttrs::TEXT))
+                    button type="submit" { "Invite" }
+                }
+                p.muted { "They get a sign-in link valid " (LOGIN_LINK_LIFETIME.num_minutes()) " minutes, shown here once." }
+            }
+        },
+    )
+}
+
+#[handler]
+async fn list(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
+    let all = admins::list(&state.db).await?;
+    Ok(page::ok(admins_page(&admin, &all, &Shown::default())))
+}
+
+/// The panel's address as this browser reached it, for the link.
+fn panel_address(req: &Request, state: &PanelState) -> String {
+    let scheme = if state.cookie_secure { "https" } else { "http" };
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    host.map_or_else(String::new, |host| format!("{scheme}://{host}"))
+}
+
+#[handler]
+async fn invite(
+    admin: SignedIn,
+    req: &Request,
+    form: PostForm,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let name = form.get("name");
+    let mut errors = FieldErrors::default();
+    let invited = match admins::invite(&state.db, &admin.actor(), name).await {
+        Ok((invited, secret, until)) => {
+            let link = admin_sessions::link_url(&panel_address(req, &state), &secret);
+            Some((invited.name, link, until))
+        }
+        Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
+            errors.add(field, message);
+            None
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let all = admins::list(&state.db).await?;
+    let shown = Shown {
+        name: if invited.is_some() { "" } else { name },
+        errors,
+        invited,
+        refused: None,
+    };
+    Ok(if shown.invited.is_some() {
+        page::ok(admins_page(&admin, &all, &shown))
+    } else {
+        page::invalid(admins_page(&admin, &all, &shown))
+    })
+}
+
+#[handler]
+async fn set_active(
+    admin: SignedIn,
+    Path(id): Path<i64>,
+    form: PostForm,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let active = form.active()?;
+    let target = admins::get(&state.db, id).await?;
+    match admins::set_active(&state.db, &admin.actor(), &target.name, active).await {
+        Ok(_) => Ok(page::redirect("/admins")),
+        Err(AdminError::Invalid(_, message) | AdminError::Conflict(_, message)) => {
+            let shown = Shown {
+                refused: Some((id, message)),
+                ..Shown::default()
+            };
+            let all = admins::list(&state.db).await?;
+            Ok(page::invalid(admins_page(&admin, &all, &shown)))
+        }
+        Err(err) => Err(err.into()),
+    }
+}
