@@ -17,7 +17,8 @@
 //     answer 200; end the grace: the old one 403 TOKEN_NOT_FOUND;
 //     make a second token "like this one", with one more endpoint
 //     (payment/order/read), and read the cancelled order with it;
-//  7. run the audit from the ledger (its result shown);
+//  7. run the audit from the ledger (its result shown); invite an
+//     administrator, whose link signs them in once in another browser;
 //  8. find each action in the admin audit log (by whom, from where, the
 //     balance's reason), filter it to the token, export it as CSV; the
 //     overview at the end shows today's orders and the last audit.
@@ -481,6 +482,32 @@ try {
   await expectText(`by ${who}`, "the audit's result");
   step("the audit's result is shown: ledger consistent");
   await shot("ledger-audit");
+
+  // ---------------------------------------------------------------- an invitation
+  // A new administrator invited from /admins: the link, shown once, signs
+  // them in (in a browser of their own) once.
+  await visit("/admins", "admins");
+  const invitee = `walk-${tag}`;
+  await submit('form[action="/admins"]', { name: invitee }, "Invite", "invite an administrator");
+  const invitation = (await page.locator("#invite-link").innerText()).trim();
+  if (!invitation.startsWith(`${panel}/sign-in/link/`)) fail(`the invitation shows no sign-in link: ${invitation}`);
+  await shot("admins-invited");
+  const guest = await browser.newContext({ viewport: desk });
+  try {
+    const guestPage = await guest.newPage();
+    guestPage.setDefaultTimeout(timeout);
+    checkAnswer(await guestPage.goto(invitation), "the invitation's link");
+    const landing = guestPage.waitForNavigation();
+    await guestPage.locator('form[action="/sign-in/link"]').getByRole("button").click();
+    checkAnswer(await landing, "the invitation's sign-in");
+    const guestName = (await guestPage.locator("header .who").innerText()).trim();
+    if (guestName !== invitee) fail(`the invitation signed in ${guestName}, not ${invitee}`);
+    const reused = await guestPage.goto(invitation);
+    if (reused.status() !== 410) fail(`the invitation's link answered ${reused.status()} a second time, not 410`);
+  } finally {
+    await guest.close();
+  }
+  step(`${invitee} invited and signed in once by the link`);
 
   // ---------------------------------------------------------------- the admin audit log
   await visit("/audit-log", "audit-log");
