@@ -94,6 +94,7 @@ on_every_backend!(
         the_panel_refuses_to_disable_yourself,
         two_administrators_disabling_each_other_at_once_leave_one_active,
         sign_out_everywhere_ends_every_session_of_the_administrator,
+        each_overview_figure_counts_only_what_falls_inside_its_bounds,
     ],
     // These start a panel with settings of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -3595,4 +3596,126 @@ async fn sign_out_everywhere_ends_every_session_of_the_administrator(panel: Pane
         None,
         Some(json!({"name": ADMIN, "sessions_ended": 2})),
     );
+}
+
+// ---- the overview ----
+
+async fn each_overview_figure_counts_only_what_falls_inside_its_bounds(panel: Panel) {
+    use chrono::{Datelike, NaiveTime};
+    use entity::payment_order;
+    let app = &panel.app;
+    let db = &app.db;
+    let now = Utc::now();
+    let today = now.date_naive().and_time(NaiveTime::MIN).and_utc();
+    let week = today - Duration::days(i64::from(now.weekday().num_days_from_monday()));
+    let set = |order_id: String, column: payment_order::Column, at: chrono::DateTime<Utc>| async move {
+        payment_order::Entity::update_many()
+            .col_expr(column, Expr::value(at))
+            .filter(payment_order::Column::OrderId.eq(order_id))
+            .exec(db)
+            .await
+            .unwrap();
+    };
+    // Completed on both sides of the start of today and of the week.
+    let token = app.full_token().await;
+    let user = app.user("player@example.com").await;
+    let second = Duration::seconds(1);
+    let completions = [
+        ("1.00", today),
+        ("2.00", today - second),
+        ("4.00", week),
+        ("8.00", week - second),
+    ];
+    for (amount, at) in completions {
+        let order = app.order(user, None, amount, "cstm:paygate").await;
+        app.complete_order(&token, &order, "cstm:paygate").await;
+        set(order, payment_order::Column::CompletedAt, at).await;
+    }
+    let sum = |since: chrono::DateTime<Utc>| -> u32 {
+        completions
+            .iter()
+            .filter(|(_, at)| *at >= since)
+            .map(|(amount, _)| amount.trim_end_matches(".00").parse::<u32>().unwrap())
+            .sum()
+    };
+    // Pending for a day and a minute, and a minute short of a day.
+    let minute = Duration::minutes(1);
+    let stale = app.order(user, None, "16.00", "cstm:paygate").await;
+    set(
+        stale.clone(),
+        payment_order::Column::CreatedAt,
+        now - Duration::hours(24) - minute,
+    )
+    .await;
+    let young = app.order(user, None, "32.00", "cstm:paygate").await;
+    set(
+        young.clone(),
+        payment_order::Column::CreatedAt,
+        now - Duration::hours(24) + minute,
+    )
+    .await;
+    // Refused within the last day, and before it.
+    let mut refused = Vec::new();
+    for (at, why) in [(minute, "lately"), (-minute, "long ago")] {
+        let order = app.order(user, None, "64.00", "cstm:paygate").await;
+        set(
+            order.clone(),
+            payment_order::Column::RefusedAt,
+            now - Duration::hours(24) + at,
+        )
+        .await;
+        payment_order::Entity::update_many()
+            .col_expr(payment_order::Column::Refusal, Expr::value(why))
+            .filter(payment_order::Column::OrderId.eq(order.clone()))
+            .exec(db)
+            .await
+            .unwrap();
+        refused.push(order);
+    }
+    // A refused sign-in now, one of 23 hours ago, one of 25.
+    let mut browser = panel.signed_in().await;
+    panel
+        .browser()
+        .sign_in(ADMIN, "wrong password!")
+        .await
+        .assert_status(401);
+    for hours in [23, 25] {
+        admin_sign_in_failure::ActiveModel {
+            name: Set("someone".into()),
+            address: Set("192.0.2.1".into()),
+            failed_at: Set(now - Duration::hours(hours)),
+            ..Default::default()
+        }
+        .insert(db)
+        .await
+        .unwrap();
+    }
+
+    let page = browser.get("/").await;
+    page.assert_status(200);
+    let figure = |id: &str| {
+        let re = Regex::new(&format!(r#"id="{id}">([^<]*)<"#)).unwrap();
+        re.captures(&page.text)
+            .unwrap_or_else(|| panic!("no {id}: {}", page.text))[1]
+            .to_owned()
+    };
+    let pid = app.project_id;
+    assert_eq!(
+        figure(&format!("completed-today-{pid}")),
+        format!("{}.00", sum(today))
+    );
+    assert_eq!(
+        figure(&format!("completed-week-{pid}")),
+        format!("{}.00", sum(week))
+    );
+    assert_eq!(figure("stale-pending"), "1");
+    assert!(
+        page.text.contains(&stale) && !page.text.contains(&young),
+        "{}",
+        page.text
+    );
+    assert_eq!(figure("refused-completions"), "1");
+    assert!(page.text.contains(&refused[0]) && page.text.contains("lately"));
+    assert!(!page.text.contains(&refused[1]) && !page.text.contains("long ago"));
+    assert_eq!(figure("refused-sign-ins"), "2");
 }

@@ -1,17 +1,30 @@
-//! The overview: what an operator checks first. Today's orders of every
-//! project, the latest changes, the tokens nobody uses, the last audit.
+//! The overview: what an operator checks first. Today's orders and the
+//! money completed today and this week, by project; what needs a look
+//! (orders pending for more than a day, completions refused, refused
+//! sign-ins, tokens about to expire); the latest changes, the tokens
+//! nobody uses, the last audit. The figures are the service's
+//! (`service::overview`), read from the tables at each request.
 
 use std::collections::HashMap;
 
-use chrono::{Duration, NaiveTime};
-use entity::{app_token, payment_order::OrderStatus, project};
+use chrono::Duration;
+use entity::{
+    app_token,
+    payment_order::{self, OrderStatus},
+    project,
+};
 use maud::{Markup, html};
 use poem::{Response, handler, web::Data};
 
 use super::{PanelError, PanelState, audit_log, page, session::SignedIn};
-use crate::service::{
-    admin_audit::{self, AuditFilter},
-    ledger_check, now, orders, projects, tokens,
+use crate::{
+    money::signed_cents,
+    service::{
+        admin_audit::{self, AuditFilter},
+        ledger_check, now, orders,
+        overview::{self, Figures},
+        projects, tokens,
+    },
 };
 
 /// Admin actions shown.
@@ -20,6 +33,8 @@ const LATEST_ACTIONS: u64 = 10;
 const UNUSED_DAYS: i64 = 30;
 /// Unused tokens shown at most.
 const UNUSED_TOKENS: u64 = 50;
+/// Tokens expiring within this many days are counted.
+const EXPIRING_DAYS: i64 = 7;
 
 /// Today's orders of one project, by status.
 #[derive(Debug, Default, Clone, Copy)]
@@ -33,10 +48,11 @@ struct Today {
 pub async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
     let db = &state.db;
     let now = now();
-    let today = now.date_naive().and_time(NaiveTime::MIN).and_utc();
+    let figures = overview::figures(db, now).await?;
+    let expiring = overview::tokens_expiring(db, Duration::days(EXPIRING_DAYS)).await?;
     let all = projects::list(db).await?;
     let mut counts: HashMap<i64, Today> = HashMap::new();
-    for (project_id, status, count) in orders::counts_created_since(db, today).await? {
+    for (project_id, status, count) in orders::counts_created_since(db, figures.today).await? {
         let day = counts.entry(project_id).or_default();
         match status {
             OrderStatus::Pending => day.pending += count,
@@ -48,7 +64,9 @@ pub async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response,
     let unused = tokens::unused_since(db, now - Duration::days(UNUSED_DAYS), UNUSED_TOKENS).await?;
     let last_audit = ledger_check::latest_run(db).await?;
     let body = html! {
-        (orders_today(&all, &counts, &today.format("%Y-%m-%d").to_string()))
+        (orders_today(&all, &counts, &figures.today.format("%Y-%m-%d").to_string()))
+        (money_completed(&all, &figures))
+        (attention(&all, &figures, expiring))
         (latest_actions(&actions))
         (unused_tokens(&all, &unused))
         section {
@@ -95,6 +113,88 @@ fn orders_today(all: &[project::Model], counts: &HashMap<i64, Today>, day: &str)
                     }
                 }
             } }
+        }
+    }
+}
+
+/// The money of the orders completed today and this week, by project.
+fn money_completed(all: &[project::Model], figures: &Figures) -> Markup {
+    let money = |sums: &[(i64, i64)], id: i64| {
+        let cents = sums
+            .iter()
+            .find(|(p, _)| *p == id)
+            .map_or(0, |(_, cents)| *cents);
+        signed_cents(cents)
+    };
+    html! {
+        section {
+            h2 { "Money completed (UTC days; the week from Monday "
+                (figures.week.format("%Y-%m-%d")) ")" }
+            div.table-wrap { table {
+                thead { tr { th { "Project" } th.num { "Today" } th.num { "This week" } } }
+                tbody {
+                    @for p in all {
+                        tr {
+                            td { a href={ "/projects/" (p.id) } { (p.name) } }
+                            td.num id={ "completed-today-" (p.id) } { (money(&figures.completed_today, p.id)) }
+                            td.num id={ "completed-week-" (p.id) } { (money(&figures.completed_this_week, p.id)) }
+                        }
+                    }
+                }
+            } }
+        }
+    }
+}
+
+/// What needs a look: each figure with, for orders, the first few.
+fn attention(all: &[project::Model], figures: &Figures, expiring: Option<u64>) -> Markup {
+    let hours = overview::RECENT.num_hours();
+    let (stale, oldest) = &figures.stale_pending;
+    let (refused, latest) = &figures.refused_completions;
+    html! {
+        section {
+            h2 { "Needs a look" }
+            div.table-wrap { table {
+                tbody {
+                    tr { th { "Orders pending for more than " (hours) " hours" } td.num id="stale-pending" { (stale) } }
+                    tr { th { "Completions refused as final in the last " (hours) " hours" } td.num id="refused-completions" { (refused) } }
+                    tr { th { "Refused sign-ins in the last " (hours) " hours" } td.num id="refused-sign-ins" { (figures.refused_sign_ins) } }
+                    @if let Some(count) = expiring {
+                        tr { th { "Tokens expiring within " (EXPIRING_DAYS) " days" } td.num id="expiring-tokens" { (count) } }
+                    }
+                }
+            } }
+            (order_list("The oldest pending", all, oldest, |o| html! { (page::when(&o.created_at)) }))
+            (order_list("The latest refused", all, latest, |o| html! {
+                (page::when_or(o.refused_at.as_ref(), "")) ": " (o.refusal.as_deref().unwrap_or(""))
+            }))
+        }
+    }
+}
+
+/// A few orders, each with what `detail` says of it; nothing when none.
+fn order_list(
+    title: &str,
+    all: &[project::Model],
+    listed: &[payment_order::Model],
+    detail: impl Fn(&payment_order::Model) -> Markup,
+) -> Markup {
+    let project = |id: i64| {
+        all.iter()
+            .find(|p| p.id == id)
+            .map_or("?", |p| p.name.as_str())
+    };
+    html! {
+        @if !listed.is_empty() {
+            h3 { (title) }
+            ul {
+                @for o in listed {
+                    li {
+                        a href={ "/orders/" (o.project_id) "/" (o.order_id) } { (o.order_id) }
+                        " (" (project(o.project_id)) ", " (signed_cents(o.amount_cents)) "): " (detail(o))
+                    }
+                }
+            }
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod balances;
 pub mod ledger;
 pub mod ledger_check;
 pub mod orders;
+pub mod overview;
 pub mod projects;
 pub mod servers;
 pub mod tokens;
