@@ -20,7 +20,7 @@ use argon2::{
 use entity::{admin_login_link, admin_session, administrator};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait,
-    QueryFilter, QueryOrder, QuerySelect, Select,
+    QueryFilter, QueryOrder, QuerySelect, Select, sea_query::ExprTrait,
 };
 use serde_json::{Value, json};
 
@@ -204,14 +204,29 @@ pub async fn set_active(
     name: &str,
     active: bool,
 ) -> Result<administrator::Model, AdminError> {
+    let id = named(name).one(db).await?.ok_or_else(|| unknown(name))?.id;
     let txn = AuditedChange::begin(db, actor).await?;
-    let before = named(name)
+    // The one named and every active administrator, locked in one
+    // statement in id order: two changes made at once wait for each other
+    // (the same order cannot deadlock), and two administrators disabled at
+    // once cannot both pass as "not the last".
+    let locked = administrator::Entity::find()
+        .filter(
+            administrator::Column::Active
+                .eq(true)
+                .or(administrator::Column::Id.eq(id)),
+        )
+        .order_by_asc(administrator::Column::Id)
         .lock_exclusive()
-        .one(&*txn)
-        .await?
+        .all(&*txn)
+        .await?;
+    let before = locked
+        .iter()
+        .find(|a| a.id == id)
+        .cloned()
         .ok_or_else(|| unknown(name))?;
     if before.active && !active {
-        keeps_someone_in(&txn, actor, &before).await?;
+        keeps_someone_in(actor, &before, &locked)?;
     }
     let mut row: administrator::ActiveModel = before.clone().into();
     row.active = Set(active);
@@ -244,14 +259,13 @@ pub async fn set_active(
 }
 
 /// Refuses to disable `admin` when the one disabling is `admin` (their own
-/// session would end mid-change) or when no other administrator is active
-/// (nobody could sign in to the panel). The other active administrators'
-/// rows stay locked until the change commits, so two administrators
-/// disabled at once cannot both pass as "not the last".
-async fn keeps_someone_in(
-    txn: &AuditedChange<'_>,
+/// session would end mid-change) or when no other administrator of
+/// `active` (the active ones, locked) is active: nobody could sign in to
+/// the panel.
+fn keeps_someone_in(
     actor: &Actor,
     admin: &administrator::Model,
+    active: &[administrator::Model],
 ) -> Result<(), AdminError> {
     if matches!(actor, Actor::Administrator { id, .. } if *id == admin.id) {
         return Err(AdminError::Conflict(
@@ -259,13 +273,7 @@ async fn keeps_someone_in(
             "you cannot disable yourself: another administrator must do it".to_owned(),
         ));
     }
-    let others = administrator::Entity::find()
-        .filter(administrator::Column::Active.eq(true))
-        .filter(administrator::Column::Id.ne(admin.id))
-        .lock_exclusive()
-        .all(&**txn)
-        .await?;
-    if others.is_empty() {
+    if !active.iter().any(|a| a.active && a.id != admin.id) {
         return Err(AdminError::Conflict(
             "name",
             format!(
