@@ -3631,6 +3631,15 @@ async fn each_overview_figure_counts_only_what_falls_inside_its_bounds(panel: Pa
         app.complete_order(&token, &order, "cstm:paygate").await;
         set(order, payment_order::Column::CompletedAt, at).await;
     }
+    // Another project's money is its own.
+    let other = app.project("Other").await;
+    let (_, other_token) = app.token_in(other, &Permission::ALL).await;
+    let other_user = app.user_in(other, "elsewhere@example.com").await;
+    let order = app
+        .order_in(other, other_user, None, "128.00", "cstm:paygate")
+        .await;
+    app.complete_order(&other_token, &order, "cstm:paygate")
+        .await;
     let sum = |since: chrono::DateTime<Utc>| -> u32 {
         completions
             .iter()
@@ -3708,6 +3717,9 @@ async fn each_overview_figure_counts_only_what_falls_inside_its_bounds(panel: Pa
         figure(&format!("completed-week-{pid}")),
         format!("{}.00", sum(week))
     );
+    for id in ["today", "week"] {
+        assert_eq!(figure(&format!("completed-{id}-{other}")), "128.00");
+    }
     assert_eq!(figure("stale-pending"), "1");
     assert!(
         page.text.contains(&stale) && !page.text.contains(&young),

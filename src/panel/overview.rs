@@ -140,6 +140,7 @@ fn money_completed(all: &[project::Model], figures: &Figures) -> Markup {
                             td.num id={ "completed-week-" (p.id) } { (money(&figures.completed_this_week, p.id)) }
                         }
                     }
+                    @if all.is_empty() { tr { td colspan="3" .muted { "No project yet." } } }
                 }
             } }
         }
