@@ -803,7 +803,9 @@ async fn token_changes_made_with_the_command_line_hold_on_the_next_request(app: 
     let listed = |url| {
         let all = json(url, &["token", "list", "--project", &project]);
         let rows = all["tokens"].as_array().unwrap();
-        let row = rows.iter().find(|row| row["id"] == id.parse::<i64>().unwrap());
+        let row = rows
+            .iter()
+            .find(|row| row["id"] == id.parse::<i64>().unwrap());
         row.cloned()
             .unwrap_or_else(|| panic!("token {id} listed: {all}"))
     };

@@ -3700,6 +3700,22 @@ async fn each_overview_figure_counts_only_what_falls_inside_its_bounds(panel: Pa
         .unwrap();
     }
 
+    // Tokens expiring: in 6 days (counted), in 8 days, already expired, or
+    // in 6 days but disabled (not counted).
+    for (days, active) in [(6, true), (8, true), (-1, true), (6, false)] {
+        let (token_id, _) = app.token(&[Permission::Balance]).await;
+        entity::app_token::Entity::update_many()
+            .col_expr(
+                entity::app_token::Column::ExpiresAt,
+                Expr::value(now + Duration::days(days)),
+            )
+            .col_expr(entity::app_token::Column::Active, Expr::value(active))
+            .filter(entity::app_token::Column::Id.eq(token_id))
+            .exec(db)
+            .await
+            .unwrap();
+    }
+
     let page = browser.get("/").await;
     page.assert_status(200);
     let figure = |id: &str| {
@@ -3730,4 +3746,5 @@ async fn each_overview_figure_counts_only_what_falls_inside_its_bounds(panel: Pa
     assert!(page.text.contains(&refused[0]) && page.text.contains("lately"));
     assert!(!page.text.contains(&refused[1]) && !page.text.contains("long ago"));
     assert_eq!(figure("refused-sign-ins"), "2");
+    assert_eq!(figure("expiring-tokens"), "1");
 }

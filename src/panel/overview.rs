@@ -33,8 +33,6 @@ const LATEST_ACTIONS: u64 = 10;
 const UNUSED_DAYS: i64 = 30;
 /// Unused tokens shown at most.
 const UNUSED_TOKENS: u64 = 50;
-/// Tokens expiring within this many days are counted.
-const EXPIRING_DAYS: i64 = 7;
 
 /// Today's orders of one project, by status.
 #[derive(Debug, Default, Clone, Copy)]
@@ -49,7 +47,6 @@ pub async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response,
     let db = &state.db;
     let now = now();
     let figures = overview::figures(db, now).await?;
-    let expiring = overview::tokens_expiring(db, Duration::days(EXPIRING_DAYS)).await?;
     let all = projects::list(db).await?;
     let mut counts: HashMap<i64, Today> = HashMap::new();
     for (project_id, status, count) in orders::counts_created_since(db, figures.today).await? {
@@ -66,7 +63,7 @@ pub async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response,
     let body = html! {
         (orders_today(&all, &counts, &figures.today.format("%Y-%m-%d").to_string()))
         (money_completed(&all, &figures))
-        (attention(&all, &figures, expiring))
+        (attention(&all, &figures))
         (latest_actions(&actions))
         (unused_tokens(&all, &unused))
         section {
@@ -148,7 +145,7 @@ fn money_completed(all: &[project::Model], figures: &Figures) -> Markup {
 }
 
 /// What needs a look: each figure with, for orders, the first few.
-fn attention(all: &[project::Model], figures: &Figures, expiring: Option<u64>) -> Markup {
+fn attention(all: &[project::Model], figures: &Figures) -> Markup {
     let hours = overview::RECENT.num_hours();
     let (stale, oldest) = &figures.stale_pending;
     let (refused, latest) = &figures.refused_completions;
@@ -160,9 +157,7 @@ fn attention(all: &[project::Model], figures: &Figures, expiring: Option<u64>) -
                     tr { th { "Orders pending for more than " (hours) " hours" } td.num id="stale-pending" { (stale) } }
                     tr { th { "Completions refused as final in the last " (hours) " hours" } td.num id="refused-completions" { (refused) } }
                     tr { th { "Refused sign-ins in the last " (hours) " hours" } td.num id="refused-sign-ins" { (figures.refused_sign_ins) } }
-                    @if let Some(count) = expiring {
-                        tr { th { "Tokens expiring within " (EXPIRING_DAYS) " days" } td.num id="expiring-tokens" { (count) } }
-                    }
+                    tr { th { "Tokens expiring within " (overview::EXPIRING.num_days()) " days" } td.num id="expiring-tokens" { (figures.tokens_expiring) } }
                 }
             } }
             (order_list("The oldest pending", all, oldest, |o| html! { (page::when(&o.created_at)) }))

@@ -1,7 +1,8 @@
 //! The overview's figures, read from the tables at each request, so every
 //! instance shows the same ones: money completed per project today and
 //! this week, pending orders older than a day, completions refused as
-//! final in the last day, refused sign-ins in the last day.
+//! final in the last day, refused sign-ins in the last day, tokens that
+//! expire within a week.
 //!
 //! Days are UTC days, weeks ISO weeks (from Monday 00:00 UTC). Money is
 //! summed in the database as integer cents. Each figure is one query, two
@@ -25,6 +26,8 @@ use crate::store::database;
 
 /// How far back "recent" reaches: pending too long, refused lately.
 pub const RECENT: Duration = Duration::hours(24);
+/// How far ahead a token's expiry counts as soon.
+pub const EXPIRING: Duration = Duration::days(7);
 /// Orders listed under a count.
 const LISTED: u64 = 5;
 
@@ -47,6 +50,8 @@ pub struct Figures {
     pub refused_completions: (u64, Vec<payment_order::Model>),
     /// Sign-ins refused within [`RECENT`].
     pub refused_sign_ins: u64,
+    /// Active tokens that expire within [`EXPIRING`].
+    pub tokens_expiring: u64,
 }
 
 /// The figures as of `now`.
@@ -71,6 +76,7 @@ pub async fn figures(db: &DatabaseConnection, now: DateTime<Utc>) -> Result<Figu
             .filter(admin_sign_in_failure::Column::FailedAt.gte(since))
             .count(db)
             .await?,
+        tokens_expiring: tokens_expiring(db, now, EXPIRING).await?,
     })
 }
 
@@ -106,11 +112,17 @@ async fn counted(
     Ok((count, listed))
 }
 
-/// How many active tokens expire within `within` of now: none until tokens
-/// have an expiry.
-pub async fn tokens_expiring(
-    _db: &DatabaseConnection,
-    _within: Duration,
-) -> Result<Option<u64>, DbErr> {
-    Ok(None)
+/// How many active tokens expire after `now` and within `within` of it.
+async fn tokens_expiring(
+    db: &DatabaseConnection,
+    now: DateTime<Utc>,
+    within: Duration,
+) -> Result<u64, DbErr> {
+    use entity::app_token::Column;
+    entity::app_token::Entity::find()
+        .filter(Column::Active.eq(true))
+        .filter(Column::ExpiresAt.gt(now))
+        .filter(Column::ExpiresAt.lte(now + within))
+        .count(db)
+        .await
 }
