@@ -17,7 +17,11 @@
 //! - sign-out, expired sessions, disabled administrators;
 //! - each listener answers only its own routes;
 //! - every action writes its admin audit row, who, from where, before and
-//!   after.
+//!   after;
+//! - administrators invited (a link shown once that signs them in once),
+//!   disabled and enabled, never oneself, never the last active one; one's
+//!   sessions listed and all signed out at once;
+//! - each overview figure counts what falls inside its bounds only.
 
 mod common;
 
