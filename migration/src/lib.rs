@@ -15,7 +15,7 @@ mod m20261125_000002_administrators;
 mod m20261125_000003_panel;
 mod m20261126_000001_completion_refusals;
 mod m20261126_000002_session_by_link;
-mod m20261127_000001_panel_activity;
+mod m20261127_000002_panel_activity;
 mod m20261127_000001_token_rotation;
 
 pub struct Migrator;
@@ -31,7 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000001_completion_refusals::Migration),
             Box::new(m20261126_000002_session_by_link::Migration),
             Box::new(m20261127_000001_token_rotation::Migration),
-            Box::new(m20261127_000001_panel_activity::Migration),
+            Box::new(m20261127_000002_panel_activity::Migration),
         ]
     }
 }

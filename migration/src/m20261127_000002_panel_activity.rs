@@ -15,7 +15,7 @@ pub struct Migration;
 
 impl MigrationName for Migration {
     fn name(&self) -> &str {
-        "m20261127_000001_panel_activity"
+        "m20261127_000002_panel_activity"
     }
 }
 
