@@ -99,6 +99,10 @@ on_every_backend!(
         two_administrators_disabling_each_other_at_once_leave_one_active,
         sign_out_everywhere_ends_every_session_of_the_administrator,
         each_overview_figure_counts_only_what_falls_inside_its_bounds,
+        every_list_pages_older_with_its_filters_kept,
+        a_page_that_is_not_a_row_id_is_a_bad_request,
+        the_orders_export_streams_every_filtered_order_in_bounded_memory,
+        the_ledger_export_holds_the_filtered_entries_in_exact_decimals,
     ],
     // These start a panel with settings of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -3751,4 +3755,410 @@ async fn each_overview_figure_counts_only_what_falls_inside_its_bounds(panel: Pa
     assert!(!page.text.contains(&refused[1]) && !page.text.contains("long ago"));
     assert_eq!(figure("refused-sign-ins"), "2");
     assert_eq!(figure("expiring-tokens"), "1");
+}
+
+/// The href of the link `label` on `page`, unescaped.
+fn link_of(page: &Page, label: &str) -> Option<String> {
+    let pattern = format!(r#"href="([^"]*)"[^>]*>{}<"#, regex::escape(label));
+    Regex::new(&pattern)
+        .unwrap()
+        .captures(&page.text)
+        .map(|found| found[1].replace("&amp;", "&"))
+}
+
+/// Pages from `first` (a list with its filters) to the older page: the
+/// newest page shows `newest` but not `oldest`, its "older →" link keeps
+/// the filters, and the older page shows `oldest` but not `newest`, with
+/// no page after it and a link back to `first`.
+async fn pages_to_the_oldest(browser: &mut Browser, first: &str, newest: &str, oldest: &str) {
+    let page = browser.get(first).await;
+    page.assert_status(200);
+    assert!(page.text.contains(newest), "{first}: newest {newest}");
+    assert!(
+        !page.text.contains(oldest),
+        "{first}: oldest {oldest} too soon"
+    );
+    assert_eq!(link_of(&page, "← newest"), None, "{first}");
+    let older = link_of(&page, "older →").unwrap_or_else(|| panic!("{first}: no older link"));
+    let and = if first.contains('?') { '&' } else { '?' };
+    assert!(
+        older.starts_with(&format!("{first}{and}before=")),
+        "{first}: the older link {older} keeps the filters"
+    );
+    let page = browser.get(&older).await;
+    page.assert_status(200);
+    assert!(page.text.contains(oldest), "{older}: oldest {oldest}");
+    assert!(
+        !page.text.contains(newest),
+        "{older}: newest {newest} again"
+    );
+    assert_eq!(link_of(&page, "older →"), None, "{older}");
+    assert_eq!(
+        link_of(&page, "← newest").as_deref(),
+        Some(first),
+        "{older}"
+    );
+}
+
+/// `count` rows of `make(i)` inserted in batches, `i` from 0 (the oldest).
+async fn insert_rows<A, F>(db: &sea_orm::DatabaseConnection, count: usize, make: F)
+where
+    A: ActiveModelTrait + Send,
+    F: Fn(usize) -> A,
+{
+    let rows: Vec<A> = (0..count).map(make).collect();
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let batch: Vec<A> = rows.by_ref().take(1000).collect();
+        A::Entity::insert_many(batch).exec(db).await.expect("rows");
+    }
+}
+
+/// The general account's balance row of `user_id`, which its operation-log
+/// rows need.
+async fn open_general_account(app: &TestApp, user_id: i64) {
+    entity::balance::ActiveModel {
+        user_id: Set(user_id),
+        server_id: Set(0),
+        main_cents: Set(0),
+        bonus_cents: Set(0),
+        updated_at: Set(Utc::now()),
+        project_id: Set(app.project_id),
+    }
+    .insert(&app.db)
+    .await
+    .expect("balance");
+}
+
+/// A pending order of `user_id` in `project_id`, `n` in its id.
+fn order_row(project_id: i64, user_id: i64, n: usize) -> entity::payment_order::ActiveModel {
+    use entity::payment_order::{ActiveModel, OrderStatus};
+    ActiveModel {
+        order_id: Set(format!("Order:P{n:010}")),
+        project_id: Set(project_id),
+        user_id: Set(user_id),
+        server_id: Set(None),
+        payment_system: Set("cstm:panel".to_owned()),
+        amount_cents: Set(1050 + n as i64),
+        status: Set(OrderStatus::Pending),
+        payment_id: Set(None),
+        created_at: Set(Utc::now()),
+        ..Default::default()
+    }
+}
+
+/// Each of the six lists goes on past its page size, newest first, with
+/// its filters kept in the "older →" link and a link back to the newest.
+async fn every_list_pages_older_with_its_filters_kept(panel: Panel) {
+    use entity::operation_log::{BalanceType, LogKind};
+    let app = &panel.app;
+    let db = &app.db;
+    let pid = app.project_id;
+    let user = app.user("payer@example.com").await;
+    let other = app.user("other@example.com").await;
+    let mut browser = panel.signed_in().await;
+
+    // Orders: 101 pending of one user, and newer ones the filters leave out.
+    insert_rows(db, 101, |n| order_row(pid, user, n)).await;
+    insert_rows(db, 1, |_| order_row(pid, other, 999)).await;
+    let orders = format!("/orders?project={pid}&status=pending&user={user}");
+    pages_to_the_oldest(
+        &mut browser,
+        &orders,
+        "Order:P0000000100",
+        "Order:P0000000000",
+    )
+    .await;
+
+    // Ledger: 101 balance sets of one user; its change tells them apart.
+    let log_row = |user_id: i64, cents: i64| entity::operation_log::ActiveModel {
+        kind: Set(LogKind::BalanceSet),
+        order_ref: Set(None),
+        user_id: Set(user_id),
+        server_id: Set(0),
+        balance_type: Set(BalanceType::Bonus),
+        amount_cents: Set(cents),
+        balance_before_cents: Set(0),
+        balance_after_cents: Set(cents),
+        created_at: Set(Utc::now()),
+        ..Default::default()
+    };
+    open_general_account(app, user).await;
+    open_general_account(app, other).await;
+    insert_rows(db, 101, |n| log_row(user, 700_000 + n as i64)).await;
+    insert_rows(db, 1, |_| log_row(other, 800_000)).await;
+    let ledger = format!("/ledger?user={user}&kind=balance_set");
+    pages_to_the_oldest(&mut browser, &ledger, "7001.00", "7000.00").await;
+
+    // Audit log: 201 entries on widgets, and newer ones on other objects.
+    let audit_row = |kind: &str, n: usize| admin_audit_entry::ActiveModel {
+        at: Set(Utc::now()),
+        administrator_id: Set(None),
+        actor: Set("pager".to_owned()),
+        action: Set(format!("{kind}.poke")),
+        object_kind: Set(kind.to_owned()),
+        object_id: Set(format!("w{n:04}")),
+        before: Set(None),
+        after: Set(None),
+        address: Set(None),
+        ..Default::default()
+    };
+    insert_rows(db, 201, |n| audit_row("widget", n)).await;
+    insert_rows(db, 1, |_| audit_row("gadget", 9999)).await;
+    pages_to_the_oldest(
+        &mut browser,
+        "/audit-log?object_kind=widget",
+        "w0200",
+        "w0000",
+    )
+    .await;
+
+    // Users: 51 whose e-mail a search finds, and a newer one it does not.
+    let user_row = |email: String| entity::user::ActiveModel {
+        project_id: Set(pid),
+        email: Set(email),
+        created_at: Set(Utc::now()),
+        ..Default::default()
+    };
+    insert_rows(db, 51, |n| user_row(format!("pager{n:03}@example.com"))).await;
+    insert_rows(db, 1, |_| user_row("pager999@example.org".to_owned())).await;
+    let users = format!("/projects/{pid}/users?q=example.com");
+    pages_to_the_oldest(&mut browser, &users, "pager050@", "pager000@").await;
+    // Without a search, the list pages too.
+    let all_users = format!("/projects/{pid}/users");
+    pages_to_the_oldest(&mut browser, &all_users, "pager999@", "payer@").await;
+
+    // Tokens: 101 of the project.
+    insert_rows(db, 101, |n| entity::app_token::ActiveModel {
+        project_id: Set(pid),
+        name: Set(format!("key{n:03}")),
+        token_hash: Set(sha256_hex(&format!("token {n}"))),
+        active: Set(true),
+        created_at: Set(Utc::now()),
+        ..Default::default()
+    })
+    .await;
+    let tokens = format!("/projects/{pid}/tokens");
+    pages_to_the_oldest(&mut browser, &tokens, ">key100<", ">key000<").await;
+
+    // Projects: the test's own, then 100 more.
+    insert_rows(db, 100, |n| entity::project::ActiveModel {
+        name: Set(format!("paged{n:03}")),
+        active: Set(true),
+        created_at: Set(Utc::now()),
+        ..Default::default()
+    })
+    .await;
+    let first = panel.projects().await.remove(0);
+    pages_to_the_oldest(
+        &mut browser,
+        "/projects",
+        ">paged099<",
+        &format!(">{}<", first.name),
+    )
+    .await;
+}
+
+/// A `before` that no "older" link sends gets the panel's 400 page.
+async fn a_page_that_is_not_a_row_id_is_a_bad_request(panel: Panel) {
+    let pid = panel.app.project_id;
+    let mut browser = panel.signed_in().await;
+    for list in [
+        "/orders?before=abc".to_owned(),
+        "/ledger?before=1.5".to_owned(),
+        "/audit-log?before=-3".to_owned(),
+        format!("/projects/{pid}/users?before=x"),
+        format!("/projects/{pid}/tokens?before=99999999999999999999"),
+        "/projects?before=%00".to_owned(),
+    ] {
+        let page = browser.get(&list).await;
+        page.assert_status(400);
+        assert!(page.text.contains("Bad request"), "{list}: {}", page.text);
+        assert!(page.text.contains("not a row id"), "{list}: {}", page.text);
+    }
+}
+
+/// The peak resident memory of process `pid` so far, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
+/// The orders export holds every order its filters keep (100,000 here),
+/// amounts in exact decimals and formulas neutralised, read and written a
+/// page at a time: the server's peak memory stays under 64 MiB. The server
+/// measured is the real binary (`masterpay serve` on the test's database,
+/// as tests/cli.rs runs it), alone in its process: this test process's own
+/// peak would count the inserts and the tests running beside it.
+async fn the_orders_export_streams_every_filtered_order_in_bounded_memory(panel: Panel) {
+    use entity::payment_order::OrderStatus;
+    let app = &panel.app;
+    let pid = app.project_id;
+    let user = app.user("bulk@example.com").await;
+    let formula = r#"=HYPERLINK("http://evil.example/","open")"#;
+    insert_rows(&app.db, 100_000, |n| {
+        let mut row = order_row(pid, user, n);
+        if n == 4242 {
+            row.payment_id = Set(Some(formula.to_owned()));
+        }
+        row
+    })
+    .await;
+    // One the status filter leaves out.
+    insert_rows(&app.db, 1, |n| entity::payment_order::ActiveModel {
+        status: Set(OrderStatus::Cancelled),
+        ..order_row(pid, user, 100_000 + n)
+    })
+    .await;
+
+    let (api, admin) = (common::free_port(), common::free_port());
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_masterpay"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{api}")])
+        .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+        .env("MASTERPAY_DATABASE_URL", &app.database.url)
+        .env("MASTERPAY_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("masterpay serve");
+    let base = format!("http://127.0.0.1:{admin}");
+    for _ in 0..300 {
+        if reqwest::get(format!("{base}/sign-in")).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Signed in by a link: a password's check (argon2id) would leave its
+    // 19 MiB with the allocator, which is the sign-in's, not the export's.
+    let secret = panel.login_link(ADMIN).await;
+    let mut browser = panel.browser();
+    browser.base = base;
+    let shown = browser.get(&format!("/sign-in/link/{secret}")).await;
+    browser
+        .post(
+            "/sign-in/link",
+            &[("csrf", &shown.csrf()), ("link", &secret)],
+        )
+        .await
+        .assert_redirect("/");
+    let list = browser
+        .get(&format!("/orders?project={pid}&status=pending"))
+        .await;
+    let export = link_of(&list, "Export CSV").expect("an Export CSV button");
+    assert_eq!(export, format!("/orders.csv?project={pid}&status=pending"));
+    // The peak so far counts the check the server makes at start with a
+    // password hash (argon2id takes 19 MiB for a moment, then frees it):
+    // the kernel's peak is reset to what the server holds now, so that the
+    // peak read after the export is the server's whole memory while it
+    // streamed.
+    std::fs::write(format!("/proc/{}/clear_refs", server.id()), "5").expect("reset the peak");
+    let before = peak_rss_kib(server.id());
+    let csv = browser.get(&export).await;
+    let peak = peak_rss_kib(server.id());
+    eprintln!("peak RSS of the server: {before} KiB before the export, {peak} KiB after");
+    let _ = server.kill();
+    let _ = server.wait();
+
+    csv.assert_status(200);
+    assert_eq!(
+        csv.header("content-disposition"),
+        Some(r#"attachment; filename="masterpay-orders.csv""#)
+    );
+    let mut reader = csv::Reader::from_reader(csv.text.as_bytes());
+    assert_eq!(
+        reader.headers().unwrap().iter().collect::<Vec<_>>(),
+        [
+            "order_id",
+            "project_id",
+            "user_id",
+            "server_id",
+            "amount",
+            "status",
+            "payment_system",
+            "payment_id",
+            "created_at",
+            "completed_at",
+            "cancelled_at"
+        ]
+    );
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.expect("a row")).collect();
+    assert_eq!(rows.len(), 100_000);
+    assert!(rows.iter().all(|row| &row[5] == "pending"));
+    assert_eq!((&rows[0][0], &rows[0][4]), ("Order:P0000099999", "1010.49"));
+    let last = &rows[99_999];
+    assert_eq!((&last[0], &last[4]), ("Order:P0000000000", "10.50"));
+    let marked = rows
+        .iter()
+        .find(|row| &row[0] == "Order:P0000004242")
+        .unwrap();
+    assert_eq!(&marked[7], format!("'{formula}"));
+    assert!(
+        peak < 64 * 1024,
+        "the server's peak RSS while exporting: {peak} KiB"
+    );
+}
+
+/// The ledger's export holds the entries its filters keep, newest first,
+/// amounts in exact decimals (a negative change stays a number), and its
+/// button carries the filters.
+async fn the_ledger_export_holds_the_filtered_entries_in_exact_decimals(panel: Panel) {
+    use entity::operation_log::{BalanceType, LogKind};
+    let app = &panel.app;
+    let user = app.user("ledger@example.com").await;
+    let other = app.user("other@example.com").await;
+    let log_row = |user_id: i64, cents: i64| entity::operation_log::ActiveModel {
+        kind: Set(LogKind::BalanceSet),
+        order_ref: Set(None),
+        user_id: Set(user_id),
+        server_id: Set(0),
+        balance_type: Set(BalanceType::Main),
+        amount_cents: Set(cents),
+        balance_before_cents: Set(10_000),
+        balance_after_cents: Set(10_000 + cents),
+        created_at: Set(Utc::now()),
+        ..Default::default()
+    };
+    open_general_account(app, user).await;
+    open_general_account(app, other).await;
+    for (user_id, cents) in [(user, -150), (user, 1999), (other, 7), (user, 5)] {
+        log_row(user_id, cents).insert(&app.db).await.unwrap();
+    }
+    let mut browser = panel.signed_in().await;
+    let list = browser.get(&format!("/ledger?user={user}")).await;
+    let export = link_of(&list, "Export CSV").expect("an Export CSV button");
+    assert_eq!(export, format!("/ledger.csv?user={user}"));
+    let csv = browser.get(&export).await;
+    csv.assert_status(200);
+    assert_eq!(
+        csv.header("content-disposition"),
+        Some(r#"attachment; filename="masterpay-ledger.csv""#)
+    );
+    let mut lines = csv.text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "id,at,project_id,user_id,server_id,balance_type,kind,change,balance_before,balance_after,order_id"
+        )
+    );
+    let amounts: Vec<String> = lines
+        .map(|line| {
+            line.split(',')
+                .skip(7)
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    assert_eq!(
+        amounts,
+        [
+            "0.05 100.00 100.05",
+            "19.99 100.00 119.99",
+            "-1.50 100.00 98.50"
+        ]
+    );
 }

@@ -13,6 +13,7 @@ use crate::{
     money::Money,
     service::{
         admin_audit::Actor,
+        keyset::Keyset,
         orders::{self, Cancellation, CompleteError, Order, OrderFilter, OrderRequest},
         users::UserRef,
     },
@@ -147,7 +148,8 @@ pub async fn run(
                     .transpose()?,
                 ..OrderFilter::default()
             };
-            let (listed, total) = orders::list(db, &filter, limit).await?;
+            let listed = orders::list(db, &filter, Keyset::first(limit)).await?.rows;
+            let total = orders::count(db, &filter).await?;
             out.emit(
                 json!({
                     "orders": listed.iter().map(order_json).collect::<Vec<_>>(),

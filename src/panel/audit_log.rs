@@ -3,20 +3,16 @@
 
 use entity::admin_audit_entry;
 use maud::{Markup, html};
-use poem::{
-    Response, Route, get, handler,
-    http::{StatusCode, header},
-    web::Data,
-};
+use poem::{Response, Route, get, handler, web::Data};
 use serde_json::Value;
 
 use super::{
-    PanelError, PanelState,
+    PanelError, PanelState, csv_export,
     page::{self, FieldAttrs, FieldErrors, Params},
     session::SignedIn,
 };
 use crate::service::admin_audit::{self, AuditFilter};
-use crate::service::count;
+use crate::service::{count, keyset::Listed};
 
 pub fn routes(route: Route) -> Route {
     route
@@ -24,10 +20,8 @@ pub fn routes(route: Route) -> Route {
         .at("/audit-log.csv", get(export))
 }
 
-/// Entries the page shows at most.
-const PAGE_LIMIT: u64 = 200;
-/// Entries an export holds at most (the newest).
-const EXPORT_LIMIT: u64 = 100_000;
+/// Entries a page shows at most.
+const PAGE_SIZE: u64 = 200;
 /// The filters, as the form and the query string name them.
 const FILTERS: [&str; 6] = ["actor", "action", "object_kind", "object_id", "from", "to"];
 /// Longest actor or object id a filter takes.
@@ -238,8 +232,9 @@ fn list_page(
     admin: &SignedIn,
     params: &Params,
     errors: &FieldErrors,
-    entries: &[admin_audit_entry::Model],
+    entries: &Listed<admin_audit_entry::Model>,
 ) -> Markup {
+    let shown = entries.rows.len() as u64;
     page::frame(
         admin,
         "Audit log",
@@ -255,13 +250,14 @@ fn list_page(
                     }
                 }
                 p.muted {
-                    @if entries.len() as u64 >= PAGE_LIMIT {
-                        "The newest " (PAGE_LIMIT) " entries; narrow the filters or export to see older ones."
+                    @if entries.older.is_none() && params.get("before").is_empty() {
+                        (count(shown, "entry", "entries")) "."
                     } @else {
-                        (count(entries.len() as u64, "entry", "entries")) "."
+                        "Newest first, " (PAGE_SIZE) " entries a page."
                     }
                 }
-                (entries_table(entries, Listing::AnyObject, "No entry matches."))
+                (entries_table(&entries.rows, Listing::AnyObject, "No entry matches."))
+                (page::paging("/audit-log", params, &FILTERS, entries.older))
             }
         },
     )
@@ -273,56 +269,43 @@ async fn list(
     params: Params,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
+    let page = params.page(PAGE_SIZE)?;
     let (filter, errors) = parse_filter(&params);
     if !errors.is_empty() {
-        return Ok(page::invalid(list_page(&admin, &params, &errors, &[])));
+        let none = Listed::default();
+        return Ok(page::invalid(list_page(&admin, &params, &errors, &none)));
     }
-    let entries = admin_audit::list(&state.db, &filter, PAGE_LIMIT).await?;
+    let entries = admin_audit::page(&state.db, &filter, page).await?;
     Ok(page::ok(list_page(&admin, &params, &errors, &entries)))
 }
 
-/// A cell a spreadsheet would not run as a formula: one starting with
-/// `=`, `+`, `-`, `@`, a tab or a carriage return gets a leading `'`.
-fn cell(text: &str) -> String {
-    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        format!("'{text}")
-    } else {
-        text.to_owned()
-    }
-}
+/// The columns of the export, one row per entry.
+const CSV_HEADER: &[&str] = &[
+    "id",
+    "at",
+    "actor",
+    "address",
+    "action",
+    "object_kind",
+    "object_id",
+    "before",
+    "after",
+];
 
-/// The entries as CSV: a header row, then one row per entry.
-fn to_csv(entries: &[admin_audit_entry::Model]) -> Result<Vec<u8>, csv::Error> {
-    let mut out = csv::Writer::from_writer(Vec::new());
-    out.write_record([
-        "id",
-        "at",
-        "actor",
-        "address",
-        "action",
-        "object_kind",
-        "object_id",
-        "before",
-        "after",
-    ])?;
-    for entry in entries {
-        let at = entry
+fn csv_row(entry: admin_audit_entry::Model) -> Vec<String> {
+    vec![
+        entry.id.to_string(),
+        entry
             .at
-            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-        let row = [
-            entry.id.to_string(),
-            at,
-            entry.actor.clone(),
-            entry.address.clone().unwrap_or_default(),
-            entry.action.clone(),
-            entry.object_kind.clone(),
-            entry.object_id.clone(),
-            entry.before.clone().unwrap_or_default(),
-            entry.after.clone().unwrap_or_default(),
-        ];
-        out.write_record(row.iter().map(|text| cell(text)))?;
-    }
-    out.into_inner().map_err(|err| err.into_error().into())
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        entry.actor,
+        entry.address.unwrap_or_default(),
+        entry.action,
+        entry.object_kind,
+        entry.object_id,
+        entry.before.unwrap_or_default(),
+        entry.after.unwrap_or_default(),
+    ]
 }
 
 #[handler]
@@ -333,27 +316,21 @@ async fn export(
 ) -> Result<Response, PanelError> {
     let (filter, errors) = parse_filter(&params);
     if !errors.is_empty() {
-        let text: Vec<String> = FILTERS
-            .iter()
-            .filter_map(|name| errors.of(name).map(|message| format!("{name}: {message}")))
-            .collect();
-        return Ok(Response::builder()
-            .status(StatusCode::BAD_REQUEST)
-            .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-            .body(format!("{}\n", text.join("\n"))));
+        return Ok(csv_export::refused(&errors, &FILTERS));
     }
-    let entries = admin_audit::list(&state.db, &filter, EXPORT_LIMIT).await?;
-    let body = to_csv(&entries).map_err(|err| {
-        tracing::error!(error = %err, "audit log export failed");
-        PanelError::Internal("the export could not be written")
-    })?;
-    Ok(Response::builder()
-        .header(header::CONTENT_TYPE, "text/csv; charset=utf-8")
-        .header(
-            header::CONTENT_DISPOSITION,
-            "attachment; filename=\"masterpay-audit-log.csv\"",
-        )
-        .body(body))
+    let db = state.db.clone();
+    Ok(csv_export::attachment(
+        "masterpay-audit-log.csv",
+        CSV_HEADER,
+        move |page| {
+            let (db, filter) = (db.clone(), filter.clone());
+            async move {
+                admin_audit::page(&db, &filter, page)
+                    .await?
+                    .try_map(|entry| Ok::<_, sea_orm::DbErr>(csv_row(entry)))
+            }
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -373,31 +350,6 @@ mod tests {
             after: after.map(str::to_owned),
             address: None,
         }
-    }
-
-    #[test]
-    fn formulas_are_neutralized() {
-        for bad in ["=1+1", "+1", "-1", "@SUM(A1)", "\tx", "\rx"] {
-            assert_eq!(cell(bad), format!("'{bad}"));
-        }
-        assert_eq!(cell("token.create"), "token.create");
-        assert_eq!(cell("{\"a\":1}"), "{\"a\":1}");
-        assert_eq!(cell(""), "");
-    }
-
-    #[test]
-    fn csv_has_a_header_and_quotes_what_needs_it() {
-        let mut e = entry("token", "7", Some(r#"{"name":"a,b"}"#));
-        e.actor = "=cmd".to_owned();
-        let text = String::from_utf8(to_csv(&[e]).unwrap()).unwrap();
-        let mut lines = text.lines();
-        assert_eq!(
-            lines.next(),
-            Some("id,at,actor,address,action,object_kind,object_id,before,after")
-        );
-        let row = lines.next().unwrap();
-        assert!(row.contains(",'=cmd,"), "{row}");
-        assert!(row.ends_with(r#","{""name"":""a,b""}""#), "{row}");
     }
 
     #[test]

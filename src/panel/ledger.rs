@@ -10,7 +10,7 @@ use poem::{Response, Route, get, handler, web::Data};
 use sea_orm::ActiveEnum;
 
 use super::{
-    PanelError, PanelState,
+    PanelError, PanelState, csv_export,
     page::{self, FieldAttrs, FieldErrors, Params},
     session::{PostForm, SignedIn},
 };
@@ -18,6 +18,7 @@ use crate::{
     money::signed_cents,
     service::count,
     service::{
+        keyset::Listed,
         ledger::{self, LedgerEntry, LedgerFilter},
         ledger_check::{self, RecordedAudit},
         projects,
@@ -27,11 +28,14 @@ use crate::{
 pub fn routes(route: Route) -> Route {
     route
         .at("/ledger", get(list))
+        .at("/ledger.csv", get(export))
         .at("/ledger/audit", get(show_audit).post(run_audit))
 }
 
-/// Entries the page shows at most.
-const LIMIT: u64 = 100;
+/// Entries a page shows at most.
+const PAGE_SIZE: u64 = 100;
+/// The filters, as the form and the query string name them.
+const FILTERS: [&str; 5] = ["project", "user", "kind", "from", "to"];
 
 /// The filter the query string asks for, and what is wrong with it.
 fn parse_filter(params: &Params, all: &[project::Model]) -> (LedgerFilter, FieldErrors) {
@@ -129,7 +133,7 @@ fn list_page(
     params: &Params,
     errors: &FieldErrors,
     all: &[project::Model],
-    entries: &[LedgerEntry],
+    entries: &Listed<LedgerEntry>,
 ) -> Markup {
     let names: HashMap<i64, &str> = all.iter().map(|p| (p.id, p.name.as_str())).collect();
     page::frame(
@@ -145,11 +149,16 @@ fn list_page(
             }
             (filter_form(params, errors, all))
             @if errors.is_empty() {
+                div.actions {
+                    a.button.secondary href={ "/ledger.csv" (params.query(&FILTERS)) } download {
+                        "Export CSV"
+                    }
+                }
                 p.muted {
-                    @if entries.len() as u64 >= LIMIT {
-                        "The newest " (LIMIT) " entries; narrow the filters to see older ones."
+                    @if entries.older.is_none() && params.get("before").is_empty() {
+                        (count(entries.rows.len() as u64, "entry", "entries")) "."
                     } @else {
-                        (count(entries.len() as u64, "entry", "entries")) "."
+                        "Newest first, " (PAGE_SIZE) " entries a page."
                     }
                 }
                 div.table-wrap { table {
@@ -159,7 +168,7 @@ fn list_page(
                         th.num { "After" } th { "Order" }
                     } }
                     tbody {
-                        @for e in entries {
+                        @for e in &entries.rows {
                             @let row = &e.row;
                             tr {
                                 td.num { (row.id) }
@@ -187,11 +196,12 @@ fn list_page(
                                 }
                             }
                         }
-                        @if entries.is_empty() {
+                        @if entries.rows.is_empty() {
                             tr { td colspan="10" .muted { "No entry matches." } }
                         }
                     }
                 } }
+                (page::paging("/ledger", params, &FILTERS, entries.older))
             }
         },
     )
@@ -203,6 +213,7 @@ async fn list(
     params: Params,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
+    let page = params.page(PAGE_SIZE)?;
     let all = projects::list(&state.db).await?;
     let (filter, errors) = parse_filter(&params, &all);
     if !errors.is_empty() {
@@ -211,13 +222,76 @@ async fn list(
             &params,
             &errors,
             &all,
-            &[],
+            &Listed::default(),
         )));
     }
-    let entries = ledger::ledger(&state.db, &filter, LIMIT).await?;
+    let entries = ledger::ledger(&state.db, &filter, page).await?;
     Ok(page::ok(list_page(
         &admin, &params, &errors, &all, &entries,
     )))
+}
+
+/// The columns of the export, one row per entry; amounts in exact decimal.
+const CSV_HEADER: &[&str] = &[
+    "id",
+    "at",
+    "project_id",
+    "user_id",
+    "server_id",
+    "balance_type",
+    "kind",
+    "change",
+    "balance_before",
+    "balance_after",
+    "order_id",
+];
+
+fn csv_row(entry: LedgerEntry) -> Vec<String> {
+    let row = entry.row;
+    vec![
+        row.id.to_string(),
+        row.created_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        entry
+            .project_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
+        row.user_id.to_string(),
+        row.server_id.to_string(),
+        row.balance_type.to_value(),
+        row.kind.to_value(),
+        signed_cents(row.amount_cents),
+        signed_cents(row.balance_before_cents),
+        signed_cents(row.balance_after_cents),
+        entry.order_id.unwrap_or_default(),
+    ]
+}
+
+/// The entries the filters keep, every page of them, as CSV.
+#[handler]
+async fn export(
+    _admin: SignedIn,
+    params: Params,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let all = projects::list(&state.db).await?;
+    let (filter, errors) = parse_filter(&params, &all);
+    if !errors.is_empty() {
+        return Ok(csv_export::refused(&errors, &FILTERS));
+    }
+    let db = state.db.clone();
+    Ok(csv_export::attachment(
+        "masterpay-ledger.csv",
+        CSV_HEADER,
+        move |page| {
+            let (db, filter) = (db.clone(), filter.clone());
+            async move {
+                ledger::ledger(&db, &filter, page)
+                    .await?
+                    .try_map(|entry| Ok::<_, sea_orm::DbErr>(csv_row(entry)))
+            }
+        },
+    ))
 }
 
 #[handler]

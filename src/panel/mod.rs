@@ -15,6 +15,7 @@
 mod account;
 mod admins;
 mod audit_log;
+mod csv_export;
 mod ledger;
 mod orders;
 mod overview;

@@ -18,6 +18,7 @@ use sea_orm::ActiveEnum;
 use super::{
     PanelError, PanelState,
     audit_log::{self, Listing},
+    csv_export,
     page::{self, FieldAttrs, FieldErrors, Params},
     session::{PostForm, SignedIn},
     users::{account_name, entries_table, parse_money, parse_server},
@@ -27,6 +28,7 @@ use crate::service::count;
 use crate::service::{
     AdminError,
     admin_audit::{self, AuditFilter},
+    keyset::{Keyset, Listed},
     ledger::{self, Entry},
     orders::{
         self, CancelError, Cancellation, CompleteError, CreateError, Order, OrderFilter,
@@ -36,8 +38,10 @@ use crate::service::{
     users::{self, UserRef},
 };
 
-/// Orders listed at most, newest first.
-const LIST_LIMIT: u64 = 100;
+/// Orders a page lists at most, newest first.
+const PAGE_SIZE: u64 = 100;
+/// The list's filters, as the form and the query string name them.
+const FILTERS: [&str; 6] = ["order_id", "project", "status", "user", "from", "to"];
 /// The payment system the create form starts with.
 const PANEL_PAYMENT_SYSTEM: &str = "cstm:panel";
 /// Audit-log entries of an order shown at most.
@@ -46,6 +50,7 @@ const AUDIT_LIMIT: u64 = 100;
 pub fn routes(route: Route) -> Route {
     route
         .at("/orders", get(list).post(create))
+        .at("/orders.csv", get(export))
         .at("/orders/:project_id/:order_id", get(show))
         .at("/orders/:project_id/:order_id/cancel", post(cancel))
         .at("/orders/:project_id/:order_id/complete", post(complete))
@@ -145,7 +150,7 @@ impl<'a> CreateForm<'a> {
 /// What the list page shows.
 struct ListView {
     projects: Vec<project::Model>,
-    orders: Vec<Order>,
+    orders: Listed<Order>,
     total: u64,
     /// False when the filters had errors (nothing was searched).
     searched: bool,
@@ -219,10 +224,15 @@ fn list_page(
                 }
             }
             @if view.searched {
+                div.actions {
+                    a.button.secondary href={ "/orders.csv" (params.query(&FILTERS)) } download {
+                        "Export CSV"
+                    }
+                }
                 p {
                     (count(view.total, "order matches", "orders match")) "."
-                    @if view.total > view.orders.len() as u64 {
-                        " The newest " (view.orders.len()) " are shown."
+                    @if view.total > PAGE_SIZE {
+                        " Newest first, " (PAGE_SIZE) " a page."
                     }
                 }
             } @else {
@@ -234,7 +244,7 @@ fn list_page(
                     th.num { "Amount" } th { "Status" } th { "Created" }
                 } }
                 tbody {
-                    @for o in &view.orders {
+                    @for o in &view.orders.rows {
                         tr {
                             td { a href=(order_path(o.project_id, &o.order_id)) { (o.order_id) } }
                             td { a href={ "/projects/" (o.project_id) "/users" } { (project_name(o.project_id)) } }
@@ -245,9 +255,10 @@ fn list_page(
                             td { (page::when(&o.created_at)) }
                         }
                     }
-                    @if view.orders.is_empty() { tr { td colspan="7" .muted { "No order matches." } } }
+                    @if view.orders.rows.is_empty() { tr { td colspan="7" .muted { "No order matches." } } }
                 }
             } }
+            (page::paging("/orders", params, &FILTERS, view.orders.older))
             section #new-order {
                 h2 { "New order" }
                 p.muted { "Creates a pending order, as the API's order creation does; completing it credits the amount to the main balance of the account chosen." }
@@ -273,13 +284,15 @@ fn list_page(
 async fn list_view(
     state: &PanelState,
     filter: Option<&OrderFilter>,
+    page: Keyset,
 ) -> Result<ListView, PanelError> {
     let projects = projects::list(&state.db).await?;
     let (orders, total) = match filter {
-        Some(filter) => orders::list(&state.db, filter, LIST_LIMIT)
-            .await
-            .map_err(PanelError::from)?,
-        None => (Vec::new(), 0),
+        Some(filter) => (
+            orders::list(&state.db, filter, page).await?,
+            orders::count(&state.db, filter).await?,
+        ),
+        None => (Listed::default(), 0),
     };
     Ok(ListView {
         projects,
@@ -295,10 +308,11 @@ async fn list(
     params: Params,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
+    let page = params.page(PAGE_SIZE)?;
     let mut errors = FieldErrors::default();
     let filter = parse_filter(&params, &mut errors);
     let valid = errors.is_empty();
-    let view = list_view(&state, valid.then_some(&filter)).await?;
+    let view = list_view(&state, valid.then_some(&filter), page).await?;
     let markup = list_page(
         &admin,
         &params,
@@ -311,6 +325,67 @@ async fn list(
     } else {
         page::invalid(markup)
     })
+}
+
+/// The columns of the export, one row per order; amounts in exact decimal.
+const CSV_HEADER: &[&str] = &[
+    "order_id",
+    "project_id",
+    "user_id",
+    "server_id",
+    "amount",
+    "status",
+    "payment_system",
+    "payment_id",
+    "created_at",
+    "completed_at",
+    "cancelled_at",
+];
+
+fn csv_row(order: Order) -> Vec<String> {
+    let at = |at: Option<chrono::DateTime<chrono::Utc>>| {
+        at.map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+            .unwrap_or_default()
+    };
+    vec![
+        order.order_id.to_string(),
+        order.project_id.to_string(),
+        order.user_id.to_string(),
+        order.server_id.to_string(),
+        order.amount.to_string(),
+        order.status.to_value(),
+        order.payment_system.to_string(),
+        order.payment_id.unwrap_or_default(),
+        at(Some(order.created_at)),
+        at(order.completed_at),
+        at(order.cancelled_at),
+    ]
+}
+
+/// The orders the filters keep, every page of them, as CSV.
+#[handler]
+async fn export(
+    _admin: SignedIn,
+    params: Params,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let mut errors = FieldErrors::default();
+    let filter = parse_filter(&params, &mut errors);
+    if !errors.is_empty() {
+        return Ok(csv_export::refused(&errors, &FILTERS));
+    }
+    let db = state.db.clone();
+    Ok(csv_export::attachment(
+        "masterpay-orders.csv",
+        CSV_HEADER,
+        move |page| {
+            let (db, filter) = (db.clone(), filter.clone());
+            async move {
+                let orders = orders::list(&db, &filter, page).await?;
+                orders.try_map(|order| Ok::<_, crate::store::StoreError>(csv_row(order)))
+            }
+        },
+    ))
 }
 
 #[handler]
@@ -416,7 +491,12 @@ async fn create(
             Err(CreateError::Store(err)) => return Err(err.into()),
         }
     }
-    let view = list_view(&state, Some(&OrderFilter::default())).await?;
+    let view = list_view(
+        &state,
+        Some(&OrderFilter::default()),
+        Keyset::first(PAGE_SIZE),
+    )
+    .await?;
     Ok(page::invalid(list_page(
         &admin,
         &Params::default(),

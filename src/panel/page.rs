@@ -10,7 +10,8 @@ use poem::{
     http::{StatusCode, header},
 };
 
-use super::session::SignedIn;
+use super::{PanelError, session::SignedIn};
+use crate::service::keyset::Keyset;
 
 const STYLESHEET: &str = include_str!("assets/panel.css");
 const SCRIPT: &str = include_str!("assets/panel.js");
@@ -280,6 +281,39 @@ impl Params {
             query
         } else {
             format!("?{query}")
+        }
+    }
+
+    /// The page of a list that `before` asks for (the newest when it is
+    /// blank), of `size` rows. Only an "older" link sends `before`, so a
+    /// value that is not a row id is a bad request, not a field's error.
+    pub fn page(&self, size: u64) -> Result<Keyset, PanelError> {
+        let before = match self.get("before") {
+            "" => None,
+            text => Some(text.parse::<i64>().ok().filter(|id| *id > 0).ok_or(
+                PanelError::BadRequest("The page asked for is not a row id."),
+            )?),
+        };
+        Ok(Keyset { before, size })
+    }
+}
+
+/// The links under a list of `path`: back to the newest page from an older
+/// one, and on to the `older` page when there is one; both keep the
+/// filters `keep` of `params`.
+pub fn paging(path: &str, params: &Params, keep: &[&str], older: Option<i64>) -> Markup {
+    let filters = params.query(keep);
+    let paged = !params.get("before").is_empty();
+    let older = older.map(|before| {
+        let and = if filters.is_empty() { '?' } else { '&' };
+        format!("{path}{filters}{and}before={before}")
+    });
+    html! {
+        @if paged || older.is_some() {
+            nav.paging {
+                @if paged { a href={ (path) (filters) } { "← newest" } }
+                @if let Some(href) = older { a href=(href) { "older →" } }
+            }
         }
     }
 }

@@ -9,10 +9,14 @@ use poem::{
 
 use super::{
     PanelError, PanelState,
-    page::{self, FieldAttrs, FieldErrors},
+    page::{self, FieldAttrs, FieldErrors, Params},
     session::{PostForm, SignedIn},
 };
-use crate::service::{AdminError, projects};
+use crate::service::{
+    AdminError,
+    keyset::{Keyset, Listed},
+    projects,
+};
 
 pub fn routes(route: Route) -> Route {
     route
@@ -22,7 +26,16 @@ pub fn routes(route: Route) -> Route {
         .at("/projects/:id/active", post(set_active))
 }
 
-fn list_page(admin: &SignedIn, all: &[project::Model], name: &str, errors: &FieldErrors) -> Markup {
+/// Projects a page lists at most, newest first.
+const PAGE_SIZE: u64 = 100;
+
+fn list_page(
+    admin: &SignedIn,
+    params: &Params,
+    all: &Listed<project::Model>,
+    name: &str,
+    errors: &FieldErrors,
+) -> Markup {
     page::frame(
         admin,
         "Projects",
@@ -30,7 +43,7 @@ fn list_page(admin: &SignedIn, all: &[project::Model], name: &str, errors: &Fiel
             div.table-wrap { table {
                 thead { tr { th.num { "Id" } th { "Name" } th { "State" } th { "Created" } } }
                 tbody {
-                    @for p in all {
+                    @for p in &all.rows {
                         tr {
                             td.num { (p.id) }
                             td { a href={ "/projects/" (p.id) } { (p.name) } }
@@ -38,9 +51,10 @@ fn list_page(admin: &SignedIn, all: &[project::Model], name: &str, errors: &Fiel
                             td { (page::when(&p.created_at)) }
                         }
                     }
-                    @if all.is_empty() { tr { td colspan="4" .muted { "No project yet." } } }
+                    @if all.rows.is_empty() { tr { td colspan="4" .muted { "No project yet." } } }
                 }
             } }
+            (page::paging("/projects", params, &[], all.older))
             section {
                 h2 { "New project" }
                 form method="post" action="/projects" {
@@ -54,10 +68,15 @@ fn list_page(admin: &SignedIn, all: &[project::Model], name: &str, errors: &Fiel
 }
 
 #[handler]
-async fn list(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let all = projects::list(&state.db).await?;
+async fn list(
+    admin: SignedIn,
+    params: Params,
+    state: Data<&PanelState>,
+) -> Result<Response, PanelError> {
+    let all = projects::page(&state.db, params.page(PAGE_SIZE)?).await?;
     Ok(page::ok(list_page(
         &admin,
+        &params,
         &all,
         "",
         &FieldErrors::default(),
@@ -75,9 +94,10 @@ async fn create(
         Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
             let mut errors = FieldErrors::default();
             errors.add(field, message);
-            let all = projects::list(&state.db).await?;
+            let all = projects::page(&state.db, Keyset::first(PAGE_SIZE)).await?;
             Ok(page::invalid(list_page(
                 &admin,
+                &Params::default(),
                 &all,
                 form.get("name"),
                 &errors,

@@ -20,12 +20,13 @@ use serde::Deserialize;
 use super::{
     PanelError, PanelState,
     audit_log::{self, Listing},
-    page::{self, FieldAttrs, FieldErrors},
+    page::{self, FieldAttrs, FieldErrors, Params},
     session::{PostForm, SignedIn},
 };
 use crate::service::{
     AdminError,
     admin_audit::{self, AuditFilter},
+    keyset::Listed,
     projects,
     tokens::{self, Permission, TokenInfo, TokenValue},
     validate,
@@ -230,7 +231,15 @@ fn token_fields(fields: &TokenFields, errors: &FieldErrors) -> Markup {
     }
 }
 
-fn list_page(admin: &SignedIn, p: &project::Model, all: &[TokenInfo]) -> Markup {
+/// Tokens a page lists at most, newest first.
+const PAGE_SIZE: u64 = 100;
+
+fn list_page(
+    admin: &SignedIn,
+    params: &Params,
+    p: &project::Model,
+    all: &Listed<TokenInfo>,
+) -> Markup {
     page::frame(
         admin,
         &format!("Tokens of {}", p.name),
@@ -246,7 +255,7 @@ fn list_page(admin: &SignedIn, p: &project::Model, all: &[TokenInfo]) -> Markup 
                     th { "Created" } th { "Expires" } th { "Last used" }
                 } }
                 tbody {
-                    @for info in all {
+                    @for info in &all.rows {
                         @let t = &info.token;
                         tr {
                             td { a href={ "/tokens/" (t.id) } { (t.name) } }
@@ -264,9 +273,10 @@ fn list_page(admin: &SignedIn, p: &project::Model, all: &[TokenInfo]) -> Markup 
                             td { (last_used(t.last_used_at.as_ref())) }
                         }
                     }
-                    @if all.is_empty() { tr { td colspan="8" .muted { "No token yet." } } }
+                    @if all.rows.is_empty() { tr { td colspan="8" .muted { "No token yet." } } }
                 }
             } }
+            (page::paging(&format!("/projects/{}/tokens", p.id), params, &[], all.older))
             p.muted { "A token's value is shown once, when it is created or reissued; only a hash of it is kept." }
         },
     )
@@ -276,11 +286,12 @@ fn list_page(admin: &SignedIn, p: &project::Model, all: &[TokenInfo]) -> Markup 
 async fn list(
     admin: SignedIn,
     Path(id): Path<i64>,
+    params: Params,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     let p = projects::get(&state.db, id).await?;
-    let all = tokens::list(&state.db, id).await?;
-    Ok(page::ok(list_page(&admin, &p, &all)))
+    let all = tokens::page(&state.db, id, params.page(PAGE_SIZE)?).await?;
+    Ok(page::ok(list_page(&admin, &params, &p, &all)))
 }
 
 fn new_page(

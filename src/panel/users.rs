@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::{
     PanelError, PanelState,
-    page::{self, FieldAttrs, FieldErrors},
+    page::{self, FieldAttrs, FieldErrors, Params},
     session::{PostForm, SignedIn},
 };
 use crate::{
@@ -22,6 +22,7 @@ use crate::{
     service::{
         AdminError,
         balances::{self, AccountBalance},
+        keyset::{Keyset, Listed},
         ledger::{self, Entry, HistoryError, HistoryRequest, Page},
         projects, servers,
         users::{self, UserRef},
@@ -29,8 +30,8 @@ use crate::{
     },
 };
 
-/// Users listed at most by a search (or without one, the newest).
-const SEARCH_LIMIT: u64 = 50;
+/// Users a page lists at most, of a search or without one, newest first.
+const PAGE_SIZE: u64 = 50;
 /// Operation-log entries per page of a user's history.
 const HISTORY_LIMIT: u64 = 50;
 
@@ -118,11 +119,6 @@ pub(super) fn entries_table(
 // ---------------------------------------------------------------------------
 // A project's users and servers.
 
-#[derive(Debug, Default, Deserialize)]
-struct SearchQuery {
-    q: Option<String>,
-}
-
 /// What the forms of the users page hold when sent back with errors.
 #[derive(Default)]
 struct ProjectForms<'a> {
@@ -133,7 +129,7 @@ struct ProjectForms<'a> {
 
 struct ProjectView {
     project: project::Model,
-    found: Vec<user::Model>,
+    found: Listed<user::Model>,
     servers: Vec<server::Model>,
 }
 
@@ -141,9 +137,10 @@ async fn project_view(
     state: &PanelState,
     project_id: i64,
     q: &str,
+    page: Keyset,
 ) -> Result<ProjectView, PanelError> {
     let project = projects::get(&state.db, project_id).await?;
-    let found = users::search(&state.db, project_id, q, SEARCH_LIMIT).await?;
+    let found = users::search(&state.db, project_id, q, page).await?;
     let servers = servers::list(&state.db, project_id).await?;
     Ok(ProjectView {
         project,
@@ -152,8 +149,15 @@ async fn project_view(
     })
 }
 
-fn users_page(admin: &SignedIn, view: &ProjectView, q: &str, forms: &ProjectForms) -> Markup {
+fn users_page(
+    admin: &SignedIn,
+    view: &ProjectView,
+    params: &Params,
+    forms: &ProjectForms,
+) -> Markup {
     let p = &view.project;
+    let q = params.get("q");
+    let path = format!("/projects/{}/users", p.id);
     let email_attrs = FieldAttrs {
         kind: "email",
         required: true,
@@ -184,23 +188,21 @@ fn users_page(admin: &SignedIn, view: &ProjectView, q: &str, forms: &ProjectForm
                 div.table-wrap { table {
                     thead { tr { th.num { "Id" } th { "E-mail" } th { "Created" } } }
                     tbody {
-                        @for u in &view.found {
+                        @for u in &view.found.rows {
                             tr {
                                 td.num { a href={ "/users/" (u.id) } { (u.id) } }
                                 td { a href={ "/users/" (u.id) } { (u.email) } }
                                 td { (page::when(&u.created_at)) }
                             }
                         }
-                        @if view.found.is_empty() {
+                        @if view.found.rows.is_empty() {
                             tr { td colspan="3" .muted {
                                 @if q.is_empty() { "No user yet." } @else { "No user matches " (q) "." }
                             } }
                         }
                     }
                 } }
-                @if view.found.len() as u64 >= SEARCH_LIMIT {
-                    p.muted { "The first " (SEARCH_LIMIT) " shown, newest first; search to narrow." }
-                }
+                (page::paging(&path, params, &["q"], view.found.older))
             }
             section {
                 h2 { "New user" }
@@ -241,16 +243,15 @@ fn users_page(admin: &SignedIn, view: &ProjectView, q: &str, forms: &ProjectForm
 async fn list(
     admin: SignedIn,
     Path(id): Path<i64>,
-    Query(query): Query<SearchQuery>,
+    params: Params,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
-    let q = query.q.unwrap_or_default();
-    let q = q.trim();
-    let view = project_view(&state, id, q).await?;
+    let page = params.page(PAGE_SIZE)?;
+    let view = project_view(&state, id, params.get("q"), page).await?;
     Ok(page::ok(users_page(
         &admin,
         &view,
-        q,
+        &params,
         &ProjectForms::default(),
     )))
 }
@@ -275,8 +276,13 @@ async fn create_user(
                 ..ProjectForms::default()
             };
             forms.errors.add(field, message);
-            let view = project_view(&state, id, "").await?;
-            Ok(page::invalid(users_page(&admin, &view, "", &forms)))
+            let view = project_view(&state, id, "", Keyset::first(PAGE_SIZE)).await?;
+            Ok(page::invalid(users_page(
+                &admin,
+                &view,
+                &Params::default(),
+                &forms,
+            )))
         }
         Err(err) => Err(err.into()),
     }
@@ -300,8 +306,13 @@ async fn create_server(
                 ..ProjectForms::default()
             };
             forms.errors.add("server_name", message);
-            let view = project_view(&state, id, "").await?;
-            Ok(page::invalid(users_page(&admin, &view, "", &forms)))
+            let view = project_view(&state, id, "", Keyset::first(PAGE_SIZE)).await?;
+            Ok(page::invalid(users_page(
+                &admin,
+                &view,
+                &Params::default(),
+                &forms,
+            )))
         }
         Err(err) => Err(err.into()),
     }

@@ -15,11 +15,15 @@ use chrono::{DateTime, Utc};
 use entity::admin_audit_entry;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DatabaseTransaction,
-    DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    DbErr, EntityTrait, QueryFilter,
 };
 use serde_json::Value;
 
-use super::{begin_write, now};
+use super::{
+    begin_write,
+    keyset::{Keyset, Listed},
+    now,
+};
 use crate::store::AuditRow;
 
 /// What `actor` reads for a change made from the command line.
@@ -173,6 +177,15 @@ pub async fn list(
     filter: &AuditFilter,
     limit: u64,
 ) -> Result<Vec<admin_audit_entry::Model>, DbErr> {
+    Ok(page(db, filter, Keyset::first(limit)).await?.rows)
+}
+
+/// The page `page` of the entries `filter` keeps, newest first.
+pub async fn page(
+    db: &DatabaseConnection,
+    filter: &AuditFilter,
+    page: Keyset,
+) -> Result<Listed<admin_audit_entry::Model>, DbErr> {
     use admin_audit_entry::Column;
     let mut query = admin_audit_entry::Entity::find();
     if let Some(actor) = &filter.actor {
@@ -197,5 +210,6 @@ pub async fn list(
     if let Some(until) = filter.until {
         query = query.filter(Column::At.lt(until));
     }
-    query.order_by_desc(Column::Id).limit(limit).all(db).await
+    let rows = page.select(query, Column::Id).all(db).await?;
+    Ok(page.cut(rows, |row| row.id))
 }

@@ -19,7 +19,11 @@ use entity::{
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use sha2::{Digest, Sha256};
 
-use super::{servers, users, users::UserRef};
+use super::{
+    keyset::{Keyset, Listed},
+    servers, users,
+    users::UserRef,
+};
 use crate::{money::Money, store::StoreError};
 
 /// Entries per page at most.
@@ -207,13 +211,13 @@ pub struct LedgerEntry {
     pub order_id: Option<String>,
 }
 
-/// The newest `limit` entries of the operation log that `filter` keeps,
+/// The page `page` of the operation log's entries that `filter` keeps,
 /// across every project, newest first.
 pub async fn ledger(
     db: &DatabaseConnection,
     filter: &LedgerFilter,
-    limit: u64,
-) -> Result<Vec<LedgerEntry>, sea_orm::DbErr> {
+    page: Keyset,
+) -> Result<Listed<LedgerEntry>, sea_orm::DbErr> {
     use entity::user;
     use operation_log::Column;
     use sea_orm::sea_query::Query;
@@ -242,12 +246,11 @@ pub async fn ledger(
     if let Some(until) = filter.until {
         query = query.filter(Column::CreatedAt.lt(until));
     }
-    let rows = query
-        .find_also_related(payment_order::Entity)
-        .order_by_desc(Column::Id)
-        .limit(limit)
+    let rows = page
+        .select(query.find_also_related(payment_order::Entity), Column::Id)
         .all(db)
         .await?;
+    let Listed { rows, older } = page.cut(rows, |(row, _)| row.id);
     let mut user_ids: Vec<i64> = rows.iter().map(|(row, _)| row.user_id).collect();
     user_ids.sort_unstable();
     user_ids.dedup();
@@ -265,14 +268,15 @@ pub async fn ledger(
             .into_iter()
             .collect()
     };
-    Ok(rows
+    let rows = rows
         .into_iter()
         .map(|(row, order)| LedgerEntry {
             project_id: projects.get(&row.user_id).copied(),
             order_id: order.map(|o| o.order_id),
             row,
         })
-        .collect())
+        .collect();
+    Ok(Listed { rows, older })
 }
 
 /// The operation-log entries of order `order_id` of `project_id` (its

@@ -14,6 +14,7 @@ pub mod admin_sessions;
 pub mod admins;
 pub mod auth;
 pub mod balances;
+pub mod keyset;
 pub mod ledger;
 pub mod ledger_check;
 pub mod orders;

@@ -24,7 +24,7 @@ use chrono::{DateTime, Utc};
 use entity::payment_order::{self, OrderStatus};
 use sea_orm::{
     ActiveEnum, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
-    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
+    PaginatorTrait, QueryFilter, QuerySelect,
     sea_query::{Expr, ExprTrait},
 };
 use serde_json::{Value, json};
@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     admin_audit::{self, Actor, AuditedChange, Change},
+    keyset::{Keyset, Listed},
     now,
     users::UserRef,
 };
@@ -559,42 +560,48 @@ pub struct OrderFilter {
     pub until: Option<DateTime<Utc>>,
 }
 
-/// The newest `limit` orders that `filter` keeps, newest first, and how
-/// many it keeps in all.
+impl OrderFilter {
+    fn select(&self) -> sea_orm::Select<payment_order::Entity> {
+        use payment_order::Column;
+        let mut query = payment_order::Entity::find();
+        if let Some(project_id) = self.project_id {
+            query = query.filter(Column::ProjectId.eq(project_id));
+        }
+        if let Some(order_id) = &self.order_id {
+            query = query.filter(Column::OrderId.eq(order_id.as_str()));
+        }
+        if let Some(from) = self.from {
+            query = query.filter(Column::CreatedAt.gte(from));
+        }
+        if let Some(until) = self.until {
+            query = query.filter(Column::CreatedAt.lt(until));
+        }
+        if let Some(user_id) = self.user_id {
+            query = query.filter(Column::UserId.eq(user_id));
+        }
+        if let Some(status) = self.status {
+            query = query.filter(Column::Status.eq(status));
+        }
+        query
+    }
+}
+
+/// The page `page` of the orders that `filter` keeps, newest first.
 pub async fn list(
     db: &DatabaseConnection,
     filter: &OrderFilter,
-    limit: u64,
-) -> Result<(Vec<Order>, u64), StoreError> {
-    let mut query = payment_order::Entity::find();
-    if let Some(project_id) = filter.project_id {
-        query = query.filter(payment_order::Column::ProjectId.eq(project_id));
-    }
-    if let Some(order_id) = &filter.order_id {
-        query = query.filter(payment_order::Column::OrderId.eq(order_id.as_str()));
-    }
-    if let Some(from) = filter.from {
-        query = query.filter(payment_order::Column::CreatedAt.gte(from));
-    }
-    if let Some(until) = filter.until {
-        query = query.filter(payment_order::Column::CreatedAt.lt(until));
-    }
-    if let Some(user_id) = filter.user_id {
-        query = query.filter(payment_order::Column::UserId.eq(user_id));
-    }
-    if let Some(status) = filter.status {
-        query = query.filter(payment_order::Column::Status.eq(status));
-    }
-    let total = query.clone().count(db).await?;
-    let orders = query
-        .order_by_desc(payment_order::Column::Id)
-        .limit(limit)
+    page: Keyset,
+) -> Result<Listed<Order>, StoreError> {
+    let rows = page
+        .select(filter.select(), payment_order::Column::Id)
         .all(db)
-        .await?
-        .into_iter()
-        .map(Order::try_from)
-        .collect::<Result<_, _>>()?;
-    Ok((orders, total))
+        .await?;
+    page.cut(rows, |row| row.id).try_map(Order::try_from)
+}
+
+/// How many orders `filter` keeps.
+pub async fn count(db: &DatabaseConnection, filter: &OrderFilter) -> Result<u64, StoreError> {
+    Ok(filter.select().count(db).await?)
 }
 
 /// How many orders each project has in each status among those created

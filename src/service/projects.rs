@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::{
     AdminError,
     admin_audit::{Actor, AuditedChange, Change},
+    keyset::{Keyset, Listed},
     now, validate,
 };
 
@@ -43,6 +44,18 @@ pub async fn list(db: &DatabaseConnection) -> Result<Vec<project::Model>, AdminE
         .order_by_asc(project::Column::Id)
         .all(db)
         .await?)
+}
+
+/// The page `page` of the projects, newest first.
+pub async fn page(
+    db: &DatabaseConnection,
+    page: Keyset,
+) -> Result<Listed<project::Model>, AdminError> {
+    let rows = page
+        .select(project::Entity::find(), project::Column::Id)
+        .all(db)
+        .await?;
+    Ok(page.cut(rows, |p| p.id))
 }
 
 pub async fn get(db: &DatabaseConnection, id: i64) -> Result<project::Model, AdminError> {

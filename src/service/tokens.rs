@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use super::{
     AdminError,
     admin_audit::{Actor, AuditedChange, Change},
+    keyset::{Keyset, Listed},
     now, projects, validate,
 };
 
@@ -266,6 +267,32 @@ pub async fn list(db: &DatabaseConnection, project_id: i64) -> Result<Vec<TokenI
         .order_by_asc(app_token::Column::Id)
         .all(db)
         .await?;
+    Ok(with_permissions(db, tokens).await?)
+}
+
+/// The page `page` of the tokens of `project_id`, newest first.
+pub async fn page(
+    db: &DatabaseConnection,
+    project_id: i64,
+    page: Keyset,
+) -> Result<Listed<TokenInfo>, AdminError> {
+    projects::get(db, project_id).await?;
+    let of_project = app_token::Entity::find().filter(app_token::Column::ProjectId.eq(project_id));
+    let rows = page
+        .select(of_project, app_token::Column::Id)
+        .all(db)
+        .await?;
+    let Listed { rows, older } = page.cut(rows, |token| token.id);
+    Ok(Listed {
+        rows: with_permissions(db, rows).await?,
+        older,
+    })
+}
+
+async fn with_permissions(
+    db: &DatabaseConnection,
+    tokens: Vec<app_token::Model>,
+) -> Result<Vec<TokenInfo>, DbErr> {
     let mut out = Vec::with_capacity(tokens.len());
     for token in tokens {
         let permissions = permissions_of(db, token.id).await?;

@@ -10,6 +10,7 @@ use serde_json::json;
 use super::{
     AdminError,
     admin_audit::{Actor, AuditedChange, Change},
+    keyset::{Keyset, Listed},
     now, projects,
 };
 use crate::domain::Email;
@@ -78,34 +79,31 @@ pub async fn get(db: &DatabaseConnection, user_id: i64) -> Result<user::Model, A
         .ok_or(AdminError::NotFound("user", user_id))
 }
 
-/// Users of `project_id` that `text` names, at most `limit`, newest first:
-/// the user whose id or e-mail (compared as stored, lower-cased) it is,
-/// first, then those whose e-mail contains it. Every user when `text` is
-/// blank.
+/// The page `page` of the users of `project_id` that `text` names, newest
+/// first; every user when `text` is blank. Otherwise the first page starts
+/// with the user whose id or e-mail (compared as stored, lower-cased) it
+/// is, and the pages hold those whose e-mail contains it, other than that
+/// user.
 pub async fn search(
     db: &DatabaseConnection,
     project_id: i64,
     text: &str,
-    limit: u64,
-) -> Result<Vec<user::Model>, DbErr> {
+    page: Keyset,
+) -> Result<Listed<user::Model>, DbErr> {
     use sea_orm::{
         QueryOrder,
         sea_query::{Expr, ExprTrait, LikeExpr},
     };
     let text = Email::folded(text.trim());
-    let in_project = || {
-        user::Entity::find()
-            .filter(user::Column::ProjectId.eq(project_id))
-            .order_by_desc(user::Column::Id)
-    };
+    let in_project = user::Entity::find().filter(user::Column::ProjectId.eq(project_id));
     if text.is_empty() {
-        return in_project().limit(limit).all(db).await;
+        let rows = page.select(in_project, user::Column::Id).all(db).await?;
+        return Ok(page.cut(rows, |user| user.id));
     }
     let mut exact = Condition::any().add(user::Column::Email.eq(text.as_str()));
     if let Ok(id) = text.parse::<i64>() {
         exact = exact.add(user::Column::Id.eq(id));
     }
-    let mut found = in_project().filter(exact).limit(limit).all(db).await?;
     // `!` escapes the wildcards (a backslash means different things to
     // different backends' string literals).
     let escaped: String = text
@@ -116,18 +114,20 @@ pub async fn search(
         })
         .collect();
     let pattern = LikeExpr::new(format!("%{escaped}%")).escape('!');
-    let partial = in_project()
+    let partial = in_project
+        .clone()
         .filter(Expr::col((user::Entity, user::Column::Email)).like(pattern))
-        .limit(limit)
-        .all(db)
-        .await?;
-    for user in partial {
-        if found.len() as u64 >= limit {
-            break;
-        }
-        if !found.iter().any(|f| f.id == user.id) {
-            found.push(user);
-        }
+        .filter(exact.clone().not());
+    let rows = page.select(partial, user::Column::Id).all(db).await?;
+    let mut found = page.cut(rows, |user| user.id);
+    if page.before.is_none() {
+        let mut named = in_project
+            .filter(exact)
+            .order_by_desc(user::Column::Id)
+            .all(db)
+            .await?;
+        named.append(&mut found.rows);
+        found.rows = named;
     }
     Ok(found)
 }

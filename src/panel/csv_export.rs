@@ -1,0 +1,124 @@
+//! The CSV exports (orders, ledger, audit log): streamed a page of rows at
+//! a time, read by id as the lists are paged, so that an export of any size
+//! holds one page in memory; every cell a spreadsheet would run as a
+//! formula is neutralised.
+
+use std::{fmt::Display, future::Future, io};
+
+use futures_util::{StreamExt, stream};
+use poem::{
+    Body, Response,
+    http::{StatusCode, header},
+};
+
+use super::page::FieldErrors;
+use crate::service::keyset::{Keyset, Listed};
+
+/// Rows read from the database at a time.
+const PAGE_SIZE: u64 = 1000;
+
+/// A cell a spreadsheet would not run as a formula: one starting with
+/// `=`, `+`, `-`, `@`, a tab or a carriage return gets a leading `'`,
+/// unless it is a negative decimal number (`-1.50`, a ledger's change),
+/// which is a value and stays one.
+pub(super) fn cell(text: &str) -> String {
+    let negative_number = text.strip_prefix('-').is_some_and(|digits| {
+        let (whole, cents) = digits.split_once('.').unwrap_or((digits, "0"));
+        [whole, cents]
+            .iter()
+            .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) && !negative_number {
+        format!("'{text}")
+    } else {
+        text.to_owned()
+    }
+}
+
+/// `rows` as CSV, each cell through [`cell`].
+pub(super) fn to_csv<R: AsRef<[String]>>(rows: &[R]) -> io::Result<Vec<u8>> {
+    let mut out = csv::Writer::from_writer(Vec::new());
+    for row in rows {
+        out.write_record(row.as_ref().iter().map(|text| cell(text)))?;
+    }
+    out.into_inner().map_err(|err| err.into_error())
+}
+
+/// The answer to an export whose filters `names` have `errors`: what is
+/// wrong with each, as text (the list page's buttons never send them).
+pub(super) fn refused(errors: &FieldErrors, names: &[&str]) -> Response {
+    let text: Vec<String> = names
+        .iter()
+        .filter_map(|name| errors.of(name).map(|message| format!("{name}: {message}")))
+        .collect();
+    Response::builder()
+        .status(StatusCode::BAD_REQUEST)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(format!("{}\n", text.join("\n")))
+}
+
+/// A CSV attachment named `file_name`: the `header` row, then the rows
+/// `read` gives for each page from the newest to the oldest. A failure once
+/// the answer has started ends its body short of its end (and is logged),
+/// which the client sees as a broken download, never as a shorter file.
+pub(super) fn attachment<R, F, E>(
+    file_name: &str,
+    header: &'static [&'static str],
+    read: R,
+) -> Response
+where
+    R: Fn(Keyset) -> F + Send + 'static,
+    F: Future<Output = Result<Listed<Vec<String>>, E>> + Send + 'static,
+    E: Display,
+{
+    let header = [header.iter().map(|name| (*name).to_owned()).collect()];
+    let header = stream::once(async move { to_csv::<Vec<String>>(&header) });
+    let rows = stream::try_unfold(Some(Keyset::first(PAGE_SIZE)), move |page| {
+        let reading = page.map(&read);
+        async move {
+            let Some(reading) = reading else {
+                return Ok(None);
+            };
+            let page = reading.await.map_err(|err| {
+                tracing::error!(error = %err, "CSV export failed");
+                io::Error::other("the export could not be read")
+            })?;
+            let next = page.older.map(|before| Keyset {
+                before: Some(before),
+                size: PAGE_SIZE,
+            });
+            Ok(Some((to_csv(&page.rows)?, next)))
+        }
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/csv; charset=utf-8")
+        .header(
+            header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"{file_name}\""),
+        )
+        .body(Body::from_bytes_stream(header.chain(rows)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formulas_are_neutralized() {
+        for bad in ["=1+1", "+1", "-1+1", "-A1", "-1.", "@SUM(A1)", "\tx", "\rx"] {
+            assert_eq!(cell(bad), format!("'{bad}"));
+        }
+        assert_eq!(cell("-1.50"), "-1.50");
+        assert_eq!(cell("-3"), "-3");
+        assert_eq!(cell("token.create"), "token.create");
+        assert_eq!(cell("{\"a\":1}"), "{\"a\":1}");
+        assert_eq!(cell(""), "");
+    }
+
+    #[test]
+    fn cells_are_quoted_when_they_need_it() {
+        let row = vec!["=cmd".to_owned(), r#"{"name":"a,b"}"#.to_owned()];
+        let text = String::from_utf8(to_csv(&[row]).unwrap()).unwrap();
+        assert_eq!(text, "'=cmd,\"{\"\"name\"\":\"\"a,b\"\"}\"\n");
+    }
+}
