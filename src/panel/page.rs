@@ -1,6 +1,7 @@
 //! What every page shares: the frame (header, navigation, sign-out), the
 //! one format for dates and money, form fields with their errors next to
-//! them, and the panel's stylesheet and script.
+//! them, a list's filters and paging links, and the panel's stylesheet and
+//! script.
 
 use chrono::{DateTime, Utc};
 use entity::operation_log::LogKind;
