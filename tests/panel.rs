@@ -103,6 +103,9 @@ on_every_backend!(
         a_page_that_is_not_a_row_id_is_a_bad_request,
         the_orders_export_streams_every_filtered_order_in_bounded_memory,
         the_ledger_export_holds_the_filtered_entries_in_exact_decimals,
+        a_refused_form_is_summarized_at_the_top_with_links_to_its_fields,
+        every_change_says_what_it_did_on_the_page_it_leads_to,
+        the_navigation_marks_the_current_page_and_tables_scroll_in_their_wrappers,
     ],
     // These start a panel with settings of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -753,7 +756,20 @@ async fn secure_cookies_are_host_prefixed_and_secure(backend: Backend) {
     assert_eq!(session.attribute("samesite"), Some("Strict"));
     assert_eq!(session.attribute("path"), Some("/"));
     assert_eq!(session.attribute("max-age"), Some("28800"));
-    browser.get("/").await.assert_status(200);
+    // The flash saying so is of the same kind.
+    assert!(answer.set_cookie("masterpay_flash").is_none());
+    let flash = answer
+        .set_cookie("__Host-masterpay_flash")
+        .expect("a flash cookie");
+    assert!(flash.has("secure") && flash.has("httponly"), "{flash:?}");
+    assert_eq!(flash.attribute("path"), Some("/"));
+    let overview = browser.get("/").await;
+    overview.assert_status(200);
+    assert_eq!(said(&overview), ["Signed in."]);
+    let deleted = overview
+        .set_cookie("__Host-masterpay_flash")
+        .expect("deleted");
+    assert!(deleted.has("secure") && deleted.attribute("path") == Some("/"));
     // The same value under the name without the prefix is not read.
     let mut plain = panel.browser();
     plain.cookie_name = "masterpay_session";
@@ -4161,4 +4177,320 @@ async fn the_ledger_export_holds_the_filtered_entries_in_exact_decimals(panel: P
             "-1.50 100.00 98.50"
         ]
     );
+}
+// ---- what the pages tell the operator ----
+
+/// The flash cookie of the default (not Secure) panel.
+const FLASH: &str = "masterpay_flash";
+
+/// What a page says a change did (its status messages).
+fn said(page: &Page) -> Vec<String> {
+    Regex::new(r#"<p class="notice" role="status">([^<]*)</p>"#)
+        .unwrap()
+        .captures_iter(&page.text)
+        .map(|c| c[1].to_owned())
+        .collect()
+}
+
+/// The summary of a refused form: its heading, and its links (target,
+/// text).
+fn error_summary(page: &Page) -> Option<(String, Vec<(String, String)>)> {
+    let summary = Regex::new(
+        r#"(?s)<div class="error-summary" role="alert"><h2>([^<]*)</h2><ul>(.*?)</ul></div>"#,
+    )
+    .unwrap();
+    let link = Regex::new(r#"<a href="([^"]+)">([^<]*)</a>"#).unwrap();
+    let found = summary.captures(&page.text)?;
+    let links = link
+        .captures_iter(&found[2])
+        .map(|c| (c[1].to_owned(), c[2].to_owned()))
+        .collect();
+    Some((found[1].to_owned(), links))
+}
+
+/// The opening tag of the page's element named `name`.
+#[track_caller]
+fn element_named<'a>(page: &'a Page, name: &str) -> &'a str {
+    let re = Regex::new(&format!(
+        r#"<(input|select|fieldset)[^>]*name="{name}"[^>]*>"#
+    ))
+    .unwrap();
+    re.find(&page.text)
+        .unwrap_or_else(|| panic!("no {name} in {}", page.text))
+        .as_str()
+}
+
+impl Browser {
+    /// Follows `answer`, the redirect of a change, to its page, which must
+    /// say `message` once; the flash cookie that carried it is the panel's
+    /// kind of cookie, lasts about a minute and is deleted by that page.
+    async fn follow_saying(&mut self, answer: Page, message: &str) -> Page {
+        assert_eq!(answer.status, 303, "{message}: {}", answer.text);
+        let flash = answer
+            .set_cookie(FLASH)
+            .unwrap_or_else(|| panic!("{message}: no flash cookie: {:?}", answer.headers));
+        assert!(flash.has("httponly"), "{flash:?}");
+        assert_eq!(flash.attribute("samesite"), Some("Strict"), "{flash:?}");
+        assert_eq!(flash.attribute("path"), Some("/"), "{flash:?}");
+        let seconds: u32 = flash
+            .attribute("max-age")
+            .expect("max-age")
+            .parse()
+            .unwrap();
+        assert!((10..=120).contains(&seconds), "{flash:?}");
+        let to = answer.header("location").expect("location").to_owned();
+        let page = self.get(&to).await;
+        page.assert_status(200);
+        assert_eq!(said(&page), [message], "{to}: {}", page.text);
+        let deleted = page.set_cookie(FLASH).expect("the page deletes the flash");
+        assert_eq!(deleted.attribute("max-age"), Some("0"), "{deleted:?}");
+        assert!(self.other_cookie(FLASH).is_none());
+        assert!(said(&self.get(&to).await).is_empty(), "{to}: said twice");
+        page
+    }
+}
+
+async fn a_refused_form_is_summarized_at_the_top_with_links_to_its_fields(panel: Panel) {
+    let seeded = panel.seed().await;
+    let mut browser = panel.signed_in().await;
+    let page = format!("/tokens/{}", seeded.token_id);
+    assert!(error_summary(&browser.get(&page).await).is_none());
+
+    // The delete form, low on the page, with a wrong name.
+    let answer = browser
+        .submit(
+            &page,
+            &format!("{page}/delete"),
+            &[("confirm_name", "wrong")],
+        )
+        .await;
+    answer.assert_status(422);
+    let (heading, links) = error_summary(&answer).expect("a summary");
+    assert_eq!(heading, "Nothing was changed: 1 problem");
+    assert_eq!(links.len(), 1, "{links:?}");
+    assert_eq!(links[0].0, "#confirm_name");
+    let message = answer
+        .field_error("confirm_name")
+        .expect("the field's error");
+    assert_eq!(links[0].1, format!("Confirm name: {message}"));
+    let input = element_named(&answer, "confirm_name");
+    for attribute in [
+        r#"id="confirm_name""#,
+        r#"aria-invalid="true""#,
+        r#"aria-describedby="confirm_name-error""#,
+    ] {
+        assert!(input.contains(attribute), "{attribute} in {input}");
+    }
+    // At the top of the page's content: right after its heading, before
+    // any of its forms.
+    let main = answer.text.find("<main>").expect("main");
+    let summary = answer.text.find("error-summary").unwrap();
+    let first_form = main + answer.text[main..].find("<form").unwrap();
+    assert!(main < summary && summary < first_form);
+    assert!(answer.text[main..summary].contains("</h1>"));
+
+    // Two problems in the edit form: each linked, each input marked.
+    let answer = browser
+        .submit(&page, &format!("{page}/edit"), &[("name", "")])
+        .await;
+    answer.assert_status(422);
+    let (heading, links) = error_summary(&answer).expect("a summary");
+    assert_eq!(heading, "Nothing was changed: 2 problems");
+    let targets: Vec<&str> = links.iter().map(|(href, _)| href.as_str()).collect();
+    assert_eq!(targets, ["#name", "#permissions"]);
+    assert!(element_named(&answer, "name").contains(r#"aria-describedby="name-error""#));
+    let fieldset = Regex::new(r#"<fieldset[^>]*>"#).unwrap();
+    let fieldset = fieldset.find(&answer.text).unwrap().as_str();
+    assert!(
+        fieldset.contains(r#"id="permissions""#)
+            && fieldset.contains(r#"aria-describedby="permissions-error""#),
+        "{fieldset}"
+    );
+
+    // A form's own error (no field to blame) links to its message.
+    let refused = panel.browser().sign_in(ADMIN, "not the password").await;
+    refused.assert_status(401);
+    let (_, links) = error_summary(&refused).expect("a summary");
+    assert_eq!(links.len(), 1);
+    assert_eq!(links[0].0, "#form-error");
+    assert!(refused.text.contains(r#"id="form-error""#));
+
+    // A bad filter of a list page too.
+    let answer = browser.get("/ledger?from=yesterday").await;
+    answer.assert_status(422);
+    let (_, links) = error_summary(&answer).expect("a summary");
+    assert_eq!(links[0].0, "#from");
+    assert!(element_named(&answer, "from").contains(r#"id="from""#));
+}
+
+async fn every_change_says_what_it_did_on_the_page_it_leads_to(panel: Panel) {
+    let seeded = panel.seed().await;
+    let pid = panel.app.project_id;
+    let mut b = panel.browser();
+    let answer = b.sign_in(ADMIN, PASSWORD).await;
+    b.follow_saying(answer, "Signed in.").await;
+
+    // Projects.
+    let answer = b
+        .submit("/projects", "/projects", &[("name", "Said")])
+        .await;
+    let new = panel.projects().await.last().unwrap().id;
+    b.follow_saying(answer, &format!("Project {new} created."))
+        .await;
+    let page = format!("/projects/{new}");
+    let answer = b
+        .submit(&page, &format!("{page}/rename"), &[("name", "Said again")])
+        .await;
+    b.follow_saying(answer, &format!("Project {new} renamed."))
+        .await;
+    for (active, done) in [("false", "disabled"), ("true", "enabled")] {
+        let answer = b
+            .submit(&page, &format!("{page}/active"), &[("active", active)])
+            .await;
+        b.follow_saying(answer, &format!("Project {new} {done}."))
+            .await;
+    }
+
+    // Tokens: a creation and a reissue answer with the value's page, which
+    // says it at once.
+    let answer = b
+        .submit(
+            &format!("/projects/{pid}/tokens/new"),
+            &format!("/projects/{pid}/tokens"),
+            &[("name", "Said"), ("permission", "master-account/balance")],
+        )
+        .await;
+    answer.assert_status(200);
+    let token = panel.token_row_named("Said").await.id;
+    assert_eq!(said(&answer), [format!("Token {token} created.")]);
+    let page = format!("/tokens/{token}");
+    let fields = [("name", "Said 2"), ("permission", "master-account/balance")];
+    let answer = b.submit(&page, &format!("{page}/edit"), &fields).await;
+    b.follow_saying(answer, &format!("Token {token} saved."))
+        .await;
+    for (active, done) in [("false", "disabled"), ("true", "enabled")] {
+        let answer = b
+            .submit(&page, &format!("{page}/active"), &[("active", active)])
+            .await;
+        b.follow_saying(answer, &format!("Token {token} {done}."))
+            .await;
+    }
+    let answer = b.submit(&page, &format!("{page}/reissue"), &[]).await;
+    answer.assert_status(200);
+    assert_eq!(said(&answer), [format!("Token {token} reissued.")]);
+    let answer = b
+        .submit(
+            &page,
+            &format!("{page}/delete"),
+            &[("confirm_name", "Said 2")],
+        )
+        .await;
+    b.follow_saying(answer, &format!("Token {token} deleted."))
+        .await;
+
+    // Users, servers, balances.
+    let users = format!("/projects/{pid}/users");
+    let answer = b
+        .submit(&users, &users, &[("email", "said@example.com")])
+        .await;
+    let user = answer.header("location").unwrap().replace("/users/", "");
+    b.follow_saying(answer, &format!("User {user} created."))
+        .await;
+    let answer = b
+        .submit(
+            &users,
+            &format!("/projects/{pid}/servers"),
+            &[("server_name", "Said")],
+        )
+        .await;
+    let server = entity::server::Entity::find()
+        .filter(entity::server::Column::Name.eq("Said"))
+        .one(&panel.app.db)
+        .await
+        .unwrap()
+        .expect("the server")
+        .id;
+    b.follow_saying(answer, &format!("Server {server} created."))
+        .await;
+    let page = format!("/users/{user}");
+    let balance = [("server", "0"), ("main", "5.00"), ("reason", "said")];
+    let answer = b.submit(&page, &format!("{page}/balance"), &balance).await;
+    b.follow_saying(answer, &format!("Balance of user {user} set."))
+        .await;
+
+    // Orders: one created and cancelled, the seeded one completed.
+    let pid_text = pid.to_string();
+    let order = [
+        ("project", pid_text.as_str()),
+        ("user", user.as_str()),
+        ("server", "0"),
+        ("amount", "1.00"),
+        ("payment_system", "cstm:panel"),
+    ];
+    let answer = b.submit("/orders", "/orders", &order).await;
+    let page = answer.header("location").unwrap().to_owned();
+    let order_id = page.rsplit('/').next().unwrap().to_owned();
+    b.follow_saying(answer, &format!("Order {order_id} created."))
+        .await;
+    let answer = b.submit(&page, &format!("{page}/cancel"), &[]).await;
+    b.follow_saying(answer, &format!("Order {order_id} cancelled."))
+        .await;
+    let page = format!("/orders/{pid}/{}", seeded.order_id);
+    let answer = b.submit(&page, &format!("{page}/complete"), &[]).await;
+    let done = format!("Order {} completed.", seeded.order_id);
+    b.follow_saying(answer, &done).await;
+
+    // The ledger's audit, the password, signing out and in by a link.
+    let answer = b.submit("/ledger/audit", "/ledger/audit", &[]).await;
+    b.follow_saying(answer, "Ledger audit run.").await;
+    let new_password = "a new password, long enough";
+    let change = [
+        ("current_password", PASSWORD),
+        ("password", new_password),
+        ("password_again", new_password),
+    ];
+    let answer = b.submit("/account", "/account/password", &change).await;
+    let done = "Your password was changed; your other sessions were ended.";
+    b.follow_saying(answer, done).await;
+    let answer = b.submit("/account", "/sign-out", &[]).await;
+    b.follow_saying(answer, "Signed out.").await;
+    let link = panel.login_link(ADMIN).await;
+    let csrf = b.get(&format!("/sign-in/link/{link}")).await.csrf();
+    let answer = b
+        .post("/sign-in/link", &[("csrf", &csrf), ("link", &link)])
+        .await;
+    b.follow_saying(answer, "Signed in.").await;
+}
+
+async fn the_navigation_marks_the_current_page_and_tables_scroll_in_their_wrappers(panel: Panel) {
+    let seeded = panel.seed().await;
+    let mut browser = panel.signed_in().await;
+    let marked = Regex::new(r#"<a [^>]*href="([^"]*)"[^>]*aria-current="([^"]+)""#).unwrap();
+    let token = format!("/tokens/{}", seeded.token_id);
+    for (page, link, current) in [
+        ("/", "/", "page"),
+        ("/projects", "/projects", "page"),
+        (&token, "/projects", "true"),
+        ("/orders?status=pending", "/orders", "page"),
+        ("/ledger/audit", "/ledger", "true"),
+        ("/audit-log", "/audit-log", "page"),
+        ("/account", "/account", "page"),
+    ] {
+        let answer = browser.get(page).await;
+        answer.assert_status(200);
+        let found: Vec<(String, String)> = marked
+            .captures_iter(&answer.text)
+            .map(|c| (c[1].to_owned(), c[2].to_owned()))
+            .collect();
+        assert_eq!(found, [(link.to_owned(), current.to_owned())], "{page}");
+    }
+    for page in panel.pages(&seeded) {
+        let answer = browser.get(&page).await;
+        let tables = answer.text.matches("<table").count();
+        let wrapped = answer
+            .text
+            .matches(r#"<div class="table-wrap"><table"#)
+            .count();
+        assert_eq!(tables, wrapped, "{page}: a table outside its wrapper");
+    }
 }

@@ -15,8 +15,8 @@ mod m20261125_000002_administrators;
 mod m20261125_000003_panel;
 mod m20261126_000001_completion_refusals;
 mod m20261126_000002_session_by_link;
-mod m20261127_000002_panel_activity;
 mod m20261127_000001_token_rotation;
+mod m20261127_000002_panel_activity;
 
 pub struct Migrator;
 

@@ -27,16 +27,12 @@ pub fn routes(route: Route) -> Route {
 fn account_page(
     admin: &SignedIn,
     sessions: &[admin_session::Model],
-    changed: bool,
     errors: &FieldErrors,
 ) -> Markup {
     page::frame(
         admin,
         "Your account",
         html! {
-            @if changed {
-                p.notice { "Your password was changed; your other sessions were ended." }
-            }
             p { "Signed in as " strong { (admin.name()) } " until "
                 (page::when(&admin.session.expires_at)) " (sessions last 8 hours)." }
             section {
@@ -70,20 +66,20 @@ fn account_page(
                         label.field {
                             span { "Current password" }
                             input type="password" name="current_password" required autocomplete="current-password"
-                                aria-invalid=[errors.of("current_password").map(|_| "true")];
+                                id=[errors.id("current_password")] aria-invalid=[errors.invalid("current_password")] aria-describedby=[errors.described_by("current_password")];
                             (errors.show("current_password"))
                         }
                     }
                     label.field {
                         span { "New password (at least 12 characters)" }
                         input type="password" name="password" required autocomplete="new-password"
-                            aria-invalid=[errors.of("password").map(|_| "true")];
+                            id=[errors.id("password")] aria-invalid=[errors.invalid("password")] aria-describedby=[errors.described_by("password")];
                         (errors.show("password"))
                     }
                     label.field {
                         span { "The new password again" }
                         input type="password" name="password_again" required autocomplete="new-password"
-                            aria-invalid=[errors.of("password_again").map(|_| "true")];
+                            id=[errors.id("password_again")] aria-invalid=[errors.invalid("password_again")] aria-describedby=[errors.described_by("password_again")];
                         (errors.show("password_again"))
                     }
                     button type="submit" { "Change password" }
@@ -94,17 +90,11 @@ fn account_page(
 }
 
 #[handler]
-async fn show(
-    admin: SignedIn,
-    req: &poem::Request,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let changed = req.uri().query() == Some("changed");
+async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
     let sessions = admin_sessions::sessions_of(&state.db, admin.session.administrator.id).await?;
     Ok(page::ok(account_page(
         &admin,
         &sessions,
-        changed,
         &FieldErrors::default(),
     )))
 }
@@ -112,12 +102,17 @@ async fn show(
 #[handler]
 async fn sign_out_everywhere(
     admin: SignedIn,
+    req: &poem::Request,
     _form: PostForm,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     let id = admin.session.administrator.id;
-    admin_sessions::sign_out_everywhere(&state.db, &admin.actor(), id).await?;
-    Ok(signed_out(&state))
+    let ended = admin_sessions::sign_out_everywhere(&state.db, &admin.actor(), id).await?;
+    let message = match ended {
+        1 => "Signed out everywhere: 1 session ended.".to_owned(),
+        n => format!("Signed out everywhere: {n} sessions ended."),
+    };
+    Ok(signed_out(req, &state, &message))
 }
 
 #[handler]
@@ -150,9 +145,7 @@ async fn change_password(
     let Some(password) = password.filter(|_| errors.is_empty()) else {
         let sessions =
             admin_sessions::sessions_of(&state.db, admin.session.administrator.id).await?;
-        return Ok(page::invalid(account_page(
-            &admin, &sessions, false, &errors,
-        )));
+        return Ok(page::invalid(account_page(&admin, &sessions, &errors)));
     };
     admins::set_password(
         &state.db,
@@ -162,5 +155,6 @@ async fn change_password(
         Some(&admin.cookie_hash),
     )
     .await?;
-    Ok(page::redirect("/account?changed"))
+    let message = "Your password was changed; your other sessions were ended.";
+    Ok(page::done(&admin, "/account", message))
 }

@@ -92,7 +92,7 @@ fn admins_page(admin: &SignedIn, all: &[administrator::Model], shown: &Shown<'_>
                                     }
                                 }
                                 @if let Some((_, message)) = shown.refused.as_ref().filter(|(id, _)| *id == a.id) {
-                                    p.field-error id="active-error" role="alert" { (message) }
+                                    p.field-error id="active-error" { (message) }
                                 }
                             }
                         }
@@ -155,7 +155,8 @@ async fn invite(
         invited,
         refused: None,
     };
-    Ok(if shown.invited.is_some() {
+    Ok(if let Some((name, _, _)) = &shown.invited {
+        let admin = admin.told(format!("Administrator {name} invited."));
         page::ok(admins_page(&admin, &all, &shown))
     } else {
         page::invalid(admins_page(&admin, &all, &shown))
@@ -172,7 +173,11 @@ async fn set_active(
     let active = form.active()?;
     let target = admins::get(&state.db, id).await?;
     match admins::set_active(&state.db, &admin.actor(), &target.name, active).await {
-        Ok(_) => Ok(page::redirect("/admins")),
+        Ok(_) => {
+            let done = if active { "enabled" } else { "disabled" };
+            let message = format!("Administrator {} {done}.", target.name);
+            Ok(page::done(&admin, "/admins", &message))
+        }
         Err(AdminError::Invalid(_, message) | AdminError::Conflict(_, message)) => {
             let shown = Shown {
                 refused: Some((id, message)),

@@ -88,7 +88,7 @@ fn filter_form(params: &Params, errors: &FieldErrors, all: &[project::Model]) ->
         form.filters method="get" action="/ledger" {
             label.field {
                 span { "Project" }
-                select name="project" aria-invalid=[errors.of("project").map(|_| "true")] {
+                select name="project" id=[errors.id("project")] aria-invalid=[errors.invalid("project")] aria-describedby=[errors.described_by("project")] {
                     option value="" { "Every project" }
                     @for p in all {
                         @let id = p.id.to_string();
@@ -100,7 +100,7 @@ fn filter_form(params: &Params, errors: &FieldErrors, all: &[project::Model]) ->
             (page::text_field("User id", "user", params.get("user"), errors, FieldAttrs::OPTIONAL))
             label.field {
                 span { "Kind" }
-                select name="kind" aria-invalid=[errors.of("kind").map(|_| "true")] {
+                select name="kind" id=[errors.id("kind")] aria-invalid=[errors.invalid("kind")] aria-describedby=[errors.described_by("kind")] {
                     option value="" { "Every kind" }
                     @for k in [LogKind::OrderCredit, LogKind::BalanceSet] {
                         @let value = k.to_value();
@@ -301,7 +301,7 @@ async fn run_audit(
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     ledger_check::run_recorded(&state.db, &admin.actor()).await?;
-    Ok(page::redirect("/ledger/audit"))
+    Ok(page::done(&admin, "/ledger/audit", "Ledger audit run."))
 }
 
 fn audit_page(

@@ -31,7 +31,7 @@ use std::{sync::Arc, time::Instant};
 use poem::{
     Endpoint, EndpointExt, IntoResponse, Request, Response, Route, get,
     http::{StatusCode, header},
-    middleware::SetHeader,
+    middleware::{CookieJarManager, SetHeader},
     post,
 };
 use sea_orm::{DatabaseConnection, DbErr};
@@ -181,6 +181,9 @@ pub fn routes(state: PanelState) -> impl Endpoint {
         // Errors (a redirect to the sign-in page, a refused form) become
         // answers here, so that they too get the headers below.
         .catch_all_error(|err: poem::Error| async move { err.into_response() })
+        // Cookies set or deleted by a request's handlers (session, flash)
+        // become its answer's `Set-Cookie`, errors' answers included.
+        .with(CookieJarManager::new())
         .around(access_log)
         .with(
             SetHeader::new()

@@ -164,7 +164,7 @@ fn project_select(
     errors: &FieldErrors,
 ) -> Markup {
     html! {
-        select name=(name) required[any.is_none()] aria-invalid=[errors.of(name).map(|_| "true")] {
+        select name=(name) required[any.is_none()] id=[errors.id(name)] aria-invalid=[errors.invalid(name)] aria-describedby=[errors.described_by(name)] {
             @if let Some(any) = any {
                 option value="" { (any) }
             } @else {
@@ -207,7 +207,7 @@ fn list_page(
                     }
                     label.field {
                         span { "Status" }
-                        select name="status" aria-invalid=[filter_errors.of("status").map(|_| "true")] {
+                        select name="status" id=[filter_errors.id("status")] aria-invalid=[filter_errors.invalid("status")] aria-describedby=[filter_errors.described_by("status")] {
                             option value="" { "Any status" }
                             @for s in [OrderStatus::Pending, OrderStatus::Completed, OrderStatus::Cancelled] {
                                 @let value = s.to_value();
@@ -462,10 +462,12 @@ async fn create(
         };
         match orders::create_as(&state.db, &*state.store, &admin.actor(), &request).await {
             Ok(order) => {
-                return Ok(page::redirect(&order_path(
-                    order.project_id,
-                    &order.order_id,
-                )));
+                let to = order_path(order.project_id, &order.order_id);
+                return Ok(page::done(
+                    &admin,
+                    &to,
+                    &format!("Order {} created.", order.order_id),
+                ));
             }
             Err(CreateError::UserNotFound) => {
                 errors.add("user", "no such user in this project");
@@ -642,7 +644,13 @@ async fn cancel(
         payment_system: found.payment_system,
     };
     let notice = match orders::cancel(&state.db, Some(&admin.actor()), &request).await {
-        Ok(order) => return Ok(page::redirect(&order_path(project_id, &order.order_id))),
+        Ok(o) => {
+            return Ok(page::done(
+                &admin,
+                &order_path(project_id, &o.order_id),
+                &format!("Order {} cancelled.", o.order_id),
+            ));
+        }
         Err(CancelError::AlreadyCompleted) => "The order is already completed: nothing changed.",
         Err(CancelError::AlreadyCancelled) => "The order is already cancelled: nothing changed.",
         Err(CancelError::OrderNotFound) => {
@@ -677,7 +685,13 @@ async fn complete(
     .await;
     let refusal;
     let notice = match completed {
-        Ok(done) => return Ok(page::redirect(&order_path(project_id, &done.order_id))),
+        Ok(o) => {
+            return Ok(page::done(
+                &admin,
+                &order_path(project_id, &o.order_id),
+                &format!("Order {} completed.", o.order_id),
+            ));
+        }
         Err(CompleteError::AlreadyCompleted) => "The order is already completed: nothing changed.",
         Err(CompleteError::Cancelled) => "The order is cancelled: it is never credited.",
         Err(CompleteError::BalanceCeiling) => {

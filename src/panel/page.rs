@@ -1,11 +1,12 @@
-//! What every page shares: the frame (header, navigation, sign-out), the
-//! one format for dates and money, form fields with their errors next to
-//! them, a list's filters and paging links, and the panel's stylesheet and
-//! script.
+//! What every page shares: the frame (header, navigation with the current
+//! page marked, sign-out, what the last change did, the summary of a
+//! refused form), the one format for dates and money, form fields with
+//! their errors next to them, a list's filters and paging links, and the
+//! panel's stylesheet and script.
 
 use chrono::{DateTime, Utc};
 use entity::operation_log::LogKind;
-use maud::{DOCTYPE, Markup, html};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 use poem::{
     Response, handler,
     http::{StatusCode, header},
@@ -43,6 +44,33 @@ fn head(title: &str) -> Markup {
     }
 }
 
+/// The navigation's links, each with the paths of the pages it leads to
+/// (its link is marked on them).
+const NAVIGATION: [(&str, &str, &[&str]); 6] = [
+    ("/", "Overview", &[]),
+    (
+        "/projects",
+        "Projects",
+        &["/projects/", "/tokens/", "/users/"],
+    ),
+    ("/orders", "Orders", &["/orders/"]),
+    ("/ledger", "Ledger", &["/ledger/"]),
+    ("/audit-log", "Audit log", &["/audit-log/"]),
+    ("/admins", "Administrators", &["/admins/"]),
+];
+
+/// `aria-current` of a link to `href` on the page at `path`: `page` on its
+/// own page, `true` on the pages under it.
+fn current(path: &str, href: &str, under: &[&str]) -> Option<&'static str> {
+    if path == href {
+        Some("page")
+    } else if under.iter().any(|prefix| path.starts_with(prefix)) {
+        Some("true")
+    } else {
+        None
+    }
+}
+
 /// A page of a signed-in administrator.
 pub fn frame(admin: &SignedIn, title: &str, body: Markup) -> Markup {
     html! {
@@ -53,26 +81,83 @@ pub fn frame(admin: &SignedIn, title: &str, body: Markup) -> Markup {
                 header {
                     a.brand href="/" { "masterpay" }
                     nav {
-                        a href="/" { "Overview" }
-                        a href="/projects" { "Projects" }
-                        a href="/orders" { "Orders" }
-                        a href="/ledger" { "Ledger" }
-                        a href="/audit-log" { "Audit log" }
-                        a href="/admins" { "Administrators" }
+                        @for (href, label, under) in NAVIGATION {
+                            a href=(href) aria-current=[current(&admin.path, href, under)] { (label) }
+                        }
                     }
                     form.sign-out method="post" action="/sign-out" {
                         (csrf(admin))
-                        a.who href="/account" { (admin.name()) }
+                        a.who href="/account" aria-current=[current(&admin.path, "/account", &[])] { (admin.name()) }
                         button type="submit" { "Sign out" }
                     }
                 }
                 main {
                     h1 { (title) }
+                    (flash(admin.flash.as_deref()))
+                    (error_summary(&body))
                     (body)
                 }
             }
         }
     }
+}
+
+/// What the last change did, said once at the top of the page.
+pub fn flash(message: Option<&str>) -> Markup {
+    html! {
+        @if let Some(message) = message {
+            p.notice role="status" { (message) }
+        }
+    }
+}
+
+/// How [`FieldErrors::show`] opens a field's error message.
+const FIELD_ERROR: &str = r#"<p class="field-error" id=""#;
+
+/// The top of a page whose form was refused: its field errors, each a link
+/// to its field (or, for an error of the whole form, to the message). They
+/// are read from the page's own markup, where [`FieldErrors::show`] put
+/// them, so that every form gets the summary without handing its errors
+/// over twice.
+fn error_summary(body: &Markup) -> Markup {
+    let html = body.0.as_str();
+    let errors: Vec<(&str, &str)> = html
+        .split(FIELD_ERROR)
+        .skip(1)
+        .filter_map(|rest| {
+            let (id, rest) = rest.split_once('"')?;
+            let message = rest.split_once('>')?.1.split_once("</p>")?.0;
+            Some((id.strip_suffix("-error")?, message))
+        })
+        .collect();
+    let plural = if errors.len() == 1 { "" } else { "s" };
+    html! {
+        @if !errors.is_empty() {
+            div.error-summary role="alert" {
+                h2 { "Nothing was changed: " (errors.len()) " problem" (plural) }
+                ul {
+                    @for (field, message) in &errors {
+                        // The message is the page's markup, escaped already.
+                        @if html.contains(&format!(r#" id="{field}""#)) {
+                            li { a href={ "#" (field) } { (field_label(field)) ": " (PreEscaped(*message)) } }
+                        } @else {
+                            li { a href={ "#" (field) "-error" } { (PreEscaped(*message)) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A field's name as a reader says it: `confirm_name`, "Confirm name".
+fn field_label(field: &str) -> String {
+    let words = field.replace('_', " ");
+    let mut chars = words.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// A page without the navigation (sign-in, errors).
@@ -95,6 +180,7 @@ pub fn bare_markup(title: &str, body: Markup) -> Markup {
             body.bare {
                 main {
                     h1 { (title) }
+                    (error_summary(&body))
                     (body)
                 }
             }
@@ -119,7 +205,14 @@ pub fn invalid(markup: Markup) -> Response {
     render(StatusCode::UNPROCESSABLE_ENTITY, markup)
 }
 
-/// POST-redirect-GET: where the browser goes after a change.
+/// POST-redirect-GET after a change: off to `to`, whose page says
+/// `message`, what was done ("Token 12 disabled.").
+pub fn done(admin: &SignedIn, to: &str, message: &str) -> Response {
+    admin.tell(message);
+    redirect(to)
+}
+
+/// Where the browser goes (after a change, [`done`]).
 pub fn redirect(to: &str) -> Response {
     Response::builder()
         .status(StatusCode::SEE_OTHER)
@@ -165,13 +258,31 @@ impl FieldErrors {
             .map(|(_, message)| message.as_str())
     }
 
-    /// The message next to a field, when it has one.
+    /// The message next to a field, when it has one (the page's summary
+    /// lists it too, see [`error_summary`]).
     pub fn show(&self, field: &str) -> Markup {
         html! {
             @if let Some(message) = self.of(field) {
-                p.field-error id={ (field) "-error" } role="alert" { (message) }
+                p.field-error id={ (field) "-error" } { (message) }
             }
         }
+    }
+
+    /// The `id` of a field's input when it has an error: where the
+    /// summary's link goes. Those of correct fields are left out, so that
+    /// two forms of a page may have fields of the same name.
+    pub fn id<'a>(&self, field: &'a str) -> Option<&'a str> {
+        self.of(field).map(|_| field)
+    }
+
+    /// The `aria-invalid` of a field's input.
+    pub fn invalid(&self, field: &str) -> Option<&'static str> {
+        self.of(field).map(|_| "true")
+    }
+
+    /// The `aria-describedby` of a field's input: its error message.
+    pub fn described_by(&self, field: &str) -> Option<String> {
+        self.of(field).map(|_| format!("{field}-error"))
     }
 }
 
@@ -188,7 +299,8 @@ pub fn text_field(
             span { (label) }
             input type=(attrs.kind) name=(name) value=(value)
                 required[attrs.required] placeholder=[attrs.placeholder]
-                aria-invalid=[errors.of(name).map(|_| "true")];
+                id=[errors.id(name)] aria-invalid=[errors.invalid(name)]
+                aria-describedby=[errors.described_by(name)];
             (errors.show(name))
         }
     }

@@ -90,7 +90,11 @@ async fn create(
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     match projects::create(&state.db, &admin.actor(), form.get("name")).await {
-        Ok(project) => Ok(page::redirect(&format!("/projects/{}", project.id))),
+        Ok(p) => Ok(page::done(
+            &admin,
+            &format!("/projects/{}", p.id),
+            &format!("Project {} created.", p.id),
+        )),
         Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
             let mut errors = FieldErrors::default();
             errors.add(field, message);
@@ -173,7 +177,11 @@ async fn rename(
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     match projects::rename(&state.db, &admin.actor(), id, form.get("name")).await {
-        Ok(_) => Ok(page::redirect(&format!("/projects/{id}"))),
+        Ok(_) => Ok(page::done(
+            &admin,
+            &format!("/projects/{id}"),
+            &format!("Project {id} renamed."),
+        )),
         Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
             let p = projects::get(&state.db, id).await?;
             let mut errors = FieldErrors::default();
@@ -198,5 +206,9 @@ async fn set_active(
 ) -> Result<Response, PanelError> {
     let active = form.active()?;
     projects::set_active(&state.db, &admin.actor(), id, active).await?;
-    Ok(page::redirect(&format!("/projects/{id}")))
+    let message = format!(
+        "Project {id} {}.",
+        if active { "enabled" } else { "disabled" }
+    );
+    Ok(page::done(&admin, &format!("/projects/{id}"), &message))
 }

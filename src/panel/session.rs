@@ -13,10 +13,18 @@
 //! anything is read from its body when the browser says it comes from
 //! another origin (`Origin`, `Sec-Fetch-Site`), and then unless its token
 //! matches the cookie's.
+//!
+//! After a change, the answer's redirect carries what was done ("Token 12
+//! disabled.") in a flash cookie of the same kind, lasting a minute; the
+//! page the browser is sent to says it and deletes it. Its text is the
+//! panel's own, and it is escaped like any other text when shown.
 
 use std::net::IpAddr;
 
-use poem::{FromRequest, Request, RequestBody, Response, http::header};
+use poem::{
+    FromRequest, Request, RequestBody,
+    web::cookie::{Cookie, CookieJar, SameSite},
+};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -52,39 +60,62 @@ pub fn sign_in_cookie_name(secure: bool) -> &'static str {
     }
 }
 
-/// Adds to `response` a `Set-Cookie` for the panel's cookie `name`
-/// (HttpOnly, SameSite=Strict, Secure when `secure`); `max_age` of 0
-/// deletes it, none makes it last until the browser closes.
+/// The name of the flash cookie: what the last change did, said once by
+/// the page the browser is sent to next ([`set_flash`], [`take_flash`]).
+pub fn flash_cookie_name(secure: bool) -> &'static str {
+    if secure {
+        "__Host-masterpay_flash"
+    } else {
+        "masterpay_flash"
+    }
+}
+
+/// How long a flash waits for its page: a redirect is followed at once.
+const FLASH_SECONDS: i64 = 60;
+
+/// Sets, by the answer, the panel's cookie `name` (HttpOnly,
+/// SameSite=Strict, Path=/, Secure when `secure`); `max_age` of 0 deletes
+/// it, none makes it last until the browser closes.
 pub fn set_cookie(
-    response: &mut Response,
-    (name, value, path): (&str, &str, &str),
+    jar: &CookieJar,
+    (name, value): (&str, &str),
     secure: bool,
     max_age: Option<i64>,
 ) {
-    let mut cookie = format!("{name}={value}; Path={path}; HttpOnly; SameSite=Strict");
+    let mut cookie = Cookie::new_with_str(name, value);
+    cookie.set_path("/");
+    cookie.set_http_only(true);
+    cookie.set_same_site(SameSite::Strict);
+    cookie.set_secure(secure);
     if let Some(seconds) = max_age {
-        cookie.push_str(&format!("; Max-Age={seconds}"));
+        cookie.set_max_age(std::time::Duration::from_secs(
+            seconds.max(0).unsigned_abs(),
+        ));
     }
-    if secure {
-        cookie.push_str("; Secure");
-    }
-    // Names, values and paths are the panel's own ASCII: always a valid header.
-    if let Ok(value) = cookie.parse() {
-        response.headers_mut().append(header::SET_COOKIE, value);
-    }
+    jar.add(cookie);
 }
 
 /// The value of cookie `name` in the request, if any.
 pub fn read_cookie(req: &Request, name: &str) -> Option<String> {
-    req.headers()
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|line| line.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value.to_owned())
+    req.cookie()
+        .get(name)
+        .map(|cookie| cookie.value_str().to_owned())
         .filter(|value| !value.is_empty())
+}
+
+/// Says `message` on the next page this browser opens.
+pub fn set_flash(jar: &CookieJar, secure: bool, message: &str) {
+    let name = flash_cookie_name(secure);
+    set_cookie(jar, (name, message), secure, Some(FLASH_SECONDS));
+}
+
+/// The flash waiting for this page, deleted as it is read so that it is
+/// said once.
+pub fn take_flash(req: &Request, secure: bool) -> Option<String> {
+    let name = flash_cookie_name(secure);
+    let message = read_cookie(req, name)?;
+    set_cookie(req.cookie(), (name, ""), secure, Some(0));
+    Some(message)
 }
 
 /// The CSRF token of the browser holding `cookie`.
@@ -161,6 +192,12 @@ pub struct SignedIn {
     pub address: String,
     /// The SHA-256 of the session's cookie, as stored.
     pub cookie_hash: String,
+    /// The path of the page asked for (the navigation marks its link).
+    pub path: String,
+    /// What the last change did, said once on this page.
+    pub flash: Option<String>,
+    jar: CookieJar,
+    cookie_secure: bool,
 }
 
 impl SignedIn {
@@ -171,6 +208,20 @@ impl SignedIn {
 
     pub fn name(&self) -> &str {
         &self.session.administrator.name
+    }
+
+    /// Says `message` on the next page this browser opens.
+    pub fn tell(&self, message: &str) {
+        set_flash(&self.jar, self.cookie_secure, message);
+    }
+
+    /// This administrator, with `message` said on the page being answered
+    /// (a change whose answer is a page, not a redirect).
+    pub fn told(self, message: String) -> SignedIn {
+        SignedIn {
+            flash: Some(message),
+            ..self
+        }
     }
 }
 
@@ -192,11 +243,19 @@ impl<'a> FromRequest<'a> for SignedIn {
             .await
             .map_err(PanelError::from)?
             .ok_or_else(required)?;
+        // A page shows the flash; a form's answer leaves it to the next page.
+        let flash = (req.method() == poem::http::Method::GET)
+            .then(|| take_flash(req, state.cookie_secure))
+            .flatten();
         Ok(SignedIn {
             session,
             csrf: csrf_token(&cookie),
             address: client_address(req, state),
             cookie_hash: admin_sessions::cookie_hash(&cookie),
+            path: req.uri().path().to_owned(),
+            flash,
+            jar: req.cookie().clone(),
+            cookie_secure: state.cookie_secure,
         })
     }
 }

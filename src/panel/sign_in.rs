@@ -12,17 +12,22 @@ use super::{
     page::{self, FieldAttrs, FieldErrors, Params},
     session::{
         PostForm, Visitor, client_address, cookie_name, next_page, read_cookie, set_cookie,
-        sign_in_cookie_name,
+        set_flash, sign_in_cookie_name, take_flash,
     },
 };
 use crate::service::admin_sessions::{self, SESSION_LIFETIME, Secret, SignInError};
 
 /// The answer with the visitor's cookie set when it is new.
-fn with_visitor_cookie(mut response: Response, visitor: &Visitor, state: &PanelState) -> Response {
+fn with_visitor_cookie(
+    req: &Request,
+    response: Response,
+    visitor: &Visitor,
+    state: &PanelState,
+) -> Response {
     if visitor.fresh {
         let name = sign_in_cookie_name(state.cookie_secure);
-        let cookie = (name, visitor.cookie.expose(), "/");
-        set_cookie(&mut response, cookie, state.cookie_secure, None);
+        let cookie = (name, visitor.cookie.expose());
+        set_cookie(req.cookie(), cookie, state.cookie_secure, None);
     }
     response
 }
@@ -43,17 +48,17 @@ async fn signed_in(
     if let Some(previous) = session_cookie(req, state) {
         admin_sessions::sign_out(&state.db, &previous).await?;
     }
-    let mut response = page::redirect(next.unwrap_or("/"));
-    let cookie = (cookie_name(state.cookie_secure), secret.expose(), "/");
+    let cookie = (cookie_name(state.cookie_secure), secret.expose());
     let lifetime = Some(SESSION_LIFETIME.num_seconds());
-    set_cookie(&mut response, cookie, state.cookie_secure, lifetime);
-    Ok(response)
+    set_cookie(req.cookie(), cookie, state.cookie_secure, lifetime);
+    set_flash(req.cookie(), state.cookie_secure, "Signed in.");
+    Ok(page::redirect(next.unwrap_or("/")))
 }
 
 fn sign_in_page(
     status: StatusCode,
     csrf: &str,
-    (name, next): (&str, Option<&str>),
+    (name, next, flash): (&str, Option<&str>, Option<&str>),
     errors: &FieldErrors,
 ) -> Response {
     page::render(
@@ -61,6 +66,7 @@ fn sign_in_page(
         page::bare_markup(
             "Sign in",
             html! {
+                (page::flash(flash))
                 form method="post" action="/sign-in" {
                     (page::csrf_field(csrf))
                     @if let Some(next) = next { input type="hidden" name="next" value=(next); }
@@ -94,13 +100,14 @@ pub async fn show(
         return Ok(page::redirect(next.unwrap_or("/")));
     }
     let visitor = Visitor::of(req, &state);
+    let flash = take_flash(req, state.cookie_secure);
     let response = sign_in_page(
         StatusCode::OK,
         &visitor.csrf(),
-        ("", next),
+        ("", next, flash.as_deref()),
         &FieldErrors::default(),
     );
-    Ok(with_visitor_cookie(response, &visitor, &state))
+    Ok(with_visitor_cookie(req, response, &visitor, &state))
 }
 
 #[handler]
@@ -145,7 +152,7 @@ pub async fn submit(
             StatusCode::UNAUTHORIZED
         }
     };
-    let mut response = sign_in_page(status, &visitor.csrf(), (name, next), &errors);
+    let mut response = sign_in_page(status, &visitor.csrf(), (name, next, None), &errors);
     if let Some(seconds) = retry_after {
         response
             .headers_mut()
@@ -184,7 +191,7 @@ pub async fn link_form(
             }
         },
     ));
-    Ok(with_visitor_cookie(response, &visitor, &state))
+    Ok(with_visitor_cookie(req, response, &visitor, &state))
 }
 
 #[handler]
@@ -215,13 +222,13 @@ pub async fn sign_out(
     if let Some(cookie) = session_cookie(req, &state) {
         admin_sessions::sign_out(&state.db, &cookie).await?;
     }
-    Ok(signed_out(&state))
+    Ok(signed_out(req, &state, "Signed out."))
 }
 
-/// Off to the sign-in page, the session cookie deleted.
-pub fn signed_out(state: &PanelState) -> Response {
-    let mut response = page::redirect("/sign-in");
+/// Off to the sign-in page saying `message`, the session cookie deleted.
+pub fn signed_out(req: &Request, state: &PanelState, message: &str) -> Response {
     let name = cookie_name(state.cookie_secure);
-    set_cookie(&mut response, (name, "", "/"), state.cookie_secure, Some(0));
-    response
+    set_cookie(req.cookie(), (name, ""), state.cookie_secure, Some(0));
+    set_flash(req.cookie(), state.cookie_secure, message);
+    page::redirect("/sign-in")
 }

@@ -217,7 +217,7 @@ fn token_fields(fields: &TokenFields, errors: &FieldErrors) -> Markup {
         (page::text_field("Name", "name", &fields.name, errors, FieldAttrs::TEXT))
         (page::text_field("Description (optional)", "description", &fields.description, errors, FieldAttrs::OPTIONAL))
         (page::text_field("Expires on (UTC day, optional: from 00:00 that day it is refused)", "expires_on", &fields.expires_on, errors, FieldAttrs::DATE))
-        fieldset aria-invalid=[errors.of("permissions").map(|_| "true")] {
+        fieldset id=[errors.id("permissions")] aria-invalid=[errors.invalid("permissions")] aria-describedby=[errors.described_by("permissions")] {
             legend { "Endpoints this token may call" }
             @for p in Permission::ALL {
                 label {
@@ -383,6 +383,7 @@ async fn create(
         .await
         {
             Ok((info, value)) => {
+                let admin = admin.told(format!("Token {} created.", info.token.id));
                 return value_shown_once(&admin, &state, &info, &value).await;
             }
             Err(err) => errors = refused(err)?,
@@ -523,7 +524,7 @@ fn token_page(
                     label.field {
                         span { "Type the token's name, " code { (t.name) } ", to confirm" }
                         input type="text" name="confirm_name" value=(confirm_name) required autocomplete="off"
-                            aria-invalid=[errors.of("confirm_name").map(|_| "true")];
+                            id=[errors.id("confirm_name")] aria-invalid=[errors.invalid("confirm_name")] aria-describedby=[errors.described_by("confirm_name")];
                         (errors.show("confirm_name"))
                     }
                     button.danger type="submit" { "Delete token" }
@@ -621,7 +622,13 @@ async fn edit(
             expires_at: (fields.expires_on != expiry_day(&info.token)).then(|| fields.expires_at()),
         };
         match tokens::edit(&state.db, &admin.actor(), id, edit).await {
-            Ok(_) => return Ok(page::redirect(&format!("/tokens/{id}"))),
+            Ok(_) => {
+                return Ok(page::done(
+                    &admin,
+                    &format!("/tokens/{id}"),
+                    &format!("Token {id} saved."),
+                ));
+            }
             Err(err) => errors = refused(err)?,
         }
     }
@@ -642,7 +649,11 @@ async fn set_active(
 ) -> Result<Response, PanelError> {
     let active = form.active()?;
     tokens::set_active(&state.db, &admin.actor(), id, active).await?;
-    Ok(page::redirect(&format!("/tokens/{id}")))
+    let message = format!(
+        "Token {id} {}.",
+        if active { "enabled" } else { "disabled" }
+    );
+    Ok(page::done(&admin, &format!("/tokens/{id}"), &message))
 }
 
 #[handler]
@@ -659,6 +670,7 @@ async fn reissue(
     let grace = chrono::TimeDelta::hours(hours.parse().unwrap_or_default());
     let (_, value) = tokens::reissue(&state.db, &admin.actor(), id, grace).await?;
     let info = tokens::get_info(&state.db, id).await?;
+    let admin = admin.told(format!("Token {id} reissued."));
     value_shown_once(&admin, &state, &info, &value).await
 }
 
@@ -670,7 +682,8 @@ async fn end_grace(
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     tokens::end_grace(&state.db, &admin.actor(), id).await?;
-    Ok(page::redirect(&format!("/tokens/{id}")))
+    let message = format!("Token {id}: the old value no longer works.");
+    Ok(page::done(&admin, &format!("/tokens/{id}"), &message))
 }
 
 #[handler]
@@ -697,10 +710,8 @@ async fn delete(
         return token_page_with(&admin, &state, &info, &Reveal::Gone, &forms).await;
     }
     tokens::delete(&state.db, &admin.actor(), id).await?;
-    Ok(page::redirect(&format!(
-        "/projects/{}/tokens",
-        info.token.project_id
-    )))
+    let to = format!("/projects/{}/tokens", info.token.project_id);
+    Ok(page::done(&admin, &to, &format!("Token {id} deleted.")))
 }
 
 #[cfg(test)]

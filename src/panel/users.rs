@@ -269,7 +269,11 @@ async fn create_user(
         Err(err) => Err(AdminError::Invalid("email", err.to_string())),
     };
     match created {
-        Ok(user) => Ok(page::redirect(&format!("/users/{}", user.id))),
+        Ok(user) => Ok(page::done(
+            &admin,
+            &format!("/users/{}", user.id),
+            &format!("User {} created.", user.id),
+        )),
         Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
             let mut forms = ProjectForms {
                 email,
@@ -297,7 +301,11 @@ async fn create_server(
 ) -> Result<Response, PanelError> {
     let name = form.get("server_name");
     match servers::create(&state.db, &admin.actor(), id, name).await {
-        Ok(_) => Ok(page::redirect(&format!("/projects/{id}/users"))),
+        Ok(server) => Ok(page::done(
+            &admin,
+            &format!("/projects/{id}/users"),
+            &format!("Server {} created.", server.id),
+        )),
         // The server form's one field, named apart from the user form's on
         // the same page.
         Err(AdminError::Invalid(_, message) | AdminError::Conflict(_, message)) => {
@@ -454,7 +462,7 @@ fn user_page(admin: &SignedIn, view: &UserView, form: &BalanceForm) -> Markup {
                     (errors.show("balance"))
                     label.field {
                         span { "Account" }
-                        select name="server" aria-invalid=[errors.of("server").map(|_| "true")] {
+                        select name="server" id=[errors.id("server")] aria-invalid=[errors.invalid("server")] aria-describedby=[errors.described_by("server")] {
                             option value="0" selected[selected == GENERAL_ACCOUNT] { "General account" }
                             @for s in &view.servers {
                                 option value=(s.id) selected[selected == s.id] { (s.name) " (server " (s.id) ")" }
@@ -552,7 +560,13 @@ async fn set_balance(
         )
         .await;
         match result {
-            Ok(_) => return Ok(page::redirect(&format!("/users/{id}"))),
+            Ok(_) => {
+                return Ok(page::done(
+                    &admin,
+                    &format!("/users/{id}"),
+                    &format!("Balance of user {id} set."),
+                ));
+            }
             Err(AdminError::NotFound("server", _)) => {
                 errors.add("server", "this server is not one of the project's");
             }
