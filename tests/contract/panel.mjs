@@ -24,9 +24,9 @@
 //     overview at the end shows today's orders and the last audit.
 // Before that, it checks that the two listeners are apart: the API's does
 // not answer the panel's paths (404), nor the panel's the API's.
-// Every page visited is screenshotted (full page) as panel-NN-name.png, and
-// the tokens list once more in a phone-sized viewport, where the page must
-// not be wider than the screen. A console error, an uncaught script error,
+// Every page visited is checked and screenshotted (full page) at 1280 and
+// at 390 pixels wide, as panel-NN-name-WIDTH.png: it must be in standards
+// mode and no wider than the window at either width. A console error, an uncaught script error,
 // a Content-Security-Policy violation, a request to another host or an
 // answer without the panel's CSP fails the walk.
 //
@@ -153,13 +153,29 @@ function checkAnswer(response, where) {
   }
 }
 
+// Checks the page as it is at a desk and on a phone, in standards mode and
+// never wider than the window (a wide table scrolls inside its own box),
+// and screenshots it at both widths.
 let shotCount = 0;
 async function shot(name) {
   shotCount += 1;
-  const file = `${shots}/panel-${String(shotCount).padStart(2, "0")}-${name}.png`;
-  await page.screenshot({ path: file, fullPage: true });
+  const mode = await page.evaluate(() => document.compatMode);
+  if (mode !== "CSS1Compat") fail(`${name}: rendered in quirks mode (${mode})`);
+  for (const viewport of [desk, phone]) {
+    await page.setViewportSize(viewport);
+    const { scrollWidth, innerWidth } = await page.evaluate(() => ({
+      scrollWidth: document.documentElement.scrollWidth,
+      innerWidth: window.innerWidth,
+    }));
+    if (scrollWidth > innerWidth) {
+      fail(`${name} at ${viewport.width}px: the page is ${scrollWidth}px wide, wider than the window`);
+    }
+    const file = `${shots}/panel-${String(shotCount).padStart(2, "0")}-${name}-${viewport.width}.png`;
+    await page.screenshot({ path: file, fullPage: true });
+    step(`  screenshot ${file.slice(shots.length + 1)}`);
+  }
+  await page.setViewportSize(desk);
   clean(name);
-  step(`  screenshot ${file.slice(shots.length + 1)}`);
 }
 
 // README's picture of the page, when asked for: no taller than its content.
@@ -349,12 +365,6 @@ try {
   await visit(`/projects/${projectId}/tokens`, "tokens");
   await expectText(tokenName, "the tokens list");
   await expectText("master-account/balance", "the tokens list");
-  step(`phone viewport ${phone.width}x${phone.height}`);
-  await page.setViewportSize(phone);
-  const width = await page.evaluate(() => document.documentElement.scrollWidth);
-  if (width > phone.width) fail(`on a phone the tokens list is ${width}px wide, wider than the screen`);
-  await shot("tokens-phone");
-  await page.setViewportSize(desk);
 
   // ---------------------------------------------------------------- disable the token
   await visit(`/tokens/${tokenId}`, "token");
@@ -574,6 +584,7 @@ try {
   const lastAudit = page.locator("main section", { has: page.locator("h2", { hasText: "Last audit" }) });
   await lastAudit.locator(".badge.ok", { hasText: "clean" }).waitFor();
   await readmeImage("panel-overview.png");
+  await visit("/account", "account");
   step(`the overview shows today's orders (${counts.trim()}), the latest changes and the last audit, clean`);
 } catch (err) {
   failed = true;
