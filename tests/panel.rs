@@ -4375,9 +4375,39 @@ async fn every_change_says_what_it_did_on_the_page_it_leads_to(panel: Panel) {
         b.follow_saying(answer, &format!("Token {token} {done}."))
             .await;
     }
-    let answer = b.submit(&page, &format!("{page}/reissue"), &[]).await;
+    let answer = b
+        .submit(&page, &format!("{page}/reissue"), &[("grace_hours", "1")])
+        .await;
     answer.assert_status(200);
     assert_eq!(said(&answer), [format!("Token {token} reissued.")]);
+    let answer = b.submit(&page, &format!("{page}/end-grace"), &[]).await;
+    b.follow_saying(
+        answer,
+        &format!("Token {token}: the old value no longer works."),
+    )
+    .await;
+    // Administrators: invited (the answer is the page), disabled, enabled.
+    let answer = b.submit("/admins", "/admins", &[("name", "told")]).await;
+    answer.assert_status(200);
+    assert_eq!(said(&answer), ["Administrator told invited."]);
+    let told = administrator::Entity::find()
+        .filter(administrator::Column::Name.eq("told"))
+        .one(&panel.app.db)
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+    for (active, done) in [("false", "disabled"), ("true", "enabled")] {
+        let answer = b
+            .submit(
+                "/admins",
+                &format!("/admins/{told}/active"),
+                &[("active", active)],
+            )
+            .await;
+        b.follow_saying(answer, &format!("Administrator told {done}."))
+            .await;
+    }
     let answer = b
         .submit(
             &page,
