@@ -731,6 +731,9 @@ impl TcpProxy {
                     let Ok((mut inbound, _)) = listener.accept().await else {
                         break;
                     };
+                    // Checked and registered under the lock `cut` takes, so
+                    // that no connection accepted as it cuts survives it.
+                    let mut open = connections.lock().unwrap();
                     if !up.load(Ordering::SeqCst) {
                         drop(inbound);
                         continue;
@@ -742,7 +745,7 @@ impl TcpProxy {
                                 tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                         }
                     });
-                    connections.lock().unwrap().push(task.abort_handle());
+                    open.push(task.abort_handle());
                 }
             }
         });
@@ -756,8 +759,9 @@ impl TcpProxy {
 
     /// Closes every proxied connection and refuses new ones.
     pub fn cut(&self) {
+        let mut open = self.connections.lock().unwrap();
         self.up.store(false, std::sync::atomic::Ordering::SeqCst);
-        for c in self.connections.lock().unwrap().drain(..) {
+        for c in open.drain(..) {
             c.abort();
         }
     }
