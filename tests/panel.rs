@@ -92,6 +92,7 @@ on_every_backend!(
         tokens_show_the_last_4_characters_of_each_value,
         a_reissue_with_grace_keeps_the_old_value_until_the_grace_is_ended,
         a_token_expiry_is_set_by_day_and_a_past_or_malformed_one_is_refused,
+        tokens_and_projects_are_found_by_what_their_names_contain,
         sign_in_goes_on_to_the_page_asked_for_on_this_site_only,
         a_sign_in_link_sets_a_new_password_without_the_current_one_for_15_minutes,
         administrators_are_invited_disabled_and_enabled_in_the_panel,
@@ -3232,6 +3233,61 @@ async fn a_token_expiry_is_set_by_day_and_a_past_or_malformed_one_is_refused(pan
         .unwrap()
         .unwrap();
     assert_eq!(stored.expires_at, None);
+}
+
+async fn tokens_and_projects_are_found_by_what_their_names_contain(panel: Panel) {
+    let db = &panel.app.db;
+    let pid = panel.app.project_id;
+    for (name, description) in [
+        ("Shop panel", None),
+        ("Forum bot", Some("posts rewards for the SHOP")),
+        ("100% bonus", None),
+        ("Launcher", None),
+    ] {
+        masterpay::service::tokens::create(
+            db,
+            &Actor::CommandLine,
+            pid,
+            name,
+            description,
+            &[Permission::Balance],
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    for name in ["Alpha realm", "Beta"] {
+        masterpay::service::projects::create(db, &Actor::CommandLine, name)
+            .await
+            .unwrap();
+    }
+    let mut browser = panel.signed_in().await;
+    let listed = |page: &Page, names: &[&str]| {
+        names
+            .iter()
+            .filter(|name| page.text.contains(&format!(">{name}</a>")))
+            .map(|name| name.to_string())
+            .collect::<Vec<_>>()
+    };
+    let tokens = ["Shop panel", "Forum bot", "100% bonus", "Launcher"];
+    for (q, found) in [
+        ("shop", &["Shop panel", "Forum bot"][..]),
+        ("100%25", &["100% bonus"][..]),
+        ("%25", &["100% bonus"][..]),
+        ("_", &[][..]),
+        ("", &tokens[..]),
+    ] {
+        let page = browser.get(&format!("/projects/{pid}/tokens?q={q}")).await;
+        page.assert_status(200);
+        assert_eq!(listed(&page, &tokens), found, "tokens ?q={q}");
+    }
+    let page = browser.get("/projects?q=ALPHA").await;
+    page.assert_status(200);
+    assert_eq!(listed(&page, &["Alpha realm", "Beta"]), ["Alpha realm"]);
+    assert!(
+        page.text.contains(r#"value="ALPHA""#),
+        "the search is kept in its box"
+    );
 }
 
 async fn sign_in_goes_on_to_the_page_asked_for_on_this_site_only(panel: Panel) {

@@ -411,6 +411,23 @@ impl Params {
     }
 }
 
+/// The search box of the list at `action`: its text `q` (the query
+/// parameter `q`), and a way back to the whole list.
+pub fn search_form(action: &str, label: &str, placeholder: &str, q: &str) -> Markup {
+    html! {
+        form.filters method="get" action=(action) {
+            label.field {
+                span { (label) }
+                input type="search" name="q" value=(q) placeholder=(placeholder);
+            }
+            button type="submit" { "Search" }
+            @if !q.is_empty() {
+                a.button.secondary href=(action) { "Clear" }
+            }
+        }
+    }
+}
+
 /// The links under a list of `path`: back to the newest page from an older
 /// one, and on to the `older` page when there is one; both keep the
 /// filters `keep` of `params`.

@@ -40,6 +40,7 @@ fn list_page(
         admin,
         "Projects",
         html! {
+            (page::search_form("/projects", "Name contains", "shop", params.get("q")))
             div.table-wrap { table {
                 thead { tr { th.num { "Id" } th { "Name" } th { "State" } th { "Created" } } }
                 tbody {
@@ -51,10 +52,12 @@ fn list_page(
                             td { (page::when(&p.created_at)) }
                         }
                     }
-                    @if all.rows.is_empty() { tr { td colspan="4" .muted { "No project yet." } } }
+                    @if all.rows.is_empty() { tr { td colspan="4" .muted {
+                        @if params.get("q").is_empty() { "No project yet." } @else { "No project matches." }
+                    } } }
                 }
             } }
-            (page::paging("/projects", params, &[], all.older))
+            (page::paging("/projects", params, &["q"], all.older))
             section {
                 h2 { "New project" }
                 form method="post" action="/projects" {
@@ -73,7 +76,7 @@ async fn list(
     params: Params,
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
-    let all = projects::page(&state.db, params.page(PAGE_SIZE)?).await?;
+    let all = projects::page(&state.db, params.get("q"), params.page(PAGE_SIZE)?).await?;
     Ok(page::ok(list_page(
         &admin,
         &params,
@@ -98,7 +101,7 @@ async fn create(
         Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
             let mut errors = FieldErrors::default();
             errors.add(field, message);
-            let all = projects::page(&state.db, Keyset::first(PAGE_SIZE)).await?;
+            let all = projects::page(&state.db, "", Keyset::first(PAGE_SIZE)).await?;
             Ok(page::invalid(list_page(
                 &admin,
                 &Params::default(),

@@ -249,6 +249,7 @@ fn list_page(
             div.actions {
                 a.button href={ "/projects/" (p.id) "/tokens/new" } { "New token" }
             }
+            (page::search_form(&format!("/projects/{}/tokens", p.id), "Name or description contains", "game panel", params.get("q")))
             div.table-wrap { table {
                 thead { tr {
                     th { "Name" } th { "Value" } th { "Description" } th { "Endpoints" } th { "State" }
@@ -273,10 +274,12 @@ fn list_page(
                             td { (last_used(t.last_used_at.as_ref())) }
                         }
                     }
-                    @if all.rows.is_empty() { tr { td colspan="8" .muted { "No token yet." } } }
+                    @if all.rows.is_empty() { tr { td colspan="8" .muted {
+                        @if params.get("q").is_empty() { "No token yet." } @else { "No token matches." }
+                    } } }
                 }
             } }
-            (page::paging(&format!("/projects/{}/tokens", p.id), params, &[], all.older))
+            (page::paging(&format!("/projects/{}/tokens", p.id), params, &["q"], all.older))
             p.muted { "A token's value is shown once, when it is created or reissued; only a hash of it is kept." }
         },
     )
@@ -290,7 +293,7 @@ async fn list(
     state: Data<&PanelState>,
 ) -> Result<Response, PanelError> {
     let p = projects::get(&state.db, id).await?;
-    let all = tokens::page(&state.db, id, params.page(PAGE_SIZE)?).await?;
+    let all = tokens::page(&state.db, id, params.get("q"), params.page(PAGE_SIZE)?).await?;
     Ok(page::ok(list_page(&admin, &params, &p, &all)))
 }
 

@@ -175,16 +175,7 @@ fn users_page(
             }
             section {
                 h2 { "Users" }
-                form.filters method="get" action={ "/projects/" (p.id) "/users" } {
-                    label.field {
-                        span { "User id or e-mail" }
-                        input type="search" name="q" value=(q) placeholder="42, alice@example.com or example.com";
-                    }
-                    button type="submit" { "Search" }
-                    @if !q.is_empty() {
-                        a.button.secondary href={ "/projects/" (p.id) "/users" } { "Clear" }
-                    }
-                }
+                (page::search_form(&format!("/projects/{}/users", p.id), "User id or e-mail", "42, alice@example.com or example.com", q))
                 div.table-wrap { table {
                     thead { tr { th.num { "Id" } th { "E-mail" } th { "Created" } } }
                     tbody {

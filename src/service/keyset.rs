@@ -4,7 +4,33 @@
 //! higher ids) never shift the next page, no row is skipped or shown twice,
 //! and the database reads only the page, however far back it is.
 
-use sea_orm::{ColumnTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{
+    ColumnTrait, Condition, QueryFilter, QueryOrder, QuerySelect,
+    sea_query::{Expr, ExprTrait, Func, LikeExpr},
+};
+
+/// A LIKE pattern for values that contain `text`. `!` escapes the
+/// wildcards (a backslash means different things to different backends'
+/// string literals).
+pub fn containing(text: &str) -> LikeExpr {
+    let escaped: String = text
+        .chars()
+        .flat_map(|c| match c {
+            '%' | '_' | '!' => vec!['!', c],
+            _ => vec![c],
+        })
+        .collect();
+    LikeExpr::new(format!("%{escaped}%")).escape('!')
+}
+
+/// Rows one of whose `columns` contains `text`, ignoring case (LIKE's own
+/// case rule differs between the backends, so both sides are lower-cased).
+pub fn any_contains<C: ColumnTrait>(columns: &[C], text: &str) -> Condition {
+    let text = text.to_lowercase();
+    columns.iter().fold(Condition::any(), |any, column| {
+        any.add(Expr::expr(Func::lower(Expr::col(*column))).like(containing(&text)))
+    })
+}
 
 /// Which page of a list: at most `size` rows with an id below `before`,
 /// or from the newest when `before` is `None`.

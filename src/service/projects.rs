@@ -3,7 +3,7 @@
 use entity::project;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DatabaseConnection, EntityTrait,
-    QueryOrder, QuerySelect,
+    QueryFilter, QueryOrder, QuerySelect,
 };
 use serde_json::{Value, json};
 
@@ -46,15 +46,21 @@ pub async fn list(db: &DatabaseConnection) -> Result<Vec<project::Model>, AdminE
         .await?)
 }
 
-/// The page `page` of the projects, newest first.
+/// The page `page` of the projects whose name contains `search` (every
+/// project when it is blank), newest first.
 pub async fn page(
     db: &DatabaseConnection,
+    search: &str,
     page: Keyset,
 ) -> Result<Listed<project::Model>, AdminError> {
-    let rows = page
-        .select(project::Entity::find(), project::Column::Id)
-        .all(db)
-        .await?;
+    let mut all = project::Entity::find();
+    if !search.is_empty() {
+        all = all.filter(super::keyset::any_contains(
+            &[project::Column::Name],
+            search,
+        ));
+    }
+    let rows = page.select(all, project::Column::Id).all(db).await?;
     Ok(page.cut(rows, |p| p.id))
 }
 

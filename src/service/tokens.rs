@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use super::{
     AdminError,
     admin_audit::{Actor, AuditedChange, Change},
-    keyset::{Keyset, Listed},
+    keyset::{Keyset, Listed, any_contains},
     now, projects, validate,
 };
 
@@ -270,14 +270,20 @@ pub async fn list(db: &DatabaseConnection, project_id: i64) -> Result<Vec<TokenI
     Ok(with_permissions(db, tokens).await?)
 }
 
-/// The page `page` of the tokens of `project_id`, newest first.
+/// The page `page` of the tokens of `project_id` whose name or description
+/// contains `search` (every token when it is blank), newest first.
 pub async fn page(
     db: &DatabaseConnection,
     project_id: i64,
+    search: &str,
     page: Keyset,
 ) -> Result<Listed<TokenInfo>, AdminError> {
+    use app_token::Column;
     projects::get(db, project_id).await?;
-    let of_project = app_token::Entity::find().filter(app_token::Column::ProjectId.eq(project_id));
+    let mut of_project = app_token::Entity::find().filter(Column::ProjectId.eq(project_id));
+    if !search.is_empty() {
+        of_project = of_project.filter(any_contains(&[Column::Name, Column::Description], search));
+    }
     let rows = page
         .select(of_project, app_token::Column::Id)
         .all(db)

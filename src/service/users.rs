@@ -92,7 +92,7 @@ pub async fn search(
 ) -> Result<Listed<user::Model>, DbErr> {
     use sea_orm::{
         QueryOrder,
-        sea_query::{Expr, ExprTrait, LikeExpr},
+        sea_query::{Expr, ExprTrait},
     };
     let text = Email::folded(text.trim());
     let in_project = user::Entity::find().filter(user::Column::ProjectId.eq(project_id));
@@ -104,16 +104,7 @@ pub async fn search(
     if let Ok(id) = text.parse::<i64>() {
         exact = exact.add(user::Column::Id.eq(id));
     }
-    // `!` escapes the wildcards (a backslash means different things to
-    // different backends' string literals).
-    let escaped: String = text
-        .chars()
-        .flat_map(|c| match c {
-            '%' | '_' | '!' => vec!['!', c],
-            _ => vec![c],
-        })
-        .collect();
-    let pattern = LikeExpr::new(format!("%{escaped}%")).escape('!');
+    let pattern = super::keyset::containing(&text);
     let partial = in_project
         .clone()
         .filter(Expr::col((user::Entity, user::Column::Email)).like(pattern))
