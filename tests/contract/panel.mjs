@@ -303,7 +303,7 @@ try {
   // ---------------------------------------------------------------- a project
   await visit("/projects", "projects");
   const projectName = `Panel walk ${tag}`;
-  await submit('form[action="/projects"]', { name: projectName }, "Create project", "create a project");
+  await submit('form[action="/projects"][method="post"]', { name: projectName }, "Create project", "create a project");
   const projectId = idFrom(/^\/projects\/(\d+)$/, "the new project");
   await expectText(projectName, "the project's page");
   step(`project ${projectId} created`);
