@@ -55,6 +55,8 @@ struct TokenFields {
     permissions: Vec<Permission>,
     /// The expiry day as typed (`YYYY-MM-DD`, blank: never).
     expires_on: String,
+    /// That day's start (UTC), when it is one.
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl TokenFields {
@@ -64,6 +66,7 @@ impl TokenFields {
             description: info.token.description.clone().unwrap_or_default(),
             permissions: info.permissions.clone(),
             expires_on: expiry_day(&info.token),
+            expires_at: info.token.expires_at,
         }
     }
 }
@@ -118,23 +121,18 @@ fn read_fields(form: &PostForm) -> (TokenFields, FieldErrors) {
         );
     }
     let expires_on = form.get("expires_on");
-    if let Err(message) = page::parse_day(expires_on) {
+    let expires_at = page::parse_day(expires_on).unwrap_or_else(|message| {
         errors.add("expires_on", message);
-    }
+        None
+    });
     let fields = TokenFields {
         name: name.to_owned(),
         description: description.to_owned(),
         permissions,
         expires_on: expires_on.trim().to_owned(),
+        expires_at,
     };
     (fields, errors)
-}
-
-impl TokenFields {
-    /// The expiry the form asks for: the start of its UTC day.
-    fn expires_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
-        page::parse_day(&self.expires_on).ok().flatten()
-    }
 }
 
 /// A service refusal the form checks did not foresee, shown next to the
@@ -381,7 +379,7 @@ async fn create(
             &fields.name,
             Some(&fields.description),
             &fields.permissions,
-            fields.expires_at(),
+            fields.expires_at,
         )
         .await
         {
@@ -622,7 +620,7 @@ async fn edit(
             description: Some(&fields.description),
             permissions: Some(&fields.permissions),
             // The form shows the day only: an unchanged day keeps the time.
-            expires_at: (fields.expires_on != expiry_day(&info.token)).then(|| fields.expires_at()),
+            expires_at: (fields.expires_on != expiry_day(&info.token)).then_some(fields.expires_at),
         };
         match tokens::edit(&state.db, &admin.actor(), id, edit).await {
             Ok(_) => {
