@@ -4,11 +4,11 @@
 
 use entity::admin_session;
 use maud::{Markup, html};
-use poem::{Response, Route, get, handler, post, web::Data};
+use poem::{Route, get, handler, post};
 use serde::Deserialize;
 
 use super::{
-    PanelError, PanelState,
+    Answer,
     components::{self as c, FieldAttrs},
     form::FieldErrors,
     page,
@@ -77,8 +77,9 @@ fn account_page(
 }
 
 #[handler]
-async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let sessions = admin_sessions::sessions_of(&state.db, admin.session.administrator.id).await?;
+async fn show(admin: SignedIn) -> Answer {
+    let sessions =
+        admin_sessions::sessions_of(&admin.state.db, admin.session.administrator.id).await?;
     Ok(page::ok(account_page(
         &admin,
         &sessions,
@@ -87,19 +88,14 @@ async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, Pan
 }
 
 #[handler]
-async fn sign_out_everywhere(
-    admin: SignedIn,
-    req: &poem::Request,
-    _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn sign_out_everywhere(admin: SignedIn, req: &poem::Request, _form: PostForm) -> Answer {
     let id = admin.session.administrator.id;
-    let ended = admin_sessions::sign_out_everywhere(&state.db, &admin.actor(), id).await?;
+    let ended = admin_sessions::sign_out_everywhere(&admin.state.db, &admin.actor(), id).await?;
     let message = match ended {
         1 => "Signed out everywhere: 1 session ended.".to_owned(),
         n => format!("Signed out everywhere: {n} sessions ended."),
     };
-    Ok(signed_out(req, &state, &message))
+    Ok(signed_out(req, &admin.state, &message))
 }
 
 /// The new-password form, read as typed: spaces at either end are part of
@@ -113,14 +109,10 @@ struct PasswordForm {
 }
 
 #[handler]
-async fn change_password(
-    admin: SignedIn,
-    PostForm(form): PostForm<PasswordForm>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn change_password(admin: SignedIn, PostForm(form): PostForm<PasswordForm>) -> Answer {
     let mut errors = FieldErrors::default();
     if !admin.session.may_skip_current_password()
-        && admins::verify(&state.db, admin.name(), &form.current_password)
+        && admins::verify(&admin.state.db, admin.name(), &form.current_password)
             .await?
             .is_none()
     {
@@ -139,11 +131,11 @@ async fn change_password(
     };
     let Some(password) = password.filter(|_| errors.is_empty()) else {
         let sessions =
-            admin_sessions::sessions_of(&state.db, admin.session.administrator.id).await?;
+            admin_sessions::sessions_of(&admin.state.db, admin.session.administrator.id).await?;
         return Ok(page::invalid(account_page(&admin, &sessions, &errors)));
     };
     admins::set_password(
-        &state.db,
+        &admin.state.db,
         &admin.actor(),
         admin.session.administrator.id,
         password,

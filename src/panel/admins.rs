@@ -13,15 +13,10 @@
 use chrono::{DateTime, Utc};
 use entity::administrator;
 use maud::{Markup, html};
-use poem::{
-    Request, Response, Route, handler,
-    http::header,
-    post,
-    web::{Data, Path},
-};
+use poem::{Request, Route, handler, http::header, post, web::Path};
 
 use super::{
-    PanelError, PanelState,
+    Answer, PanelState,
     components::{self as c, FieldAttrs},
     form::{FieldErrors, NameForm, Toggle},
     page,
@@ -110,8 +105,8 @@ fn admins_page(admin: &SignedIn, all: &[administrator::Model], shown: &Shown<'_>
 }
 
 #[handler]
-async fn list(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let all = admins::list(&state.db).await?;
+async fn list(admin: SignedIn) -> Answer {
+    let all = admins::list(&admin.state.db).await?;
     Ok(page::ok(admins_page(&admin, &all, &Shown::default())))
 }
 
@@ -130,16 +125,15 @@ async fn invite(
     admin: SignedIn,
     req: &Request,
     PostForm(NameForm { name }): PostForm<NameForm>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let (invited, errors) = match admins::invite(&state.db, &admin.actor(), &name).await {
+) -> Answer {
+    let (invited, errors) = match admins::invite(&admin.state.db, &admin.actor(), &name).await {
         Ok((invited, secret, until)) => {
-            let link = admin_sessions::link_url(&panel_address(req, &state), &secret);
+            let link = admin_sessions::link_url(&panel_address(req, &admin.state), &secret);
             (Some((invited.name, link, until)), FieldErrors::default())
         }
         Err(err) => (None, FieldErrors::refused(err)?),
     };
-    let all = admins::list(&state.db).await?;
+    let all = admins::list(&admin.state.db).await?;
     let shown = Shown {
         name: if invited.is_some() { "" } else { &name },
         errors,
@@ -159,10 +153,9 @@ async fn set_active(
     admin: SignedIn,
     Path(id): Path<i64>,
     PostForm(Toggle { active }): PostForm<Toggle>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let target = admins::get(&state.db, id).await?;
-    match admins::set_active(&state.db, &admin.actor(), &target.name, active).await {
+) -> Answer {
+    let target = admins::get(&admin.state.db, id).await?;
+    match admins::set_active(&admin.state.db, &admin.actor(), &target.name, active).await {
         Ok(_) => {
             let done = if active { "enabled" } else { "disabled" };
             let message = format!("Administrator {} {done}.", target.name);
@@ -173,7 +166,7 @@ async fn set_active(
                 refused: Some((id, message)),
                 ..Shown::default()
             };
-            let all = admins::list(&state.db).await?;
+            let all = admins::list(&admin.state.db).await?;
             Ok(page::invalid(admins_page(&admin, &all, &shown)))
         }
         Err(err) => Err(err.into()),

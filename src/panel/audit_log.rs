@@ -3,10 +3,10 @@
 
 use entity::admin_audit_entry;
 use maud::{Markup, html};
-use poem::{Response, Route, get, handler, web::Data};
+use poem::{Route, get, handler};
 
 use super::{
-    PanelError, PanelState,
+    Answer,
     components::{self as c, FieldAttrs, Listing},
     csv_export,
     form::{FieldErrors, Params, parse_day_range},
@@ -115,15 +115,11 @@ fn list_page(
 }
 
 #[handler]
-async fn list(
-    admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn list(admin: SignedIn, params: Params) -> Answer {
     let page = params.page(PAGE_SIZE)?;
     Ok(match parse_filter(&params) {
         Ok(filter) => {
-            let entries = admin_audit::page(&state.db, &filter, page).await?;
+            let entries = admin_audit::page(&admin.state.db, &filter, page).await?;
             page::ok(list_page(
                 &admin,
                 &params,
@@ -165,16 +161,12 @@ fn csv_row(entry: admin_audit_entry::Model) -> Vec<String> {
 }
 
 #[handler]
-async fn export(
-    _admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn export(admin: SignedIn, params: Params) -> Answer {
     let filter = match parse_filter(&params) {
         Ok(filter) => filter,
         Err(errors) => return Ok(csv_export::refused(&errors, &FILTERS)),
     };
-    let db = state.db.clone();
+    let db = admin.state.db.clone();
     Ok(csv_export::attachment(
         "masterpay-audit-log.csv",
         CSV_HEADER,

@@ -6,11 +6,11 @@ use std::collections::HashMap;
 
 use entity::{admin_audit_entry, operation_log::LogKind, project};
 use maud::{Markup, html};
-use poem::{Response, Route, get, handler, web::Data};
+use poem::{Route, get, handler};
 use sea_orm::ActiveEnum;
 
 use super::{
-    PanelError, PanelState,
+    Answer,
     components::{self as c, Blank, FieldAttrs},
     csv_export,
     form::{FieldErrors, Params, parse_day_range, parse_id},
@@ -160,16 +160,12 @@ fn list_page(
 }
 
 #[handler]
-async fn list(
-    admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn list(admin: SignedIn, params: Params) -> Answer {
     let page = params.page(PAGE_SIZE)?;
-    let all = projects::list(&state.db).await?;
+    let all = projects::list(&admin.state.db).await?;
     Ok(match parse_filter(&params, &all) {
         Ok(filter) => {
-            let entries = ledger::ledger(&state.db, &filter, page).await?;
+            let entries = ledger::ledger(&admin.state.db, &filter, page).await?;
             let none = FieldErrors::default();
             page::ok(list_page(&admin, &params, &none, &all, &entries))
         }
@@ -218,17 +214,13 @@ fn csv_row(entry: LedgerEntry) -> Vec<String> {
 
 /// The entries the filters keep, every page of them, as CSV.
 #[handler]
-async fn export(
-    _admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let all = projects::list(&state.db).await?;
+async fn export(admin: SignedIn, params: Params) -> Answer {
+    let all = projects::list(&admin.state.db).await?;
     let filter = match parse_filter(&params, &all) {
         Ok(filter) => filter,
         Err(errors) => return Ok(csv_export::refused(&errors, &FILTERS)),
     };
-    let db = state.db.clone();
+    let db = admin.state.db.clone();
     Ok(csv_export::attachment(
         "masterpay-ledger.csv",
         CSV_HEADER,
@@ -244,12 +236,8 @@ async fn export(
 }
 
 #[handler]
-async fn run_audit(
-    admin: SignedIn,
-    _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    ledger_check::run_recorded(&state.db, &admin.actor()).await?;
+async fn run_audit(admin: SignedIn, _form: PostForm) -> Answer {
+    ledger_check::run_recorded(&admin.state.db, &admin.actor()).await?;
     Ok(page::done(&admin, "/ledger/audit", "Ledger audit run."))
 }
 
@@ -292,8 +280,8 @@ fn audit_page(
 }
 
 #[handler]
-async fn show_audit(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let latest = ledger_check::latest_run(&state.db).await?;
+async fn show_audit(admin: SignedIn) -> Answer {
+    let latest = ledger_check::latest_run(&admin.state.db).await?;
     Ok(page::ok(audit_page(&admin, latest.as_ref())))
 }
 

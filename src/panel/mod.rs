@@ -60,6 +60,9 @@ impl PanelState {
     }
 }
 
+/// What a handler answers: a page, a redirect or a download, or why not.
+pub type Answer = Result<Response, PanelError>;
+
 /// Why a panel request failed; each becomes a page of its own.
 #[derive(Debug, thiserror::Error)]
 pub enum PanelError {

@@ -5,17 +5,12 @@
 
 use entity::{admin_audit_entry, payment_order::OrderStatus, project, server, user};
 use maud::{Markup, html};
-use poem::{
-    Response, Route, get, handler,
-    http::StatusCode,
-    post,
-    web::{Data, Path},
-};
+use poem::{Route, get, handler, http::StatusCode, post, web::Path};
 use sea_orm::ActiveEnum;
 use serde::Deserialize;
 
 use super::{
-    PanelError, PanelState,
+    Answer, PanelError, PanelState,
     components::{self as c, Blank, FieldAttrs, Listing, account_name, order_path, status_badge},
     csv_export,
     form::{FieldErrors, Params, parse_day_range, parse_id, parse_money, parse_server},
@@ -274,14 +269,10 @@ async fn list_view(
 }
 
 #[handler]
-async fn list(
-    admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn list(admin: SignedIn, params: Params) -> Answer {
     let page = params.page(PAGE_SIZE)?;
     let filter = parse_filter(&params);
-    let view = list_view(&state, filter.as_ref().ok(), page).await?;
+    let view = list_view(&admin.state, filter.as_ref().ok(), page).await?;
     let none = FieldErrors::default();
     let filter_errors = filter.as_ref().err().unwrap_or(&none);
     let form = OrderForm::from_filters(&params);
@@ -326,16 +317,12 @@ fn csv_row(order: Order) -> Vec<String> {
 
 /// The orders the filters keep, every page of them, as CSV.
 #[handler]
-async fn export(
-    _admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn export(admin: SignedIn, params: Params) -> Answer {
     let filter = match parse_filter(&params) {
         Ok(filter) => filter,
         Err(errors) => return Ok(csv_export::refused(&errors, &FILTERS)),
     };
-    let db = state.db.clone();
+    let db = admin.state.db.clone();
     Ok(csv_export::attachment(
         "masterpay-orders.csv",
         CSV_HEADER,
@@ -350,15 +337,18 @@ async fn export(
 }
 
 #[handler]
-async fn create(
-    admin: SignedIn,
-    PostForm(form): PostForm<OrderForm>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let errors = match form.read(&projects::list(&state.db).await?) {
+async fn create(admin: SignedIn, PostForm(form): PostForm<OrderForm>) -> Answer {
+    let errors = match form.read(&projects::list(&admin.state.db).await?) {
         Err(errors) => errors,
         Ok(request) => {
-            match orders::create_as(&state.db, &*state.store, &admin.actor(), &request).await {
+            match orders::create_as(
+                &admin.state.db,
+                &*admin.state.store,
+                &admin.actor(),
+                &request,
+            )
+            .await
+            {
                 Ok(order) => {
                     let to = order_path(order.project_id, &order.order_id);
                     let message = format!("Order {} created.", order.order_id);
@@ -388,7 +378,7 @@ async fn create(
         }
     };
     let view = list_view(
-        &state,
+        &admin.state,
         Some(&OrderFilter::default()),
         Keyset::first(PAGE_SIZE),
     )
@@ -400,6 +390,10 @@ async fn create(
         &view,
         (&form, &errors),
     )))
+}
+
+fn not_found(project_id: i64, order_id: &str) -> PanelError {
+    PanelError::NotFound(format!("order {order_id} of project {project_id}"))
 }
 
 /// What an order's page shows.
@@ -418,11 +412,10 @@ async fn order_view(
     order_id: &str,
 ) -> Result<OrderView, PanelError> {
     let db = &state.db;
-    let not_found = || PanelError::NotFound(format!("order {order_id} of project {project_id}"));
     let order = orders::get(db, Some(project_id), order_id)
         .await
         .map_err(PanelError::from)?
-        .ok_or_else(not_found)?;
+        .ok_or_else(|| not_found(project_id, order_id))?;
     let project = projects::get(db, project_id).await?;
     let user = match users::get(db, order.user_id).await {
         Ok(user) => Some(user),
@@ -532,13 +525,33 @@ fn order_page(admin: &SignedIn, view: &OrderView, notice: Option<&str>) -> Marku
 }
 
 #[handler]
-async fn show(
-    admin: SignedIn,
-    Path((project_id, order_id)): Path<(i64, String)>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let view = order_view(&state, project_id, &order_id).await?;
+async fn show(admin: SignedIn, Path((project_id, order_id)): Path<(i64, String)>) -> Answer {
+    let view = order_view(&admin.state, project_id, &order_id).await?;
     Ok(page::ok(order_page(&admin, &view, None)))
+}
+
+/// The answer to a completion or cancellation: on to the order's page
+/// saying it was `done`, or the order's page with why it was refused (409).
+async fn changed(
+    admin: &SignedIn,
+    (project_id, order_id): (i64, &str),
+    outcome: Result<&str, String>,
+) -> Answer {
+    match outcome {
+        Ok(done) => {
+            let message = format!("Order {order_id} {done}.");
+            Ok(page::done(
+                admin,
+                &order_path(project_id, order_id),
+                &message,
+            ))
+        }
+        Err(notice) => {
+            let view = order_view(&admin.state, project_id, order_id).await?;
+            let markup = order_page(admin, &view, Some(&notice));
+            Ok(page::render(StatusCode::CONFLICT, markup))
+        }
+    }
 }
 
 #[handler]
@@ -546,36 +559,22 @@ async fn cancel(
     admin: SignedIn,
     Path((project_id, order_id)): Path<(i64, String)>,
     _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let found = order_view(&state, project_id, &order_id).await?.order;
+) -> Answer {
+    let found = order_view(&admin.state, project_id, &order_id).await?.order;
     let request = Cancellation {
         project_id,
         order_id: found.order_id,
         payment_system: found.payment_system,
     };
-    let notice = match orders::cancel(&state.db, Some(&admin.actor()), &request).await {
-        Ok(o) => {
-            return Ok(page::done(
-                &admin,
-                &order_path(project_id, &o.order_id),
-                &format!("Order {} cancelled.", o.order_id),
-            ));
-        }
-        Err(CancelError::AlreadyCompleted) => "The order is already completed: nothing changed.",
-        Err(CancelError::AlreadyCancelled) => "The order is already cancelled: nothing changed.",
-        Err(CancelError::OrderNotFound) => {
-            return Err(PanelError::NotFound(format!(
-                "order {order_id} of project {project_id}"
-            )));
-        }
+    let nothing = |text: &str| Err(format!("The order is already {text}: nothing changed."));
+    let outcome = match orders::cancel(&admin.state.db, Some(&admin.actor()), &request).await {
+        Ok(_) => Ok("cancelled"),
+        Err(CancelError::AlreadyCompleted) => nothing("completed"),
+        Err(CancelError::AlreadyCancelled) => nothing("cancelled"),
+        Err(CancelError::OrderNotFound) => return Err(not_found(project_id, &order_id)),
         Err(CancelError::Store(err)) => return Err(err.into()),
     };
-    let view = order_view(&state, project_id, &request.order_id).await?;
-    Ok(page::render(
-        StatusCode::CONFLICT,
-        order_page(&admin, &view, Some(notice)),
-    ))
+    changed(&admin, (project_id, &order_id), outcome).await
 }
 
 /// Completes the order as the API would, for the signed-in administrator.
@@ -584,8 +583,8 @@ async fn complete(
     admin: SignedIn,
     Path((project_id, order_id)): Path<(i64, String)>,
     _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+) -> Answer {
+    let state = &admin.state;
     let completed = orders::complete_as(
         &state.db,
         &*state.store,
@@ -594,37 +593,26 @@ async fn complete(
         &order_id,
     )
     .await;
-    let refusal;
-    let notice = match completed {
-        Ok(o) => {
-            return Ok(page::done(
-                &admin,
-                &order_path(project_id, &o.order_id),
-                &format!("Order {} completed.", o.order_id),
-            ));
+    let outcome = match completed {
+        Ok(_) => Ok("completed"),
+        Err(CompleteError::AlreadyCompleted) => {
+            Err("The order is already completed: nothing changed.".to_owned())
         }
-        Err(CompleteError::AlreadyCompleted) => "The order is already completed: nothing changed.",
-        Err(CompleteError::Cancelled) => "The order is cancelled: it is never credited.",
-        Err(CompleteError::BalanceCeiling) => {
-            refusal = format!("Not completed: {}.", orders::BALANCE_CEILING_REFUSAL);
-            &refusal
+        Err(CompleteError::Cancelled) => {
+            Err("The order is cancelled: it is never credited.".to_owned())
         }
-        Err(CompleteError::OrderNotFound) => {
-            return Err(PanelError::NotFound(format!(
-                "order {order_id} of project {project_id}"
-            )));
-        }
+        Err(CompleteError::BalanceCeiling) => Err(format!(
+            "Not completed: {}.",
+            orders::BALANCE_CEILING_REFUSAL
+        )),
+        Err(CompleteError::OrderNotFound) => return Err(not_found(project_id, &order_id)),
         Err(
             CompleteError::UpdateFailed(err)
             | CompleteError::ProcessingFailed(err)
             | CompleteError::Unavailable(err),
         ) => return Err(err.into()),
     };
-    let view = order_view(&state, project_id, &order_id).await?;
-    Ok(page::render(
-        StatusCode::CONFLICT,
-        order_page(&admin, &view, Some(notice)),
-    ))
+    changed(&admin, (project_id, &order_id), outcome).await
 }
 
 #[cfg(test)]

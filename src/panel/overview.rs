@@ -14,9 +14,9 @@ use entity::{
     project,
 };
 use maud::{Markup, html};
-use poem::{Response, handler, web::Data};
+use poem::handler;
 
-use super::{PanelError, PanelState, components as c, page, session::SignedIn};
+use super::{Answer, components as c, page, session::SignedIn};
 use crate::{
     money::signed_cents,
     service::{
@@ -43,8 +43,8 @@ struct Today {
 }
 
 #[handler]
-pub async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let db = &state.db;
+pub async fn show(admin: SignedIn) -> Answer {
+    let db = &admin.state.db;
     let now = now();
     let figures = overview::figures(db, now).await?;
     let all = projects::list(db).await?;

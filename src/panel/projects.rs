@@ -2,13 +2,10 @@
 
 use entity::project;
 use maud::{Markup, html};
-use poem::{
-    Response, Route, get, handler, post,
-    web::{Data, Path},
-};
+use poem::{Route, get, handler, post, web::Path};
 
 use super::{
-    PanelError, PanelState,
+    Answer,
     components::{self as c, FieldAttrs},
     form::{FieldErrors, NameForm, Params, Toggle},
     page,
@@ -72,23 +69,15 @@ fn list_page(
 }
 
 #[handler]
-async fn list(
-    admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let all = projects::page(&state.db, params.get("q"), params.page(PAGE_SIZE)?).await?;
+async fn list(admin: SignedIn, params: Params) -> Answer {
+    let all = projects::page(&admin.state.db, params.get("q"), params.page(PAGE_SIZE)?).await?;
     let markup = list_page(&admin, &params, &all, "", &FieldErrors::default());
     Ok(page::ok(markup))
 }
 
 #[handler]
-async fn create(
-    admin: SignedIn,
-    PostForm(form): PostForm<NameForm>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    match projects::create(&state.db, &admin.actor(), &form.name).await {
+async fn create(admin: SignedIn, PostForm(form): PostForm<NameForm>) -> Answer {
+    match projects::create(&admin.state.db, &admin.actor(), &form.name).await {
         Ok(p) => Ok(page::done(
             &admin,
             &format!("/projects/{}", p.id),
@@ -96,7 +85,7 @@ async fn create(
         )),
         Err(err) => {
             let errors = FieldErrors::refused(err)?;
-            let all = projects::page(&state.db, "", Keyset::first(PAGE_SIZE)).await?;
+            let all = projects::page(&admin.state.db, "", Keyset::first(PAGE_SIZE)).await?;
             let markup = list_page(&admin, &Params::default(), &all, &form.name, &errors);
             Ok(page::invalid(markup))
         }
@@ -138,12 +127,8 @@ fn project_page(admin: &SignedIn, p: &project::Model, name: &str, errors: &Field
 }
 
 #[handler]
-async fn show(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let p = projects::get(&state.db, id).await?;
+async fn show(admin: SignedIn, Path(id): Path<i64>) -> Answer {
+    let p = projects::get(&admin.state.db, id).await?;
     let markup = project_page(&admin, &p, &p.name, &FieldErrors::default());
     Ok(page::ok(markup))
 }
@@ -153,9 +138,8 @@ async fn rename(
     admin: SignedIn,
     Path(id): Path<i64>,
     PostForm(form): PostForm<NameForm>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    match projects::rename(&state.db, &admin.actor(), id, &form.name).await {
+) -> Answer {
+    match projects::rename(&admin.state.db, &admin.actor(), id, &form.name).await {
         Ok(_) => Ok(page::done(
             &admin,
             &format!("/projects/{id}"),
@@ -163,7 +147,7 @@ async fn rename(
         )),
         Err(err) => {
             let errors = FieldErrors::refused(err)?;
-            let p = projects::get(&state.db, id).await?;
+            let p = projects::get(&admin.state.db, id).await?;
             Ok(page::invalid(project_page(&admin, &p, &form.name, &errors)))
         }
     }
@@ -174,9 +158,8 @@ async fn set_active(
     admin: SignedIn,
     Path(id): Path<i64>,
     PostForm(Toggle { active }): PostForm<Toggle>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    projects::set_active(&state.db, &admin.actor(), id, active).await?;
+) -> Answer {
+    projects::set_active(&admin.state.db, &admin.actor(), id, active).await?;
     let done = if active { "enabled" } else { "disabled" };
     Ok(page::done(
         &admin,

@@ -197,9 +197,10 @@ impl Visitor {
     }
 }
 
-/// A signed-in administrator; requests without a live session are sent to
-/// the sign-in page.
+/// A signed-in administrator, with the panel's state; requests without a
+/// live session are sent to the sign-in page.
 pub struct SignedIn {
+    pub state: PanelState,
     pub session: Session,
     pub csrf: String,
     pub address: String,
@@ -261,6 +262,7 @@ impl<'a> FromRequest<'a> for SignedIn {
             .then(|| take_flash(req, state.cookie_secure))
             .flatten();
         Ok(SignedIn {
+            state: state.clone(),
             session,
             csrf: csrf_token(&cookie),
             address: client_address(req, state),

@@ -10,7 +10,7 @@ use poem::{
 use serde::Deserialize;
 
 use super::{
-    PanelError, PanelState,
+    Answer, PanelState,
     components::{self as c, FieldAttrs},
     form::{FieldErrors, Params},
     page,
@@ -48,7 +48,7 @@ async fn signed_in(
     secret: &Secret,
     state: &PanelState,
     next: Option<&str>,
-) -> Result<Response, PanelError> {
+) -> Answer {
     if let Some(previous) = session_cookie(req, state) {
         admin_sessions::sign_out(&state.db, &previous).await?;
     }
@@ -89,11 +89,7 @@ fn sign_in_page(
 }
 
 #[handler]
-pub async fn show(
-    req: &Request,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+pub async fn show(req: &Request, params: Params, state: Data<&PanelState>) -> Answer {
     let next = next_page(params.get("next"));
     if let Some(cookie) = session_cookie(req, &state)
         && admin_sessions::session(&state.db, &cookie).await?.is_some()
@@ -126,7 +122,7 @@ pub async fn submit(
     req: &Request,
     PostForm(form): PostForm<SignInForm>,
     state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+) -> Answer {
     let visitor = Visitor::of(req, &state);
     let name = form.name.as_str();
     let next = next_page(&form.next);
@@ -184,7 +180,7 @@ pub async fn link_form(
     req: &Request,
     Path(secret): Path<String>,
     state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+) -> Answer {
     let link = Secret::from_client(&secret);
     let Some(admin) = admin_sessions::login_link_administrator(&state.db, &link).await? else {
         return Ok(link_gone());
@@ -216,7 +212,7 @@ pub async fn link_submit(
     req: &Request,
     PostForm(form): PostForm<LinkForm>,
     state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+) -> Answer {
     let link = Secret::from_client(&form.link);
     match admin_sessions::redeem_login_link(&state.db, &link, &client_address(req, &state)).await? {
         Some((secret, _)) => {
@@ -231,11 +227,7 @@ pub async fn link_submit(
 }
 
 #[handler]
-pub async fn sign_out(
-    req: &Request,
-    _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+pub async fn sign_out(req: &Request, _form: PostForm, state: Data<&PanelState>) -> Answer {
     if let Some(cookie) = session_cookie(req, &state) {
         admin_sessions::sign_out(&state.db, &cookie).await?;
     }

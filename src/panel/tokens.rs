@@ -13,13 +13,13 @@ use chrono::{DateTime, Utc};
 use entity::{admin_audit_entry, app_token, project};
 use maud::{Markup, html};
 use poem::{
-    Response, Route, get, handler, post,
-    web::{Data, Path, Query},
+    Route, get, handler, post,
+    web::{Path, Query},
 };
 use serde::Deserialize;
 
 use super::{
-    PanelError, PanelState,
+    Answer, PanelError,
     components::{self as c, FieldAttrs, Listing},
     form::{FieldErrors, Params, Toggle, parse_day},
     page,
@@ -63,6 +63,7 @@ struct TokenForm {
 }
 
 /// What a correct create or edit form asks for.
+#[derive(Debug)]
 struct TokenSettings {
     name: String,
     description: Option<String>,
@@ -280,14 +281,15 @@ fn list_page(
 }
 
 #[handler]
-async fn list(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let p = projects::get(&state.db, id).await?;
-    let all = tokens::page(&state.db, id, params.get("q"), params.page(PAGE_SIZE)?).await?;
+async fn list(admin: SignedIn, Path(id): Path<i64>, params: Params) -> Answer {
+    let p = projects::get(&admin.state.db, id).await?;
+    let all = tokens::page(
+        &admin.state.db,
+        id,
+        params.get("q"),
+        params.page(PAGE_SIZE)?,
+    )
+    .await?;
     Ok(page::ok(list_page(&admin, &params, &p, &all)))
 }
 
@@ -325,20 +327,15 @@ struct NewQuery {
 }
 
 #[handler]
-async fn new_form(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    Query(query): Query<NewQuery>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let p = projects::get(&state.db, id).await?;
+async fn new_form(admin: SignedIn, Path(id): Path<i64>, Query(query): Query<NewQuery>) -> Answer {
+    let p = projects::get(&admin.state.db, id).await?;
     let like = match query.like.as_deref().map(str::trim) {
         None | Some("") => None,
         Some(text) => {
             let like_id = text
                 .parse::<i64>()
                 .map_err(|_| PanelError::NotFound(format!("token {text}")))?;
-            Some(tokens::get_info(&state.db, like_id).await?)
+            Some(tokens::get_info(&admin.state.db, like_id).await?)
         }
     };
     let form = match &like {
@@ -358,9 +355,8 @@ async fn create(
     admin: SignedIn,
     Path(id): Path<i64>,
     PostForm(form): PostForm<TokenForm>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let p = projects::get(&state.db, id).await?;
+) -> Answer {
+    let p = projects::get(&admin.state.db, id).await?;
     let errors = match form.read() {
         Err(errors) => errors,
         Ok(asked) => {
@@ -368,7 +364,7 @@ async fn create(
             let (permissions, expires_at) = (&asked.permissions, asked.expires_at);
             let actor = admin.actor();
             match tokens::create(
-                &state.db,
+                &admin.state.db,
                 &actor,
                 id,
                 &asked.name,
@@ -380,7 +376,7 @@ async fn create(
             {
                 Ok((info, value)) => {
                     let admin = admin.told(format!("Token {} created.", info.token.id));
-                    return value_shown_once(&admin, &state, &info, &value).await;
+                    return value_shown_once(&admin, &info, &value).await;
                 }
                 Err(err) => refused(err)?,
             }
@@ -508,32 +504,27 @@ fn token_page(
 }
 
 /// The token's page with its new `value`, the one time it is shown.
-async fn value_shown_once(
-    admin: &SignedIn,
-    state: &PanelState,
-    info: &TokenInfo,
-    value: &TokenValue,
-) -> Result<Response, PanelError> {
+async fn value_shown_once(admin: &SignedIn, info: &TokenInfo, value: &TokenValue) -> Answer {
     let reveal = Reveal::Now(value.expose().to_owned());
-    token_answer(admin, state, info, &reveal, None).await
+    token_answer(admin, info, &reveal, None).await
 }
 
 /// The token's page: as asked for or with a new value shown (200), or with
 /// `refused` forms sent back with their errors (422).
 async fn token_answer(
     admin: &SignedIn,
-    state: &PanelState,
     info: &TokenInfo,
     reveal: &Reveal,
     refused: Option<Forms<'_>>,
-) -> Result<Response, PanelError> {
-    let p = projects::get(&state.db, info.token.project_id).await?;
+) -> Answer {
+    let db = &admin.state.db;
+    let p = projects::get(db, info.token.project_id).await?;
     let filter = AuditFilter {
         object_kind: Some("token".to_owned()),
         object_id: Some(info.token.id.to_string()),
         ..Default::default()
     };
-    let history = admin_audit::list(&state.db, &filter, HISTORY_LIMIT).await?;
+    let history = admin_audit::list(db, &filter, HISTORY_LIMIT).await?;
     let (shown, none) = (TokenForm::of(info), FieldErrors::default());
     let is_refused = refused.is_some();
     let forms = refused.unwrap_or(Forms {
@@ -546,23 +537,14 @@ async fn token_answer(
 }
 
 #[handler]
-async fn show(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let info = tokens::get_info(&state.db, id).await?;
-    token_answer(&admin, &state, &info, &Reveal::Gone, None).await
+async fn show(admin: SignedIn, Path(id): Path<i64>) -> Answer {
+    let info = tokens::get_info(&admin.state.db, id).await?;
+    token_answer(&admin, &info, &Reveal::Gone, None).await
 }
 
 #[handler]
-async fn edit(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    PostForm(form): PostForm<TokenForm>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let info = tokens::get_info(&state.db, id).await?;
+async fn edit(admin: SignedIn, Path(id): Path<i64>, PostForm(form): PostForm<TokenForm>) -> Answer {
+    let info = tokens::get_info(&admin.state.db, id).await?;
     let errors = match form.read() {
         Err(errors) => errors,
         Ok(asked) => {
@@ -575,7 +557,7 @@ async fn edit(
                 expires_at: (form.expires_on != expiry_day(&info.token))
                     .then_some(asked.expires_at),
             };
-            match tokens::edit(&state.db, &admin.actor(), id, edit).await {
+            match tokens::edit(&admin.state.db, &admin.actor(), id, edit).await {
                 Ok(_) => {
                     let message = format!("Token {id} saved.");
                     return Ok(page::done(&admin, &format!("/tokens/{id}"), &message));
@@ -589,7 +571,7 @@ async fn edit(
         confirm_name: "",
         errors: &errors,
     };
-    token_answer(&admin, &state, &info, &Reveal::Gone, Some(forms)).await
+    token_answer(&admin, &info, &Reveal::Gone, Some(forms)).await
 }
 
 #[handler]
@@ -597,9 +579,8 @@ async fn set_active(
     admin: SignedIn,
     Path(id): Path<i64>,
     PostForm(Toggle { active }): PostForm<Toggle>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    tokens::set_active(&state.db, &admin.actor(), id, active).await?;
+) -> Answer {
+    tokens::set_active(&admin.state.db, &admin.actor(), id, active).await?;
     let done = if active { "enabled" } else { "disabled" };
     Ok(page::done(
         &admin,
@@ -620,28 +601,22 @@ async fn reissue(
     admin: SignedIn,
     Path(id): Path<i64>,
     PostForm(form): PostForm<ReissueForm>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+) -> Answer {
     let hours = GRACE_CHOICES
         .iter()
         .find(|(value, _)| *value == form.grace_hours)
         .and_then(|(value, _)| value.parse().ok())
         .ok_or_else(|| PanelError::BadRequest("No such grace period.".to_owned()))?;
     let grace = chrono::TimeDelta::hours(hours);
-    let (_, value) = tokens::reissue(&state.db, &admin.actor(), id, grace).await?;
-    let info = tokens::get_info(&state.db, id).await?;
+    let (_, value) = tokens::reissue(&admin.state.db, &admin.actor(), id, grace).await?;
+    let info = tokens::get_info(&admin.state.db, id).await?;
     let admin = admin.told(format!("Token {id} reissued."));
-    value_shown_once(&admin, &state, &info, &value).await
+    value_shown_once(&admin, &info, &value).await
 }
 
 #[handler]
-async fn end_grace(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    tokens::end_grace(&state.db, &admin.actor(), id).await?;
+async fn end_grace(admin: SignedIn, Path(id): Path<i64>, _form: PostForm) -> Answer {
+    tokens::end_grace(&admin.state.db, &admin.actor(), id).await?;
     let message = format!("Token {id}: the old value no longer works.");
     Ok(page::done(&admin, &format!("/tokens/{id}"), &message))
 }
@@ -658,9 +633,8 @@ async fn delete(
     admin: SignedIn,
     Path(id): Path<i64>,
     PostForm(form): PostForm<DeleteForm>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let info = tokens::get_info(&state.db, id).await?;
+) -> Answer {
+    let info = tokens::get_info(&admin.state.db, id).await?;
     if form.confirm_name != info.token.name {
         let errors = FieldErrors::one(
             "confirm_name",
@@ -671,9 +645,9 @@ async fn delete(
             confirm_name: &form.confirm_name,
             errors: &errors,
         };
-        return token_answer(&admin, &state, &info, &Reveal::Gone, Some(forms)).await;
+        return token_answer(&admin, &info, &Reveal::Gone, Some(forms)).await;
     }
-    tokens::delete(&state.db, &admin.actor(), id).await?;
+    tokens::delete(&admin.state.db, &admin.actor(), id).await?;
     let to = format!("/projects/{}/tokens", info.token.project_id);
     Ok(page::done(&admin, &to, &format!("Token {id} deleted.")))
 }

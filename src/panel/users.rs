@@ -6,13 +6,13 @@ use std::collections::HashMap;
 use entity::{balance::GENERAL_ACCOUNT, project, server, user};
 use maud::{Markup, html};
 use poem::{
-    Response, Route, get, handler, post,
-    web::{Data, Path, Query},
+    Route, get, handler, post,
+    web::{Path, Query},
 };
 use serde::Deserialize;
 
 use super::{
-    PanelError, PanelState,
+    Answer, PanelError, PanelState,
     components::{self as c, Blank, FieldAttrs, account_name},
     form::{FieldErrors, Params, parse_money, parse_server},
     page,
@@ -160,27 +160,16 @@ fn users_page(
 }
 
 #[handler]
-async fn list(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn list(admin: SignedIn, Path(id): Path<i64>, params: Params) -> Answer {
     let page = params.page(PAGE_SIZE)?;
-    let view = project_view(&state, id, params.get("q"), page).await?;
+    let view = project_view(&admin.state, id, params.get("q"), page).await?;
     let forms = (&ProjectForms::default(), &FieldErrors::default());
     Ok(page::ok(users_page(&admin, &view, &params, forms)))
 }
 
 /// The users page with `forms` sent back with their `errors`.
-async fn refused(
-    admin: &SignedIn,
-    state: &PanelState,
-    id: i64,
-    forms: &ProjectForms,
-    errors: &FieldErrors,
-) -> Result<Response, PanelError> {
-    let view = project_view(state, id, "", Keyset::first(PAGE_SIZE)).await?;
+async fn refused(admin: &SignedIn, id: i64, forms: &ProjectForms, errors: &FieldErrors) -> Answer {
+    let view = project_view(&admin.state, id, "", Keyset::first(PAGE_SIZE)).await?;
     let markup = users_page(admin, &view, &Params::default(), (forms, errors));
     Ok(page::invalid(markup))
 }
@@ -190,10 +179,9 @@ async fn create_user(
     admin: SignedIn,
     Path(id): Path<i64>,
     PostForm(form): PostForm<ProjectForms>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+) -> Answer {
     let created = match form.email.parse::<Email>() {
-        Ok(address) => users::create(&state.db, &admin.actor(), id, &address).await,
+        Ok(address) => users::create(&admin.state.db, &admin.actor(), id, &address).await,
         Err(err) => Err(AdminError::Invalid("email", err.to_string())),
     };
     match created {
@@ -202,7 +190,7 @@ async fn create_user(
             &format!("/users/{}", user.id),
             &format!("User {} created.", user.id),
         )),
-        Err(err) => refused(&admin, &state, id, &form, &FieldErrors::refused(err)?).await,
+        Err(err) => refused(&admin, id, &form, &FieldErrors::refused(err)?).await,
     }
 }
 
@@ -211,9 +199,8 @@ async fn create_server(
     admin: SignedIn,
     Path(id): Path<i64>,
     PostForm(form): PostForm<ProjectForms>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    match servers::create(&state.db, &admin.actor(), id, &form.server_name).await {
+) -> Answer {
+    match servers::create(&admin.state.db, &admin.actor(), id, &form.server_name).await {
         Ok(server) => Ok(page::done(
             &admin,
             &format!("/projects/{id}/users"),
@@ -223,7 +210,7 @@ async fn create_server(
         // the same page.
         Err(AdminError::Invalid(_, message) | AdminError::Conflict(_, message)) => {
             let errors = FieldErrors::one("server_name", message);
-            refused(&admin, &state, id, &form, &errors).await
+            refused(&admin, id, &form, &errors).await
         }
         Err(err) => Err(err.into()),
     }
@@ -433,13 +420,8 @@ fn user_page(
 }
 
 #[handler]
-async fn show(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    Query(query): Query<HistoryQuery>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let view = user_view(&state, id, query.before).await?;
+async fn show(admin: SignedIn, Path(id): Path<i64>, Query(query): Query<HistoryQuery>) -> Answer {
+    let view = user_view(&admin.state, id, query.before).await?;
     let forms = (&BalanceForm::default(), &FieldErrors::default());
     Ok(page::ok_unless(
         view.bad_cursor,
@@ -452,15 +434,14 @@ async fn set_balance(
     admin: SignedIn,
     Path(id): Path<i64>,
     PostForm(form): PostForm<BalanceForm>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+) -> Answer {
     let errors = match form.read() {
         Err(errors) => errors,
         Ok(change) => {
             let actor = admin.actor();
             let (main, bonus) = (change.main, change.bonus);
             match balances::set(
-                &state.db,
+                &admin.state.db,
                 &actor,
                 id,
                 Some(change.server),
@@ -481,6 +462,6 @@ async fn set_balance(
             }
         }
     };
-    let view = user_view(&state, id, None).await?;
+    let view = user_view(&admin.state, id, None).await?;
     Ok(page::invalid(user_page(&admin, &view, (&form, &errors))))
 }
