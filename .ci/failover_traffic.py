@@ -56,6 +56,8 @@ class Results:
         self.answers = []  # (round, instance, endpoint, sent_at, seconds, status, code)
         self.created = {}  # order_id -> (user_id, amount_cents)
         self.completed = set()  # order_ids acknowledged as completed
+        self.replayed = 0  # creations retried and answered as a replay
+        self.completed_by_retry = 0  # completions answered 409 ALREADY_COMPLETED on a retry
         self.failures = []  # what a worker saw that breaks the contract
 
     def answer(self, *row):
@@ -79,7 +81,8 @@ class Traffic:
 
     def request(self, instance, method, path, body, headers):
         """One HTTP request on a connection of its own, as a webhook is sent.
-        Returns (status, parsed JSON or None, seconds, error text or None)."""
+        Returns (status, parsed JSON or None, seconds, error text or None,
+        whether the answer says Idempotent-Replayed)."""
         host = urlsplit(instance)
         conn = http.client.HTTPConnection(host.hostname, host.port, timeout=10)
         start = time.monotonic()
@@ -92,23 +95,25 @@ class Traffic:
             response = conn.getresponse()
             raw = response.read()
             seconds = time.monotonic() - start
+            replayed = response.getheader("Idempotent-Replayed") == "true"
             try:
-                return response.status, json.loads(raw), seconds, None
+                return response.status, json.loads(raw), seconds, None, replayed
             except ValueError:
-                return response.status, None, seconds, f"not JSON: {raw[:80]!r}"
+                return response.status, None, seconds, f"not JSON: {raw[:80]!r}", replayed
         except (OSError, http.client.HTTPException) as err:
-            return None, None, time.monotonic() - start, f"{type(err).__name__}: {err}"
+            return None, None, time.monotonic() - start, f"{type(err).__name__}: {err}", False
         finally:
             conn.close()
 
     def call(self, instance, endpoint, body, headers, final):
         """Sends until an answer that `final` accepts; retries 5xx and 408.
-        Returns (status, body, retried) or None when the chain gave up."""
+        Returns (status, body, retried, replayed) or None when the chain
+        gave up."""
         deadline = time.monotonic() + CHAIN_DEADLINE_S
         retried = False
         while True:
             sent_at = time.monotonic()
-            status, answer, seconds, error = self.request(
+            status, answer, seconds, error, replayed = self.request(
                 instance, "POST", f"/v2/payment/order/{endpoint}", body, headers)
             code = answer.get("code") if isinstance(answer, dict) else None
             self.results.answer(self.round, instance, endpoint, sent_at, seconds,
@@ -116,7 +121,7 @@ class Traffic:
             if error or (status and status >= 400 and not code):
                 self.results.fail(f"{instance} {endpoint}: {status} {error or answer}")
             elif status in final:
-                return status, answer, retried
+                return status, answer, retried, replayed
             elif status != 408 and status < 500:
                 self.results.fail(f"{instance} {endpoint}: final {status} {code}")
                 return None
@@ -139,6 +144,9 @@ class Traffic:
             if got is None:
                 continue
             order_id = got[1]["order_id"]
+            if got[3]:
+                with self.results.lock:
+                    self.results.replayed += 1
             if got[1]["amount"] != create["amount"]:
                 self.results.fail(f"{order_id}: created with amount {got[1]['amount']}, sent {create['amount']}")
             with self.results.lock:
@@ -148,7 +156,7 @@ class Traffic:
             got = self.call(instance, "complete", complete, {}, {200, 409})
             if got is None:
                 continue
-            status, answer, retried = got
+            status, answer, retried, _ = got
             if status == 409 and not (answer.get("code") == "ORDER_ALREADY_COMPLETED" and retried):
                 # Only one chain completes each order: a 409 is only right when
                 # an earlier attempt of this chain committed after all.
@@ -156,6 +164,7 @@ class Traffic:
                 continue
             with self.results.lock:
                 self.results.completed.add(order_id)
+                self.results.completed_by_retry += status == 409
 
     def start(self, round_number):
         self.round = round_number
@@ -215,18 +224,21 @@ def wait_until(condition, bound_s):
     return True
 
 
-def run_round(args, traffic, results, checks, number, title, event):
+def run_round(args, traffic, results, checks, number, title, event, killed):
+    """`killed`: the event kills the leader (its figure is the time from the
+    kill to the first successful write)."""
     print(f"round {number}: {title}", flush=True)
     traffic.start(number)
     began = time.monotonic()
     warm = wait_until(lambda: all(writes_since(results, i, began) >= WARM_UP_WRITES
                                   for i in traffic.instances), 60)
     checks.check(warm, f"both instances wrote {WARM_UP_WRITES} times before the event")
-    event_began = time.monotonic()
-    what = event()
+    # `event` returns what it did and when, on the time.monotonic() clock:
+    # the kill, or the switchover's start.
+    what, event_at = event()
     # From here the old primary is gone (killed, or demoted by the switchover).
-    event_at = time.monotonic()
-    recovered = wait_until(lambda: all(writes_since(results, i, event_at) > 0
+    done_at = time.monotonic()
+    recovered = wait_until(lambda: all(writes_since(results, i, done_at) > 0
                                        for i in traffic.instances), RECOVERY_BOUND_S)
     recovered_at = time.monotonic()
     time.sleep(AFTER_RECOVERY_S)  # traffic on the recovered cluster for a while
@@ -234,18 +246,21 @@ def run_round(args, traffic, results, checks, number, title, event):
 
     rows = [r for r in results.answers if r[0] == number]
     first_write = min((r[3] + r[4] for r in rows
-                       if r[3] >= event_at and r[5] in (200, 201)), default=None)
+                       if r[3] >= done_at and r[5] in (200, 201)), default=None)
     written = sorted(r[3] + r[4] for r in rows if r[5] in (200, 201))
     gap = max((b - a for a, b in zip(written, written[1:])), default=0)
     errors = Counter(f"{r[5] or 'no answer'} {r[6]}" for r in rows if r[5] is None or r[5] >= 500)
     slowest = max(r[4] for r in rows)
     over = [r for r in rows if r[4] > ANSWER_BOUND_S]
-    print(f"  {what} (the command took {event_at - event_began:.2f} s)", flush=True)
-    print(f"  requests {len(rows)}; creations acknowledged {len(results.created)}, "
-          f"completions acknowledged {len(results.completed)} (all rounds)")
+    print(f"  {what}", flush=True)
+    print(f"  requests {len(rows)}; acknowledged (all rounds): creations {len(results.created)}, "
+          f"of which replays of a retry {results.replayed}; completions {len(results.completed)}, "
+          f"of which 409 ORDER_ALREADY_COMPLETED on a retry {results.completed_by_retry}")
     if first_write is not None:
-        print(f"  first successful write {first_write - event_at:.2f} s after it; "
-              f"longest time without a successful write {gap:.2f} s")
+        # After a switchover, writes go on until the old leader stops: only
+        # the gap says how long they stopped.
+        since = f"first successful write {first_write - event_at:.2f} s after the kill; " if killed else ""
+        print(f"  {since}longest time without a successful write {gap:.2f} s")
     print(f"  5xx and failed answers: {sum(errors.values())}"
           + "".join(f"; {n} x {k}" for k, n in sorted(errors.items())))
     print(f"  max answer time {slowest:.3f} s; answers over {ANSWER_BOUND_S} s: {len(over)}")
@@ -253,15 +268,15 @@ def run_round(args, traffic, results, checks, number, title, event):
     checks.check(recovered, f"both instances wrote again by themselves "
                  f"({recovered_at - event_at:.1f} s after the event, bound {RECOVERY_BOUND_S} s)")
     checks.check(not results.failures,
-                 "every answer was JSON, success or a retryable error, and every chain ended "
-                 + ("" if not results.failures else "; " + "; ".join(results.failures[:10])))
+                 "every answer was JSON, success or a retryable error, and every chain ended"
+                 + ("; " + "; ".join(results.failures[:10]) if results.failures else ""))
     results.failures.clear()
     checks.check(slowest <= ANSWER_BOUND_S + CLIENT_ALLOWANCE_S,
                  f"every answer within {ANSWER_BOUND_S} s (+{CLIENT_ALLOWANCE_S} s for this client): "
                  f"max {slowest:.3f} s")
     verify(args, results, checks)
     for instance in traffic.instances:
-        status, _, _, error = traffic.request(instance, "GET", "/readyz", None, {})
+        status, _, _, error, _ = traffic.request(instance, "GET", "/readyz", None, {})
         checks.check(status == 200, f"{instance}/readyz answers 200 ({status or error})")
 
 
@@ -327,10 +342,10 @@ def main():
     checks = Checks()
     try:
         def kill():
-            node = cluster(args, "kill-leader")
-            kill.node = node
-            return f"SIGKILL of {node}'s Patroni and PostgreSQL"
-        run_round(args, traffic, results, checks, 1, "the leader killed", kill)
+            kill.node, killed_at = cluster(args, "kill-leader").split()
+            at = time.monotonic() - (time.time() - float(killed_at))
+            return f"SIGKILL of {kill.node}'s Patroni and PostgreSQL", at
+        run_round(args, traffic, results, checks, 1, "the leader killed", kill, killed=True)
 
         began = time.monotonic()
         cluster(args, "start-node", kill.node)
@@ -341,9 +356,10 @@ def main():
                      f"{time.monotonic() - began:.1f} s (pg_rewind ran: {'yes' if rewound else 'no'})")
 
         def switchover():
-            return f"switchover to {cluster(args, 'switchover')}"
+            at = time.monotonic()
+            return f"switchover to {cluster(args, 'switchover')}", at
         if rejoined:
-            run_round(args, traffic, results, checks, 2, "planned switchover", switchover)
+            run_round(args, traffic, results, checks, 2, "planned switchover", switchover, killed=False)
     finally:
         traffic.finish()
     print(f"failover: {checks.passed} passed, {checks.failed} failed")
