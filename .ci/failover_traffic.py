@@ -215,6 +215,15 @@ def writes_since(results, instance, since):
                    if inst == instance and sent_at >= since and status in (200, 201))
 
 
+def running(pid):
+    """The process runs (it exists and is not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def wait_until(condition, bound_s):
     deadline = time.monotonic() + bound_s
     while not condition():
@@ -278,6 +287,8 @@ def run_round(args, traffic, results, checks, number, title, event, killed):
     for instance in traffic.instances:
         status, _, _, error, _ = traffic.request(instance, "GET", "/readyz", None, {})
         checks.check(status == 200, f"{instance}/readyz answers 200 ({status or error})")
+        pid = args.pids[instance]
+        checks.check(running(pid), f"{instance} is the process started before round 1 (pid {pid})")
 
 
 def verify(args, results, checks):
@@ -332,13 +343,15 @@ def main():
     parser.add_argument("--token-file", required=True)
     parser.add_argument("--project", type=int, required=True)
     parser.add_argument("--users", required=True, help="comma-separated user ids")
-    parser.add_argument("--instance", action="append", required=True)
+    parser.add_argument("--instance", action="append", required=True,
+                        help="URL=PID: an instance's address and its process")
     args = parser.parse_args()
     with open(args.token_file) as f:
         token = f.read().strip()
 
     results = Results()
-    traffic = Traffic(args.instance, token, [int(u) for u in args.users.split(",")], results)
+    args.pids = dict(i.split("=") for i in args.instance)
+    traffic = Traffic(list(args.pids), token, [int(u) for u in args.users.split(",")], results)
     checks = Checks()
     try:
         def kill():
