@@ -18,12 +18,15 @@ pub mod keyset;
 pub mod ledger;
 pub mod ledger_check;
 pub mod orders;
+pub mod outbox;
 pub mod overview;
 pub mod projects;
 pub mod servers;
 pub mod tokens;
 pub mod users;
 pub mod validate;
+pub mod webhook_endpoints;
+pub mod webhook_secrets;
 
 use sea_orm::{DbErr, SqlErr};
 
