@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Backend, ServerProcess, TcpProxy, TestApp};
+use common::{Backend, Reply, ServerProcess, TcpProxy, TestApp};
 use masterpay::{app::Application, config::Settings, store::database};
 use reqwest::Url;
 use serde_json::{Value, json};
@@ -22,6 +22,7 @@ on_every_backend!(
     every_access_log_line_is_written_before_the_server_exits,
     the_schema_goes_down_and_up_again_and_holds_the_rules,
     entity_relations_are_the_foreign_keys_of_the_schema,
+    readyz_says_why_while_the_database_refuses_writes_and_recovers_by_itself,
 );
 
 // An embedded file cannot become unreachable, and SQLite has no row locks
@@ -511,15 +512,22 @@ async fn database_outage_fails_fast_with_json_and_recovers_by_itself(app: TestAp
         }
     }
     assert!(recovered, "the service did not recover by itself");
-    assert_eq!(
-        client
+    // /readyz keeps its answer for a second: it turns 200 within a few.
+    let mut ready = false;
+    for _ in 0..400 {
+        let status = client
             .get(format!("{base}/readyz"))
             .send()
             .await
             .unwrap()
-            .status(),
-        200
-    );
+            .status();
+        if status == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(ready, "/readyz did not recover by itself");
     assert_eq!(complete().await.unwrap().status(), 200);
     assert_eq!(complete().await.unwrap().status(), 409);
     assert_eq!(
@@ -529,6 +537,197 @@ async fn database_outage_fails_fast_with_json_and_recovers_by_itself(app: TestAp
     );
     let _ = stop.send(());
     let _ = handle.await;
+}
+
+/// While the database refuses writes, /readyz answers 503 with the reason
+/// and a completion a retryable JSON 503 that changes nothing; once it
+/// accepts them again, both recover by themselves. How each backend is made
+/// to refuse them is in [`WritesRefused`].
+async fn readyz_says_why_while_the_database_refuses_writes_and_recovers_by_itself(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let first = app.order(user, None, "1", "cstm:paygate").await;
+    let second = app.order(user, None, "2", "cstm:paygate").await;
+    assert_eq!(
+        app.complete_order(&token, &first, "cstm:paygate")
+            .await
+            .status,
+        200
+    );
+    let ready = readyz(&app).await;
+    assert_eq!(
+        (ready.status, &ready.body),
+        (200, &json!({"status": "ready"}))
+    );
+
+    let refusal = WritesRefused::start(&app).await;
+    let refused = app.complete_order(&token, &second, "cstm:paygate").await;
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    assert!(refused.content_type.starts_with("application/json"));
+    assert_eq!(refused.body["success"], false, "{}", refused.text);
+    // SERVICE_UNAVAILABLE when the token's read met a connection that the
+    // PostgreSQL server ended.
+    assert!(
+        ["PAYMENT_PROCESSING_ERROR", "SERVICE_UNAVAILABLE"].contains(&refused.code()),
+        "{}",
+        refused.text
+    );
+    let not_ready = readyz_until(&app, |r| r.status == 503).await;
+    assert_eq!(
+        not_ready.body,
+        json!({"status": "not_ready", "reason": "database is read-only"}),
+        "{}",
+        not_ready.text
+    );
+    assert!(not_ready.content_type.starts_with("application/json"));
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "1.00");
+    let order = app
+        .read_order(Some(&token), &format!("order_id={second}"))
+        .await;
+    assert_eq!(order.body["status"], "pending", "{}", order.text);
+
+    refusal.end().await;
+    let ready = readyz_until(&app, |r| r.status == 200).await;
+    assert_eq!(ready.body, json!({"status": "ready"}));
+    let completed = app.complete_order(&token, &second, "cstm:paygate").await;
+    assert_eq!(completed.status, 200, "{}", completed.text);
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "3.00");
+}
+
+async fn readyz(app: &TestApp) -> Reply {
+    app.send(app.client.get(app.url("/readyz"))).await
+}
+
+/// Asks /readyz until `done` holds, at most 400 times 50 ms apart: its
+/// answer is kept for a second, so a change shows within a few.
+async fn readyz_until(app: &TestApp, done: impl Fn(&Reply) -> bool) -> Reply {
+    let mut reply = readyz(app).await;
+    for _ in 0..400 {
+        if done(&reply) {
+            return reply;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        reply = readyz(app).await;
+    }
+    panic!(
+        "/readyz never answered as expected: {} {}",
+        reply.status, reply.text
+    );
+}
+
+/// A database made to refuse the service's writes, without touching the
+/// shared servers' global settings:
+///
+/// - PostgreSQL: the test database set read-only for new sessions
+///   (`ALTER DATABASE ... SET default_transaction_read_only`) and the
+///   service's sessions ended, as a failover that leaves it on a read-only
+///   node does; ended by `RESET`.
+/// - MariaDB: `read_only` is global, so it cannot be set on the shared
+///   server. The service's pooled sessions are made read-only instead
+///   (`SET SESSION TRANSACTION READ ONLY`): the server refuses their writes
+///   (1792) as it refuses writes in `read_only` mode (1290), and the service
+///   treats both alike. It ends by itself: the service closes each session
+///   on which a write was refused and opens writable ones.
+/// - SQLite: the database file and its write-ahead log made immutable
+///   (`chattr +i`, which binds root too; the tests run as root, for whom
+///   permissions do not): the next write fails with an I/O error, and the
+///   file opens read-only. Ended by `chattr -i`.
+enum WritesRefused {
+    Postgres {
+        admin: sea_orm::DatabaseConnection,
+        name: String,
+    },
+    MySql,
+    Sqlite(ImmutableFiles),
+}
+
+impl WritesRefused {
+    async fn start(app: &TestApp) -> WritesRefused {
+        use sea_orm::ConnectionTrait;
+        match app.backend {
+            Backend::Postgres => {
+                let admin_url = std::env::var("MASTERPAY_TEST_POSTGRES_URL").unwrap();
+                let admin = sea_orm::Database::connect(admin_url.as_str())
+                    .await
+                    .unwrap();
+                let url = Url::parse(&app.database.url).unwrap();
+                let name = url.path().trim_start_matches('/').to_owned();
+                for sql in [
+                    format!("ALTER DATABASE {name} SET default_transaction_read_only = on"),
+                    format!(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+                    ),
+                ] {
+                    admin.execute_unprepared(&sql).await.unwrap();
+                }
+                WritesRefused::Postgres { admin, name }
+            }
+            Backend::MySql => {
+                // Every session of the pool read-only (all held at once, so
+                // none is missed), and at least three of them, so that the
+                // completion's and /readyz's checks meet one.
+                let pool = app.db.get_mysql_connection_pool();
+                let mut sessions = Vec::new();
+                while sessions.len() < (pool.size() as usize).max(3) {
+                    sessions.push(pool.acquire().await.unwrap());
+                }
+                for conn in &mut sessions {
+                    sea_orm::sqlx::query("SET SESSION TRANSACTION READ ONLY")
+                        .execute(&mut **conn)
+                        .await
+                        .unwrap();
+                }
+                WritesRefused::MySql
+            }
+            Backend::Sqlite => {
+                let path = app.database.url.trim_start_matches("sqlite://").to_owned();
+                WritesRefused::Sqlite(ImmutableFiles::set(vec![
+                    path.clone().into(),
+                    format!("{path}-wal").into(),
+                ]))
+            }
+        }
+    }
+
+    async fn end(self) {
+        use sea_orm::ConnectionTrait;
+        match self {
+            WritesRefused::Postgres { admin, name } => {
+                let sql = format!("ALTER DATABASE {name} RESET default_transaction_read_only");
+                admin.execute_unprepared(&sql).await.unwrap();
+                admin.close().await.unwrap();
+            }
+            WritesRefused::MySql => {}
+            WritesRefused::Sqlite(files) => drop(files),
+        }
+    }
+}
+
+/// Files made immutable (`chattr +i`) until this is dropped.
+struct ImmutableFiles(Vec<std::path::PathBuf>);
+
+impl ImmutableFiles {
+    fn set(paths: Vec<std::path::PathBuf>) -> ImmutableFiles {
+        let files = ImmutableFiles(paths);
+        let out = Command::new("chattr")
+            .arg("+i")
+            .args(&files.0)
+            .output()
+            .expect("run chattr");
+        assert!(
+            out.status.success(),
+            "chattr +i (needs root and ext4): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        files
+    }
+}
+
+impl Drop for ImmutableFiles {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").args(&self.0).status();
+    }
 }
 
 async fn token_values_never_appear_in_logs_even_at_trace_level(app: TestApp) {

@@ -12,7 +12,7 @@
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use poem::{
-    EndpointExt, IntoEndpoint, IntoResponse, Response, Route, get, handler,
+    EndpointExt, IntoEndpoint, Response, Route, get, handler,
     http::StatusCode,
     listener::{Acceptor, Listener, TcpAcceptor, TcpListener},
     web::Data,
@@ -29,6 +29,7 @@ use crate::{
     config::Settings,
     panel::{self, PanelState},
     state::AppState,
+    store::Readiness,
 };
 
 mod router_bypass;
@@ -116,17 +117,20 @@ fn metrics_text(state: Data<&AppState>) -> Response {
         .body(state.metrics.render(&state.db))
 }
 
-/// Readiness: the database answers.
+/// Readiness: the database answers and accepts writes (the store's check,
+/// kept for a second; see `store::readiness`).
 #[handler]
 async fn readyz(state: Data<&AppState>) -> Response {
-    match state.db.ping().await {
-        Ok(()) => json_response(StatusCode::OK, &serde_json::json!({"status": "ready"})),
-        Err(err) => {
-            tracing::warn!(error = %err, "readiness check: database unreachable");
-            api::error::ApiError::service_unavailable().to_response()
+    match state.store.readiness().await {
+        Readiness::Ready => json_response(StatusCode::OK, &serde_json::json!({"status": "ready"})),
+        Readiness::NotReady(reason) => {
+            tracing::warn!(reason, "readiness check: not ready");
+            json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({"status": "not_ready", "reason": reason}),
+            )
         }
     }
-    .into_response()
 }
 
 /// A bound, ready-to-run server: the API's listener and, unless it is off,
