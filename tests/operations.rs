@@ -23,6 +23,7 @@ on_every_backend!(
     the_schema_goes_down_and_up_again_and_holds_the_rules,
     entity_relations_are_the_foreign_keys_of_the_schema,
     readyz_says_why_while_the_database_refuses_writes_and_recovers_by_itself,
+    metrics_have_a_listener_of_their_own_and_off_starts_none,
 );
 
 // An embedded file cannot become unreachable, and SQLite has no row locks
@@ -450,6 +451,7 @@ async fn database_outage_fails_fast_with_json_and_recovers_by_itself(app: TestAp
         database_url: via_proxy.to_string(),
         listen: "127.0.0.1:0".into(),
         admin_listen: None,
+        metrics_listen: None,
         ..Settings::default()
     };
     let db = database::connect(&settings.database_url, &settings.pool)
@@ -891,7 +893,8 @@ async fn metrics_count_requests_and_completions_by_outcome(app: TestApp) {
             .bearer_auth(&token),
     )
     .await;
-    let text = app.send(app.client.get(app.url("/metrics"))).await.text;
+    let metrics = format!("{}/metrics", app.metrics_base.as_deref().unwrap());
+    let text = app.send(app.client.get(metrics)).await.text;
     for line in [
         r#"masterpay_order_completions_total{outcome="completed"} 1"#,
         r#"masterpay_order_completions_total{outcome="already_completed"} 1"#,
@@ -914,6 +917,110 @@ async fn metrics_count_requests_and_completions_by_outcome(app: TestApp) {
         text.contains(&format!("masterpay_db_pool_max_connections {max}")),
         "{text}"
     );
+}
+
+/// `/metrics` is served on a listener of its own (`metrics_listen`), which
+/// serves nothing else; the API's listener answers it with its JSON 404, as
+/// any unknown path. With `metrics_listen = off` the server listens on the
+/// API's address alone.
+async fn metrics_have_a_listener_of_their_own_and_off_starts_none(app: TestApp) {
+    let metrics = app
+        .metrics_base
+        .clone()
+        .expect("the tests' metrics listener");
+    app.send(app.client.get(app.url("/metrics")))
+        .await
+        .assert_error(404, "NOT_FOUND");
+    let scraped = app.send(app.client.get(format!("{metrics}/metrics"))).await;
+    assert_eq!(scraped.status, 200);
+    assert!(
+        scraped.content_type.starts_with("text/plain"),
+        "{}",
+        scraped.content_type
+    );
+    assert!(
+        scraped.text.contains(
+            r#"masterpay_http_requests_total{endpoint="other",method="GET",status="404"} 1"#
+        ),
+        "{}",
+        scraped.text
+    );
+    for path in [
+        "/readyz",
+        "/healthz",
+        "/v2/master-account/balance",
+        "/docs/",
+    ] {
+        let other = app.send(app.client.get(format!("{metrics}{path}"))).await;
+        assert_eq!(other.status, 404, "{path}: {}", other.text);
+    }
+
+    // The binary, with the setting from its environment.
+    let port = common::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let server = ServerProcess::start(
+        &app.database.url,
+        &[("MASTERPAY_METRICS_LISTEN", address.as_str())],
+    )
+    .await;
+    let scraped = app
+        .send(app.client.get(format!("http://{address}/metrics")))
+        .await;
+    assert_eq!(scraped.status, 200);
+    assert!(
+        scraped.text.contains(r#"endpoint="/readyz""#),
+        "{}",
+        scraped.text
+    );
+    let api_port: u16 = server.base.rsplit(':').next().unwrap().parse().unwrap();
+    let mut ports = listening_ports(server.child.id());
+    ports.sort_unstable();
+    let mut expected = vec![api_port, port];
+    expected.sort_unstable();
+    assert_eq!(ports, expected);
+    drop(server);
+
+    let server =
+        ServerProcess::start(&app.database.url, &[("MASTERPAY_METRICS_LISTEN", "off")]).await;
+    let api_port: u16 = server.base.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(listening_ports(server.child.id()), [api_port]);
+    assert!(
+        !server.log().contains("metrics listening"),
+        "{}",
+        server.log()
+    );
+}
+
+/// The TCP ports process `pid` listens on: its sockets (`/proc/PID/fd`)
+/// that `/proc/net/tcp` and `tcp6` list in the LISTEN state.
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the process's descriptors")
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            let inode = target.strip_prefix("socket:[")?.strip_suffix(']')?;
+            Some(inode.to_owned())
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local address, state (0A: LISTEN), inode.
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            if *state == "0A" && inodes.iter().any(|own| own == inode) {
+                let port = local.rsplit(':').next().unwrap();
+                ports.push(u16::from_str_radix(port, 16).unwrap());
+            }
+        }
+    }
+    ports
 }
 
 async fn flags_beat_environment_and_environment_beats_the_config_file(app: TestApp) {
@@ -939,6 +1046,7 @@ async fn flags_beat_environment_and_environment_beats_the_config_file(app: TestA
             .env_remove("MASTERPAY_DATABASE_URL")
             .env_remove("MASTERPAY_LISTEN")
             .env("MASTERPAY_ADMIN_LISTEN", "off")
+            .env("MASTERPAY_METRICS_LISTEN", "off")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
         for (k, v) in extra_env {

@@ -29,6 +29,9 @@ pub async fn run(demo: bool, settings: Settings, db: DatabaseConnection, out: Ou
     if let Some(panel) = app.panel_addr() {
         tracing::info!(address = %panel, "administration panel listening");
     }
+    if let Some(metrics) = app.metrics_addr() {
+        tracing::info!(address = %metrics, "metrics listening");
+    }
     app.run_until_stopped(shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())

@@ -176,6 +176,9 @@ pub struct TestApp {
     pub base: String,
     /// The administration panel's address, when the settings turned it on.
     pub panel_base: Option<String>,
+    /// The metrics' address (on a free port unless the settings turned it
+    /// off).
+    pub metrics_base: Option<String>,
     pub db: DatabaseConnection,
     pub client: reqwest::Client,
     pub project_id: i64,
@@ -201,6 +204,7 @@ impl TestApp {
             database_url: database.url.clone(),
             listen: "127.0.0.1:0".into(),
             admin_listen: None,
+            metrics_listen: Some("127.0.0.1:0".into()),
             pool: test_pool(),
             request_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
@@ -213,6 +217,7 @@ impl TestApp {
             .expect("bind test server");
         let base = format!("http://127.0.0.1:{}", app.port());
         let panel_base = app.panel_addr().map(|addr| format!("http://{addr}"));
+        let metrics_base = app.metrics_addr().map(|addr| format!("http://{addr}"));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             app.run_until_stopped(async {
@@ -228,6 +233,7 @@ impl TestApp {
             backend,
             base,
             panel_base,
+            metrics_base,
             db,
             client: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
@@ -641,8 +647,10 @@ impl ServerProcess {
             .env("MASTERPAY_DATABASE_URL", database_url)
             .env_remove("MASTERPAY_CONFIG")
             .env_remove("MASTERPAY_LISTEN")
-            // Many servers run side by side: the panel only where asked for.
+            // Many servers run side by side: the panel and the metrics only
+            // where asked for.
             .env("MASTERPAY_ADMIN_LISTEN", "off")
+            .env("MASTERPAY_METRICS_LISTEN", "off")
             .stdout(std::process::Stdio::null())
             .stderr(log);
         for (k, v) in env {
