@@ -544,8 +544,31 @@ async fn database_outage_fails_fast_with_json_and_recovers_by_itself(app: TestAp
 /// While the database refuses writes, /readyz answers 503 with the reason
 /// and a completion a retryable JSON 503 that changes nothing; once it
 /// accepts them again, both recover by themselves. How each backend is made
-/// to refuse them is in [`WritesRefused`].
+/// to refuse them is in [`Refusal`].
 async fn readyz_says_why_while_the_database_refuses_writes_and_recovers_by_itself(app: TestApp) {
+    let refusal = match app.backend {
+        Backend::Postgres => Refusal::ReadOnlyDatabase,
+        Backend::MySql => Refusal::ReadOnlySessions,
+        Backend::Sqlite => Refusal::ImmutableFile,
+    };
+    readyz_while_writes_are_refused(app, refusal).await;
+}
+
+/// [`readyz_says_why_while_the_database_refuses_writes_and_recovers_by_itself`]
+/// on MariaDB in `read_only` mode, the setting a failover tool sets: on a
+/// server of the test's own (the setting is global), the service connecting
+/// as a user that `read_only` binds (no `READ_ONLY ADMIN`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_mysql_url, ignore = "MASTERPAY_TEST_MYSQL_URL is not set")]
+async fn readyz_says_why_while_mariadb_is_in_read_only_mode() {
+    let server = OwnMariaDb::start().await;
+    let database = common::TestDatabase::on_own_server(Backend::MySql, server.service_url());
+    let app = TestApp::spawn_on(database, |_| {}).await;
+    let root_url = server.root_url();
+    readyz_while_writes_are_refused(app, Refusal::ServerReadOnly { root_url }).await;
+}
+
+async fn readyz_while_writes_are_refused(app: TestApp, refusal: Refusal) {
     let token = app.full_token().await;
     let user = app.user("alice@example.com").await;
     let first = app.order(user, None, "1", "cstm:paygate").await;
@@ -562,7 +585,7 @@ async fn readyz_says_why_while_the_database_refuses_writes_and_recovers_by_itsel
         (200, &json!({"status": "ready"}))
     );
 
-    let refusal = WritesRefused::start(&app).await;
+    let refusal = refusal.start(&app).await;
     let refused = app.complete_order(&token, &second, "cstm:paygate").await;
     assert_eq!(refused.status, 503, "{}", refused.text);
     assert!(refused.content_type.starts_with("application/json"));
@@ -617,37 +640,46 @@ async fn readyz_until(app: &TestApp, done: impl Fn(&Reply) -> bool) -> Reply {
     );
 }
 
-/// A database made to refuse the service's writes, without touching the
-/// shared servers' global settings:
-///
-/// - PostgreSQL: the test database set read-only for new sessions
-///   (`ALTER DATABASE ... SET default_transaction_read_only`) and the
-///   service's sessions ended, as a failover that leaves it on a read-only
-///   node does; ended by `RESET`.
-/// - MariaDB: `read_only` is global, so it cannot be set on the shared
-///   server. The service's pooled sessions are made read-only instead
-///   (`SET SESSION TRANSACTION READ ONLY`): the server refuses their writes
-///   (1792) as it refuses writes in `read_only` mode (1290), and the service
-///   treats both alike. It ends by itself: the service closes each session
-///   on which a write was refused and opens writable ones.
-/// - SQLite: the database file and its write-ahead log made immutable
-///   (`chattr +i`, which binds root too; the tests run as root, for whom
-///   permissions do not): the next write fails with an I/O error, and the
-///   file opens read-only. Ended by `chattr -i`.
-enum WritesRefused {
-    Postgres {
+/// How a test makes the database refuse the service's writes, without
+/// touching the shared servers' global settings.
+enum Refusal {
+    /// PostgreSQL: the test database set read-only for new sessions
+    /// (`ALTER DATABASE ... SET default_transaction_read_only`) and the
+    /// service's sessions ended, as a failover that leaves it on a
+    /// read-only node does; ended by `RESET`.
+    ReadOnlyDatabase,
+    /// MariaDB: `read_only` is global, so not on the shared server: the
+    /// service's pooled sessions are made read-only instead (`SET SESSION
+    /// TRANSACTION READ ONLY`), whose writes the server refuses (1792). It
+    /// ends by itself: the service closes each session on which a write was
+    /// refused and opens writable ones.
+    ReadOnlySessions,
+    /// MariaDB in `read_only` mode (1290), on a server of the test's own,
+    /// whose root is `root_url`; ended by turning it off.
+    ServerReadOnly { root_url: String },
+    /// SQLite: the database file and its write-ahead log made immutable
+    /// (`chattr +i`, which binds root too; the tests run as root, for whom
+    /// permissions do not): the next write fails with an I/O error, and the
+    /// file opens read-only. Ended by `chattr -i`.
+    ImmutableFile,
+}
+
+/// A [`Refusal`] in force, until [`Refused::end`].
+enum Refused {
+    ReadOnlyDatabase {
         admin: sea_orm::DatabaseConnection,
         name: String,
     },
-    MySql,
-    Sqlite(ImmutableFiles),
+    ReadOnlySessions,
+    ServerReadOnly(sea_orm::DatabaseConnection),
+    ImmutableFile(ImmutableFiles),
 }
 
-impl WritesRefused {
-    async fn start(app: &TestApp) -> WritesRefused {
+impl Refusal {
+    async fn start(self, app: &TestApp) -> Refused {
         use sea_orm::ConnectionTrait;
-        match app.backend {
-            Backend::Postgres => {
+        match self {
+            Refusal::ReadOnlyDatabase => {
                 let admin_url = std::env::var("MASTERPAY_TEST_POSTGRES_URL").unwrap();
                 let admin = sea_orm::Database::connect(admin_url.as_str())
                     .await
@@ -663,9 +695,9 @@ impl WritesRefused {
                 ] {
                     admin.execute_unprepared(&sql).await.unwrap();
                 }
-                WritesRefused::Postgres { admin, name }
+                Refused::ReadOnlyDatabase { admin, name }
             }
-            Backend::MySql => {
+            Refusal::ReadOnlySessions => {
                 // Every session of the pool read-only (all held at once, so
                 // none is missed), and at least three of them, so that the
                 // completion's and /readyz's checks meet one.
@@ -680,29 +712,132 @@ impl WritesRefused {
                         .await
                         .unwrap();
                 }
-                WritesRefused::MySql
+                Refused::ReadOnlySessions
             }
-            Backend::Sqlite => {
+            Refusal::ServerReadOnly { root_url } => {
+                let root = sea_orm::Database::connect(root_url.as_str()).await.unwrap();
+                root.execute_unprepared("SET GLOBAL read_only = 1")
+                    .await
+                    .unwrap();
+                Refused::ServerReadOnly(root)
+            }
+            Refusal::ImmutableFile => {
                 let path = app.database.url.trim_start_matches("sqlite://").to_owned();
-                WritesRefused::Sqlite(ImmutableFiles::set(vec![
+                Refused::ImmutableFile(ImmutableFiles::set(vec![
                     path.clone().into(),
                     format!("{path}-wal").into(),
                 ]))
             }
         }
     }
+}
 
+impl Refused {
     async fn end(self) {
         use sea_orm::ConnectionTrait;
         match self {
-            WritesRefused::Postgres { admin, name } => {
+            Refused::ReadOnlyDatabase { admin, name } => {
                 let sql = format!("ALTER DATABASE {name} RESET default_transaction_read_only");
                 admin.execute_unprepared(&sql).await.unwrap();
                 admin.close().await.unwrap();
             }
-            WritesRefused::MySql => {}
-            WritesRefused::Sqlite(files) => drop(files),
+            Refused::ReadOnlySessions => {}
+            Refused::ServerReadOnly(root) => {
+                root.execute_unprepared("SET GLOBAL read_only = 0")
+                    .await
+                    .unwrap();
+                root.close().await.unwrap();
+            }
+            Refused::ImmutableFile(files) => drop(files),
         }
+    }
+}
+
+/// A MariaDB server of the test's own, on a free port, with a fresh data
+/// directory (about 5 s to make and start); killed when dropped. Its
+/// database `masterpay` belongs to the user `masterpay`, who has every
+/// privilege on it and none on the server.
+struct OwnMariaDb {
+    child: std::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl OwnMariaDb {
+    async fn start() -> OwnMariaDb {
+        use sea_orm::ConnectionTrait;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let installed = Command::new("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .args([
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--user=root",
+            ])
+            .output()
+            .expect("run mariadb-install-db");
+        assert!(
+            installed.status.success(),
+            "mariadb-install-db: {}",
+            String::from_utf8_lossy(&installed.stderr)
+        );
+        let port = common::free_port();
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let child = Command::new("mariadbd")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", dir.path().join("socket").display()))
+            .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .arg(format!("--port={port}"))
+            .args(["--bind-address=127.0.0.1", "--user=root", "--skip-log-bin"])
+            .arg("--innodb-buffer-pool-size=16M")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("run mariadbd");
+        let mut server = OwnMariaDb { child, port, dir };
+        let mut root = None;
+        for _ in 0..400 {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("mariadbd exited with {status}: {}", server.log());
+            }
+            if let Ok(conn) = sea_orm::Database::connect(server.root_url().as_str()).await {
+                root = Some(conn);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let root = root.unwrap_or_else(|| panic!("mariadbd never answered: {}", server.log()));
+        for sql in [
+            "CREATE DATABASE masterpay",
+            "CREATE USER 'masterpay'@'%'",
+            "GRANT ALL ON masterpay.* TO 'masterpay'@'%'",
+        ] {
+            root.execute_unprepared(sql).await.unwrap();
+        }
+        root.close().await.unwrap();
+        server
+    }
+
+    fn root_url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/mysql", self.port)
+    }
+
+    fn service_url(&self) -> String {
+        format!("mysql://masterpay@127.0.0.1:{}/masterpay", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for OwnMariaDb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -111,6 +111,20 @@ impl TestDatabase {
     }
 }
 
+impl TestDatabase {
+    /// The database at `url`, on a server of the test's own that goes away
+    /// with it: nothing to drop.
+    pub fn on_own_server(backend: Backend, url: String) -> TestDatabase {
+        TestDatabase {
+            backend,
+            url,
+            admin_url: None,
+            name: String::new(),
+            _dir: None,
+        }
+    }
+}
+
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         let Some(admin_url) = self.admin_url.clone() else {
@@ -195,7 +209,12 @@ impl TestApp {
 
     /// Like [`TestApp::spawn`], with settings adjusted by `adjust`.
     pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) -> TestApp {
-        let database = TestDatabase::create(backend).await;
+        Self::spawn_on(TestDatabase::create(backend).await, adjust).await
+    }
+
+    /// Like [`TestApp::spawn_with`], on `database`.
+    pub async fn spawn_on(database: TestDatabase, adjust: impl FnOnce(&mut Settings)) -> TestApp {
+        let backend = database.backend;
         let db = database::connect(&database.url, &test_pool())
             .await
             .expect("connect test database");
