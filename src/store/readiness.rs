@@ -89,13 +89,24 @@ impl WriteError for CompleteError {
 }
 
 /// A store's readiness: the mark its writes leave and the kept answer.
-#[derive(Default)]
 pub struct WriteHealth {
     /// A request's write was refused since the last check found the store
     /// ready.
     refused: AtomicBool,
     /// The last check's answer and when it was found.
     last: tokio::sync::Mutex<Option<(Instant, Readiness)>>,
+    /// How long an answer is kept ([`FRESH_FOR`]).
+    fresh_for: Duration,
+}
+
+impl Default for WriteHealth {
+    fn default() -> Self {
+        WriteHealth {
+            refused: AtomicBool::new(false),
+            last: tokio::sync::Mutex::new(None),
+            fresh_for: FRESH_FOR,
+        }
+    }
 }
 
 impl WriteHealth {
@@ -121,7 +132,7 @@ impl WriteHealth {
         let mut last = self.last.lock().await;
         let refused = self.refused.load(Ordering::Relaxed);
         if let Some((at, readiness)) = &*last
-            && at.elapsed() < FRESH_FOR
+            && at.elapsed() < self.fresh_for
             && !(refused && readiness.is_ready())
         {
             return readiness.clone();
@@ -158,5 +169,131 @@ pub fn close_idle<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) {
             Some(mut conn) => conn.close_on_drop(),
             None => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+
+    use super::*;
+
+    /// A [`WriteHealth`] keeping its answers for `fresh_for`.
+    fn kept_for(fresh_for: Duration) -> WriteHealth {
+        WriteHealth {
+            fresh_for,
+            ..WriteHealth::default()
+        }
+    }
+
+    /// Checks `health` with a check that counts its runs in `runs`, records
+    /// what it was told in `told`, and answers `answer`.
+    async fn check(
+        health: &WriteHealth,
+        runs: &AtomicUsize,
+        told: &std::sync::Mutex<Vec<(bool, bool)>>,
+        answer: Readiness,
+    ) -> Readiness {
+        health
+            .check(|probe| async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                told.lock().unwrap().push((probe.refused, probe.was_ready));
+                answer
+            })
+            .await
+    }
+
+    fn refused() -> Result<(), StoreError> {
+        Err(StoreError::WritesRefused("read-only".into()))
+    }
+
+    #[tokio::test]
+    async fn an_answer_is_kept_until_a_refused_write_asks_for_a_new_one() {
+        let health = kept_for(Duration::MAX);
+        let (runs, told) = (AtomicUsize::new(0), std::sync::Mutex::default());
+        assert!(
+            check(&health, &runs, &told, Readiness::Ready)
+                .await
+                .is_ready()
+        );
+        assert!(
+            check(&health, &runs, &told, Readiness::NotReady("x"))
+                .await
+                .is_ready()
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "kept");
+        // Other failures and successes leave the kept answer.
+        health.note(&Err::<(), _>(StoreError::Failed("syntax".into())));
+        health.note(&Ok::<_, StoreError>(()));
+        assert!(
+            check(&health, &runs, &told, Readiness::NotReady("x"))
+                .await
+                .is_ready()
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+        health.note(&refused());
+        let not_ready = check(&health, &runs, &told, Readiness::NotReady(READ_ONLY)).await;
+        assert_eq!(not_ready, Readiness::NotReady(READ_ONLY));
+        // A not-ready answer is kept too, however many writes are refused.
+        health.note(&refused());
+        let kept = check(&health, &runs, &told, Readiness::Ready).await;
+        assert_eq!(kept, Readiness::NotReady(READ_ONLY));
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        assert_eq!(*told.lock().unwrap(), [(false, true), (true, true)]);
+
+        let health = kept_for(Duration::ZERO);
+        health.note(&refused());
+        check(&health, &runs, &told, Readiness::NotReady(READ_ONLY)).await;
+        check(&health, &runs, &told, Readiness::Ready).await;
+        // Ready: the mark is cleared.
+        check(&health, &runs, &told, Readiness::Ready).await;
+        assert_eq!(
+            told.lock().unwrap()[2..],
+            [(true, true), (true, false), (false, true)]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_completion_refused_for_want_of_writes_marks_the_store() {
+        let health = kept_for(Duration::MAX);
+        let (runs, told) = (AtomicUsize::new(0), std::sync::Mutex::default());
+        check(&health, &runs, &told, Readiness::Ready).await;
+        health.note(&Err::<(), _>(CompleteError::AlreadyCompleted));
+        check(&health, &runs, &told, Readiness::Ready).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        let unavailable = CompleteError::Unavailable(StoreError::WritesRefused("1290".into()));
+        health.note(&Err::<(), _>(unavailable));
+        check(&health, &runs, &told, Readiness::Ready).await;
+        assert_eq!(*told.lock().unwrap(), [(false, true), (true, true)]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_probes_share_one_check() {
+        let health = Arc::new(kept_for(Duration::MAX));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(tokio::sync::Notify::new());
+        let probes: Vec<_> = (0..16)
+            .map(|_| {
+                let (health, runs, release) = (health.clone(), runs.clone(), release.clone());
+                tokio::spawn(async move {
+                    health
+                        .check(|_| async move {
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            release.notified().await;
+                            Readiness::Ready
+                        })
+                        .await
+                })
+            })
+            .collect();
+        release.notify_one();
+        for probe in probes {
+            assert!(probe.await.unwrap().is_ready());
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 }

@@ -418,19 +418,14 @@ async fn check_writable(pool: &PgPool) -> Readiness {
         Ok(conn) => conn,
         Err(err) => return Readiness::of_error(&err.into()),
     };
-    let row = match sqlx::query(WRITABLE).fetch_one(&mut *conn).await {
-        Ok(row) => row,
-        Err(err) => return Readiness::of_error(&err.into()),
-    };
-    let state = (
-        row.try_get::<bool, _>("recovering"),
-        row.try_get::<bool, _>("read_only"),
-    );
+    let state = sqlx::query_as::<_, (bool, bool)>(WRITABLE)
+        .fetch_one(&mut *conn)
+        .await;
     let readiness = match state {
-        (Ok(false), Ok(false)) => return Readiness::Ready,
-        (Ok(true), _) => Readiness::NotReady(RECOVERING),
-        (_, Ok(true)) => Readiness::NotReady(READ_ONLY),
-        (Err(err), _) | (_, Err(err)) => return Readiness::of_error(&err.into()),
+        Ok((false, false)) => return Readiness::Ready,
+        Ok((true, _)) => Readiness::NotReady(RECOVERING),
+        Ok((false, true)) => Readiness::NotReady(READ_ONLY),
+        Err(err) => return Readiness::of_error(&err.into()),
     };
     conn.close_on_drop();
     readiness
@@ -514,8 +509,9 @@ async fn insert_firsts(pool: &PgPool, orders: &[NewOrder]) -> Vec<InsertOutcome>
         Err(err) => return vec![Err(err.into()); orders.len()],
     };
     let outcomes = insert_firsts_on(&mut conn, orders).await;
-    if let Some(refused) = outcomes.iter().find(|o| o.is_err()) {
-        close_if_refused(&mut conn, refused);
+    // A failure is the whole statement's: the first one tells.
+    if let Some(failed) = outcomes.iter().find(|o| o.is_err()) {
+        close_if_refused(&mut conn, failed);
     }
     outcomes
 }
