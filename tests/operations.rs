@@ -643,7 +643,7 @@ async fn readyz_until(app: &TestApp, done: impl Fn(&Reply) -> bool) -> Reply {
 /// How a test makes the database refuse the service's writes, without
 /// touching the shared servers' global settings.
 enum Refusal {
-    /// PostgreSQL: the test database set read-only for new sessions
+    /// PostgreSQL: the test database set read-only for the sessions to come
     /// (`ALTER DATABASE ... SET default_transaction_read_only`) and the
     /// service's sessions ended, as a failover that leaves it on a
     /// read-only node does; ended by `RESET`.

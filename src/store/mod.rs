@@ -361,8 +361,8 @@ impl From<StoreError> for CompleteError {
 }
 
 impl StoreError {
-    /// Whether the database could not do it now (503): unreachable, or
-    /// refusing writes.
+    /// Whether the database could not do it, and a retry may succeed (503):
+    /// unreachable, or refusing writes.
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,

@@ -18,7 +18,7 @@
 //!
 //! A connection on which a write was refused is closed instead of going back
 //! to its pool: it may have landed on a node that is read-only for good (a
-//! demoted primary, a standby), and a new one may land on the writable one.
+//! demoted primary, a standby), and another may land on the writable one.
 //! When the database accepts writes again, the idle connections opened while
 //! it refused them are closed as well ([`close_idle`]).
 
@@ -124,7 +124,7 @@ impl WriteHealth {
     }
 
     /// The kept answer while it is fresh (and no write was refused since a
-    /// ready one), else what `check` finds now.
+    /// ready one), else what `check` finds.
     pub async fn check<F>(&self, check: impl FnOnce(Probe) -> F) -> Readiness
     where
         F: Future<Output = Readiness>,
