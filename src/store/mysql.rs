@@ -5,7 +5,7 @@
 //! its update and its upsert changed, inside the transaction (the rows stay
 //! locked by the update until the commit).
 //!
-//! Readiness tries a write that changes nothing ([`WRITE_PROBE`]): whether
+//! Readiness tries a write that changes nothing (`WRITE_PROBE`): whether
 //! `read_only` binds the service's user depends on its privileges, which
 //! the server itself judges that way. A connection on which a write or that
 //! probe was refused is closed rather than pooled again (see

@@ -23,7 +23,7 @@
 //! a group as a whole is also bounded here ([`group_bound`]), so that a
 //! connection that went silent (a network cut) frees its runner in time.
 //!
-//! Readiness asks the session whether it can write ([`WRITABLE`]); a
+//! Readiness asks the session whether it can write (`WRITABLE`); a
 //! connection on which a write or that check was refused is closed rather
 //! than pooled again (see [`super::readiness`]).
 
