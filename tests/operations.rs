@@ -712,6 +712,19 @@ impl Refusal {
                         .await
                         .unwrap();
                 }
+                // A connection goes back to its pool in a task of its own:
+                // until all are back, a request would open a writable one.
+                let held = sessions.len();
+                drop(sessions);
+                let mut back = false;
+                for _ in 0..400 {
+                    if pool.num_idle() >= held {
+                        back = true;
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                assert!(back, "the read-only sessions did not go back to the pool");
                 Refused::ReadOnlySessions
             }
             Refusal::ServerReadOnly { root_url } => {
