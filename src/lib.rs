@@ -6,9 +6,9 @@
 //!
 //! - [`cli`]: the `masterpay` command line, one module per command; every
 //!   command calls [`service`] exactly as the API does.
-//! - [`app`]: assembles the poem routes (v2 API, health, OpenAPI, Swagger UI)
-//!   and the administration panel's, and runs both listeners with graceful
-//!   shutdown.
+//! - [`app`]: assembles the poem routes (v2 API, health, OpenAPI, Swagger UI),
+//!   the administration panel's and the metrics', and runs their listeners
+//!   with graceful shutdown.
 //! - [`panel`]: the administration panel's HTML pages, on a listener of
 //!   their own; beside [`api`], never importing it.
 //! - [`api`]: HTTP only: endpoints, the bearer security scheme, error
