@@ -24,6 +24,8 @@ pub mod servers;
 pub mod tokens;
 pub mod users;
 pub mod validate;
+pub mod webhook_destination;
+pub mod webhook_signature;
 
 use sea_orm::{DbErr, SqlErr};
 
