@@ -72,11 +72,11 @@ async fn the_schema_goes_down_and_up_again_and_holds_the_rules(app: TestApp) {
              WHERE table_schema = DATABASE() AND table_name <> 'seaql_migrations'"
         }
     };
-    assert_eq!(app.count(tables).await, 13);
+    assert_eq!(app.count(tables).await, 17);
     Migrator::down(&app.db, None).await.expect("down");
     assert_eq!(app.count(tables).await, 0, "down drops every table");
     Migrator::up(&app.db, None).await.expect("up");
-    assert_eq!(app.count(tables).await, 13);
+    assert_eq!(app.count(tables).await, 17);
     let storage = match app.backend {
         Backend::Sqlite => Some(
             "SELECT COUNT(*) FROM sqlite_schema WHERE name = 'balances' \
@@ -242,6 +242,10 @@ async fn entity_relations_are_the_foreign_keys_of_the_schema(app: TestApp) {
         belongs_to::<entity::admin_login_link::Relation>(),
         belongs_to::<entity::admin_sign_in_failure::Relation>(),
         belongs_to::<entity::admin_audit_entry::Relation>(),
+        belongs_to::<entity::webhook_endpoint::Relation>(),
+        belongs_to::<entity::webhook_event::Relation>(),
+        belongs_to::<entity::webhook_delivery::Relation>(),
+        belongs_to::<entity::webhook_attempt::Relation>(),
     ]
     .concat()
     .iter()

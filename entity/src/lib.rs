@@ -26,3 +26,7 @@ pub mod project;
 pub mod server;
 pub mod token_permission;
 pub mod user;
+pub mod webhook_attempt;
+pub mod webhook_delivery;
+pub mod webhook_endpoint;
+pub mod webhook_event;

@@ -17,6 +17,7 @@ mod m20261126_000001_completion_refusals;
 mod m20261126_000002_session_by_link;
 mod m20261127_000001_token_rotation;
 mod m20261127_000002_panel_activity;
+mod m20261129_000001_webhooks;
 
 pub struct Migrator;
 
@@ -32,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000002_session_by_link::Migration),
             Box::new(m20261127_000001_token_rotation::Migration),
             Box::new(m20261127_000002_panel_activity::Migration),
+            Box::new(m20261129_000001_webhooks::Migration),
         ]
     }
 }
