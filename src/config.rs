@@ -70,6 +70,49 @@ pub struct Settings {
     pub max_body_bytes: usize,
     /// How long in-flight requests may run after SIGTERM/SIGINT.
     pub shutdown_grace: Duration,
+    /// The key webhook secrets are sealed with at rest; `None`: they are
+    /// stored in clear.
+    pub webhook_secret_key: Option<WebhookSecretKey>,
+}
+
+/// The 32-byte key that seals webhook secrets at rest (see
+/// `service::webhook_secrets`). Its `Debug` output is redacted.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookSecretKey([u8; 32]);
+
+impl WebhookSecretKey {
+    pub fn new(bytes: [u8; 32]) -> WebhookSecretKey {
+        WebhookSecretKey(bytes)
+    }
+
+    pub fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for WebhookSecretKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookSecretKey([redacted])")
+    }
+}
+
+impl std::str::FromStr for WebhookSecretKey {
+    type Err = String;
+
+    /// 32 bytes in standard base64 (`openssl rand -base64 32`).
+    fn from_str(text: &str) -> Result<WebhookSecretKey, String> {
+        use base64::{Engine, engine::general_purpose::STANDARD};
+        let bytes = STANDARD
+            .decode(text.trim())
+            .map_err(|_| "webhook_secret_key is not base64".to_owned())?;
+        let bytes: [u8; 32] = bytes.try_into().map_err(|bytes: Vec<u8>| {
+            format!(
+                "webhook_secret_key must be 32 bytes in base64, not {}",
+                bytes.len()
+            )
+        })?;
+        Ok(WebhookSecretKey(bytes))
+    }
 }
 
 impl Default for Settings {
@@ -85,6 +128,7 @@ impl Default for Settings {
             idle_timeout: Duration::from_secs(30),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             shutdown_grace: Duration::from_secs(10),
+            webhook_secret_key: None,
         }
     }
 }
@@ -134,6 +178,11 @@ pub struct SettingsArgs {
     /// Grace period for in-flight requests on shutdown, in ms [default: 10000].
     #[arg(long, env = "MASTERPAY_SHUTDOWN_GRACE_MS")]
     pub shutdown_grace_ms: Option<u64>,
+    /// Key sealing webhook secrets at rest: 32 bytes in base64 (`openssl
+    /// rand -base64 32`). Give it by the environment or the file: a flag
+    /// shows in the process list [default: none, secrets stored in clear].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_SECRET_KEY", hide_env_values = true)]
+    pub webhook_secret_key: Option<String>,
 }
 
 impl SettingsArgs {
@@ -196,6 +245,7 @@ impl Settings {
             idle_timeout_ms,
             max_body_bytes,
             shutdown_grace_ms,
+            webhook_secret_key,
         } = given.over(file);
         let d = Settings::default();
         let ms = |given: Option<u64>, default| given.map_or(default, Duration::from_millis);
@@ -230,6 +280,11 @@ impl Settings {
             idle_timeout: ms(idle_timeout_ms, d.idle_timeout),
             max_body_bytes: max_body_bytes.unwrap_or(d.max_body_bytes),
             shutdown_grace: ms(shutdown_grace_ms, d.shutdown_grace),
+            webhook_secret_key: webhook_secret_key
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|err: String| anyhow::anyhow!(err))?,
         };
         if settings.pool.max_connections == 0 {
             anyhow::bail!("db_max_connections must be at least 1");
@@ -317,6 +372,36 @@ mod tests {
             zero.to_string(),
             "request_timeout_ms must be greater than 0"
         );
+    }
+
+    #[test]
+    fn the_webhook_secret_key_is_32_bytes_of_base64_and_never_printed() {
+        let resolve = |key: &str| {
+            let given = SettingsArgs {
+                webhook_secret_key: Some(key.to_owned()),
+                ..Default::default()
+            };
+            Settings::resolve(SettingsArgs::default(), given)
+        };
+        let key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+        let settings = resolve(key).unwrap();
+        let parsed = settings.webhook_secret_key.as_ref().unwrap();
+        assert_eq!(parsed.bytes()[31], 31);
+        assert!(!format!("{settings:?}").contains(key));
+        assert!(format!("{settings:?}").contains("WebhookSecretKey([redacted])"));
+        assert_eq!(
+            resolve("AAECAw==").unwrap_err().to_string(),
+            "webhook_secret_key must be 32 bytes in base64, not 4"
+        );
+        assert_eq!(
+            resolve("not base64!").unwrap_err().to_string(),
+            "webhook_secret_key is not base64"
+        );
+        assert!(resolve_default().webhook_secret_key.is_none());
+    }
+
+    fn resolve_default() -> Settings {
+        Settings::resolve(SettingsArgs::default(), SettingsArgs::default()).unwrap()
     }
 
     #[test]

@@ -21,6 +21,8 @@
 //! - [`domain`]: the contract's formats (order id, payment system, e-mail,
 //!   idempotency key, the user as a caller names one), one type each, which
 //!   the API, the command line and the panel all parse the same way.
+//! - [`events`]: the outgoing events' types and bodies, which the store
+//!   and `service` both build.
 //! - [`domain`], [`money`] (the amount), [`config`], [`metrics`],
 //!   [`telemetry`]: leaves.
 //!
@@ -31,6 +33,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod events;
 pub mod metrics;
 pub mod money;
 pub mod panel;

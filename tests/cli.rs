@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Output};
 
 use common::TestApp;
-use entity::{admin_audit_entry, admin_session};
+use entity::{admin_audit_entry, admin_session, webhook_endpoint};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder,
 };
@@ -31,6 +31,8 @@ on_every_backend!(
     order_get_shows_a_refused_completion_and_order_complete_completes_it,
     a_reader_that_closes_early_ends_the_command_quietly,
     the_last_active_administrator_cannot_be_disabled,
+    webhook_endpoints_are_managed_with_their_secret_shown_once_and_stored_sealed,
+    webhook_endpoint_bad_input_is_one_line_error_and_changes_nothing,
 );
 
 fn masterpay(url: &str, args: &[&str]) -> Output {
@@ -1676,4 +1678,375 @@ async fn the_last_active_administrator_cannot_be_disabled(app: TestApp) {
     assert_eq!(audit_rows_after(&app, 0).await.len(), rows, "no audit row");
     // A disabled one may be disabled again (nothing more is locked out).
     assert_eq!(json(url, &["admin", "disable", "Ann"])["active"], false);
+}
+
+/// A key sealing webhook secrets (32 bytes of base64), as an operator sets it.
+const WEBHOOK_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+fn masterpay_with_env(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_masterpay"))
+        .args(args)
+        .env("MASTERPAY_DATABASE_URL", url)
+        .env_remove("MASTERPAY_LOG")
+        .env_remove("MASTERPAY_CONFIG")
+        .env_remove("MASTERPAY_WEBHOOK_SECRET_KEY")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run masterpay")
+}
+
+async fn endpoint_row(app: &TestApp, id: i64) -> Option<webhook_endpoint::Model> {
+    webhook_endpoint::Entity::find_by_id(id)
+        .one(&app.db)
+        .await
+        .expect("endpoint row")
+}
+
+/// `webhook endpoint` create, list, show, update, disable, enable and
+/// delete: the secret printed by `create` alone, once, stored sealed with
+/// the configured key (the row does not hold it) or marked plain without
+/// one; each change one audit row of the command line, without the secret.
+async fn webhook_endpoints_are_managed_with_their_secret_shown_once_and_stored_sealed(
+    app: TestApp,
+) {
+    use masterpay::{config::WebhookSecretKey, service::webhook_secrets};
+    let url = app.database.url.clone();
+    let url = url.as_str();
+    let project = app.project_id.to_string();
+    let key = [("MASTERPAY_WEBHOOK_SECRET_KEY", WEBHOOK_KEY)];
+    let mut last = audit_rows_after(&app, 0).await.last().map_or(0, |r| r.id);
+
+    let out = masterpay_with_env(
+        url,
+        &[
+            "webhook",
+            "endpoint",
+            "create",
+            "--project",
+            &project,
+            "--url",
+            "https://hooks.example.com/masterpay",
+            "--events",
+            "order.completed, order.created",
+            "--description",
+            "shop backend",
+            "--json",
+        ],
+        &key,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let created: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let secret = created["secret"].as_str().expect("the secret").to_owned();
+    assert!(
+        secret.starts_with("whsec_") && secret.len() == 50,
+        "{secret}"
+    );
+    assert_eq!(
+        created["event_types"],
+        serde_json::json!(["order.created", "order.completed"])
+    );
+    assert_eq!(created["enabled"], true);
+    let id = created["id"].as_i64().unwrap();
+    let row = endpoint_row(&app, id).await.expect("stored");
+    assert!(row.secret.starts_with("sealed:v1:"), "sealed");
+    assert!(!row.secret.contains(&secret) && !row.secret.contains(&secret[6..]));
+    let key_bytes: WebhookSecretKey = WEBHOOK_KEY.parse().unwrap();
+    let opened = webhook_secrets::open(&row.secret, Some(&key_bytes)).expect("opens with the key");
+    assert_eq!(opened.expose(), secret);
+    let (_, after) = one_row(
+        audit_rows_after(&app, last).await,
+        &mut last,
+        "webhook_endpoint.create",
+        "webhook_endpoint",
+        &id.to_string(),
+    );
+    assert_eq!(after["url"], "https://hooks.example.com/masterpay");
+
+    // Without a key: stored in clear, marked so. Text output for people
+    // prints the secret once too.
+    let out = masterpay_with_env(
+        url,
+        &[
+            "webhook",
+            "endpoint",
+            "create",
+            "--project",
+            &project,
+            "--url",
+            "http://10.0.0.5:9000/in",
+        ],
+        &[],
+    );
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let plain = text
+        .lines()
+        .find(|l| l.starts_with("whsec_"))
+        .expect("secret line")
+        .to_owned();
+    assert_eq!(text.matches(&plain).count(), 1);
+    let second = id + 1;
+    let row = endpoint_row(&app, second).await.expect("stored");
+    assert_eq!(row.secret, format!("plain:{plain}"));
+    assert_eq!(row.event_types, None, "every type");
+    last += 1;
+
+    // Listing and showing never print a secret.
+    for args in [
+        vec!["webhook", "endpoint", "list"],
+        vec!["webhook", "endpoint", "list", "--project", &project],
+        vec!["webhook", "endpoint", "show", "1"],
+    ] {
+        let mut json_args = args.clone();
+        json_args.push("--json");
+        for out in [masterpay(url, &args), masterpay(url, &json_args)] {
+            assert!(out.status.success());
+            let stdout = String::from_utf8(out.stdout).unwrap();
+            assert!(
+                !stdout.contains(&secret) && !stdout.contains(&plain),
+                "{args:?}"
+            );
+            assert!(
+                !stdout.contains("whsec_") && !stdout.contains("sealed:"),
+                "{stdout}"
+            );
+        }
+    }
+    let listed = json(url, &["webhook", "endpoint", "list", "--project", &project]);
+    assert_eq!(listed["endpoints"].as_array().unwrap().len(), 2);
+
+    let id_text = id.to_string();
+    let updated = json(
+        url,
+        &[
+            "webhook",
+            "endpoint",
+            "update",
+            &id_text,
+            "--url",
+            "https://hooks.example.com/v2",
+            "--events",
+            "all",
+            "--description",
+            "",
+        ],
+    );
+    assert_eq!(
+        (
+            &updated["url"],
+            &updated["event_types"],
+            &updated["description"]
+        ),
+        (
+            &Value::from("https://hooks.example.com/v2"),
+            &Value::Null,
+            &Value::from("")
+        )
+    );
+    one_row(
+        audit_rows_after(&app, last).await,
+        &mut last,
+        "webhook_endpoint.edit",
+        "webhook_endpoint",
+        &id_text,
+    );
+    let updated = json(
+        url,
+        &[
+            "webhook",
+            "endpoint",
+            "update",
+            &id_text,
+            "--events",
+            "balance.set",
+        ],
+    );
+    assert_eq!(updated["event_types"], serde_json::json!(["balance.set"]));
+    assert_eq!(updated["url"], "https://hooks.example.com/v2", "kept");
+    one_row(
+        audit_rows_after(&app, last).await,
+        &mut last,
+        "webhook_endpoint.edit",
+        "webhook_endpoint",
+        &id_text,
+    );
+
+    let disabled = json(url, &["webhook", "endpoint", "disable", &id_text]);
+    assert_eq!(
+        (&disabled["enabled"], &disabled["disabled_reason"]),
+        (
+            &Value::Bool(false),
+            &Value::from("disabled by an administrator")
+        )
+    );
+    one_row(
+        audit_rows_after(&app, last).await,
+        &mut last,
+        "webhook_endpoint.disable",
+        "webhook_endpoint",
+        &id_text,
+    );
+    let enabled = json(url, &["webhook", "endpoint", "enable", &id_text]);
+    assert_eq!(
+        (&enabled["enabled"], &enabled["disabled_reason"]),
+        (&Value::Bool(true), &Value::Null)
+    );
+    one_row(
+        audit_rows_after(&app, last).await,
+        &mut last,
+        "webhook_endpoint.enable",
+        "webhook_endpoint",
+        &id_text,
+    );
+
+    let deleted = json(url, &["webhook", "endpoint", "delete", &id_text]);
+    assert_eq!(deleted["deleted"], true);
+    assert!(endpoint_row(&app, id).await.is_none());
+    one_row(
+        audit_rows_after(&app, last).await,
+        &mut last,
+        "webhook_endpoint.delete",
+        "webhook_endpoint",
+        &id_text,
+    );
+    let out = masterpay(url, &["webhook", "endpoint", "show", &id_text]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!("error: webhook endpoint {id} does not exist\n")
+    );
+
+    // No audit row holds a secret.
+    for row in audit_rows_after(&app, 0).await {
+        let text = format!("{:?} {:?}", row.before, row.after);
+        assert!(!text.contains("whsec_") && !text.contains("sealed:") && !text.contains("plain:"));
+    }
+}
+
+/// A refused endpoint command says why in one line on stderr, exits
+/// non-zero, and changes nothing.
+async fn webhook_endpoint_bad_input_is_one_line_error_and_changes_nothing(app: TestApp) {
+    let url = app.database.url.clone();
+    let url = url.as_str();
+    let project = app.project_id.to_string();
+    let existing = json(
+        url,
+        &[
+            "webhook",
+            "endpoint",
+            "create",
+            "--project",
+            &project,
+            "--url",
+            "https://hooks.example.com/in",
+        ],
+    );
+    let id = existing["id"].as_i64().unwrap().to_string();
+    let long_url = format!("https://hooks.example.com/{}", "a".repeat(2048));
+    let long_text = "x".repeat(501);
+    let create = |extra: &[&str]| {
+        let mut args = vec!["webhook", "endpoint", "create", "--project", &project];
+        args.extend_from_slice(extra);
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>()
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            create(&["--url", "ftp://hooks.example.com/in"]),
+            "http:// or https://",
+        ),
+        (create(&["--url", "hooks.example.com/in"]), "not valid"),
+        (
+            create(&["--url", "https://user:secret@hooks.example.com/in"]),
+            "user name or password",
+        ),
+        (create(&["--url", &long_url]), "at most 2048 characters"),
+        (
+            create(&[
+                "--url",
+                "https://hooks.example.com/in",
+                "--events",
+                "order.paid",
+            ]),
+            "order.paid",
+        ),
+        (
+            create(&["--url", "https://hooks.example.com/in", "--events", ""]),
+            "event type",
+        ),
+        (
+            create(&[
+                "--url",
+                "https://hooks.example.com/in",
+                "--description",
+                &long_text,
+            ]),
+            "500",
+        ),
+        (
+            [
+                "webhook",
+                "endpoint",
+                "create",
+                "--project",
+                "999999",
+                "--url",
+                "https://hooks.example.com/in",
+            ]
+            .map(String::from)
+            .to_vec(),
+            "project 999999 does not exist",
+        ),
+        (
+            ["webhook", "endpoint", "update", &id, "--url", "gopher://x"]
+                .map(String::from)
+                .to_vec(),
+            "http://",
+        ),
+        (
+            [
+                "webhook",
+                "endpoint",
+                "update",
+                &id,
+                "--events",
+                "order.created,nope",
+            ]
+            .map(String::from)
+            .to_vec(),
+            "nope",
+        ),
+        (
+            ["webhook", "endpoint", "disable", "999999"]
+                .map(String::from)
+                .to_vec(),
+            "does not exist",
+        ),
+    ];
+    let tables = ["webhook_endpoints", "admin_audit_log"];
+    let mut before = Vec::new();
+    for t in tables {
+        before.push(app.count(&format!("SELECT COUNT(*) FROM {t}")).await);
+    }
+    let row_before = endpoint_row(&app, id.parse().unwrap()).await;
+    for (args, says) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = masterpay(url, &args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    for (t, count) in tables.iter().zip(before) {
+        assert_eq!(
+            app.count(&format!("SELECT COUNT(*) FROM {t}")).await,
+            count,
+            "{t}"
+        );
+    }
+    assert_eq!(endpoint_row(&app, id.parse().unwrap()).await, row_before);
 }

@@ -97,8 +97,9 @@ fn create_script() -> String {
     let mut script = String::from(
         "-- One POST /v2/payment/order/create with an Idempotency-Key (a random user,\n\
          -- server_id 0, amount 10.25) as the service runs it on PostgreSQL: the token\n\
-         -- read, then the order's insert with the user resolved in it, each a group of\n\
-         -- one. Generated from src/store/postgres by tests/pgbench_scripts.rs; bench/run\n\
+         -- read, then the order's insert with the user resolved in it (and its event\n\
+         -- recorded, which for the bench's project without endpoints records none), each\n\
+         -- a group of one. Generated from src/store/postgres by tests/pgbench_scripts.rs; bench/run\n\
          -- runs it with pgbench -M prepared, each transaction with a key and an order id\n\
          -- of its own (request count * clients + client, scattered by a large prime, and\n\
          -- the round; the keys' \"9000\" tells them from create.lua's \"8000\").\n\
@@ -132,6 +133,11 @@ fn create_script() -> String {
             "ARRAY[:reqhash]",
             ":pending",
             "now()",
+            "ARRAY['msg_' || md5(:g::text)]",
+            "ARRAY['{\"user_id\":']",
+            "ARRAY['}']",
+            "'order.created'",
+            ":pending",
         ],
         ";",
     );

@@ -20,6 +20,8 @@ use entity::{
     balance,
     operation_log::{self, BalanceType, LogKind},
     payment_order::{self, OrderStatus},
+    webhook_delivery::{self, DeliveryStatus},
+    webhook_event::{self, EventType},
 };
 use futures::future::join_all;
 use masterpay::{
@@ -28,6 +30,7 @@ use masterpay::{
         balances, orders, projects, servers,
         tokens::{self, Permission},
         users::{self, UserRef},
+        webhook_endpoints,
     },
     store::{
         AccountKey, AccountRow, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder,
@@ -35,6 +38,7 @@ use masterpay::{
     },
 };
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder};
+use serde_json::{Value, json};
 
 // Each listed `async fn(StoreTest)` runs on every backend, on a store
 // without a server in front; the at-once cases on one thread.
@@ -60,6 +64,10 @@ on_every_backend!(
         racing_completions_of_one_order_credit_it_once,
         a_credit_past_the_balance_ceiling_is_refused_and_changes_nothing,
         an_operators_change_commits_with_its_audit_row_and_a_refusal_writes_none,
+        // events recorded with the changes
+        an_insert_records_order_created_for_its_subscribed_endpoints_only,
+        a_completion_records_order_completed_with_the_credited_account,
+        a_refused_or_repeated_change_records_no_event,
         // record_token_use
         a_token_use_is_recorded,
         a_use_is_recorded_on_the_value_used,
@@ -69,6 +77,7 @@ on_every_backend!(
         inserts_at_once_naming_one_order_id_insert_one_order,
         inserts_at_once_with_one_idempotency_key_insert_one_order,
         completions_at_once_of_two_accounts_are_credited_in_turn,
+        changes_at_once_record_one_event_each,
     ],
 );
 
@@ -1007,6 +1016,268 @@ async fn completions_at_once_of_two_accounts_are_credited_in_turn(t: StoreTest) 
 
 // ---- record_token_use ----
 
+// ---- events recorded with the changes ----
+
+/// An order inserted records its `order.created` only when an enabled
+/// endpoint of its project receives the type, with one pending delivery
+/// per such endpoint, due at once; its body is the order as created.
+async fn an_insert_records_order_created_for_its_subscribed_endpoints_only(t: StoreTest) {
+    let alice = t.user("alice@example.com").await;
+    let inserted = t
+        .insert(&t.new_order("Order:NoEndpoint1", Some(alice), None, 0, 100))
+        .await;
+    assert!(matches!(inserted, OrderInsert::Inserted { .. }));
+    assert!(t.events().await.is_empty(), "no endpoint: no event");
+
+    let other = t.project("Other").await;
+    t.endpoint_in(other, None).await;
+    t.endpoint(Some(&[EventType::BalanceSet])).await;
+    let disabled = t.endpoint(None).await;
+    webhook_endpoints::set_enabled(&t.db, &Actor::CommandLine, disabled, false)
+        .await
+        .expect("disabled");
+    let inserted = t
+        .insert(&t.new_order("Order:NoEndpoint2", Some(alice), None, 0, 100))
+        .await;
+    assert!(matches!(inserted, OrderInsert::Inserted { .. }));
+    assert!(
+        t.events().await.is_empty(),
+        "another project's, an unsubscribed and a disabled endpoint: no event"
+    );
+
+    let all = t.endpoint(None).await;
+    let created = t.endpoint(Some(&[EventType::OrderCreated])).await;
+    let mut order = t.new_order(
+        "Order:Recorded01",
+        None,
+        Some("alice@example.com"),
+        0,
+        1_025,
+    );
+    order.idempotency_key = Some("key-1".into());
+    let OrderInsert::Inserted { created_at, .. } = t.insert(&order).await else {
+        panic!("not inserted");
+    };
+    let events = t.events().await;
+    assert_eq!(events.len(), 1, "one event");
+    let event = &events[0];
+    assert_eq!(
+        (
+            event.project_id,
+            event.event_type,
+            event.order_id.as_deref()
+        ),
+        (
+            t.project_id,
+            EventType::OrderCreated,
+            Some("Order:Recorded01")
+        )
+    );
+    assert_eq!(event.created_at, created_at);
+    assert!(event.webhook_id.starts_with("msg_") && event.webhook_id.len() == 36);
+    let body: Value = serde_json::from_str(&event.payload).expect("JSON body");
+    assert_eq!(
+        body,
+        json!({
+            "type": "order.created",
+            "timestamp": created_at.to_rfc3339(),
+            "data": {
+                "order_id": "Order:Recorded01", "status": "pending", "user_id": alice,
+                "server_id": 0, "amount": "10.25", "payment_system": PS, "payment_id": null,
+                "created_at": created_at.to_rfc3339(), "completed_at": null,
+                "cancelled_at": null, "idempotency_key": "key-1",
+            },
+        })
+    );
+    let deliveries = t.deliveries().await;
+    let mut to: Vec<i64> = deliveries.iter().map(|d| d.endpoint_id).collect();
+    to.sort_unstable();
+    assert_eq!(to, [all, created], "one delivery per subscribed endpoint");
+    for delivery in &deliveries {
+        assert_eq!(delivery.event_id, event.id);
+        assert_eq!(
+            (delivery.status, delivery.attempts),
+            (DeliveryStatus::Pending, 0)
+        );
+        assert!(delivery.next_attempt_at.is_some(), "due");
+        assert_eq!(delivery.leased_until, None);
+    }
+}
+
+/// A completion records its `order.completed`: the order as completed and
+/// the credited account with its main balance after the credit.
+async fn a_completion_records_order_completed_with_the_credited_account(t: StoreTest) {
+    let alice = t.user("alice@example.com").await;
+    let eu = t.server("eu-1").await;
+    t.set_balance(alice, eu, "10", "3").await;
+    let endpoint = t.endpoint(Some(&[EventType::OrderCompleted])).await;
+    let order_id = t.order(alice, eu, "5").await;
+    assert!(
+        t.events().await.is_empty(),
+        "not subscribed to order.created"
+    );
+    let done = t
+        .complete(&t.completion(&order_id, Some("pay-1")))
+        .await
+        .expect("completed");
+    let row = t.order_row(&order_id).await;
+    let events = t.events().await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].event_type, EventType::OrderCompleted);
+    assert_eq!(events[0].order_id.as_deref(), Some(order_id.as_str()));
+    let body: Value = serde_json::from_str(&events[0].payload).unwrap();
+    let at = done.completed_at.to_rfc3339();
+    assert_eq!(
+        body,
+        json!({
+            "type": "order.completed",
+            "timestamp": at,
+            "data": {
+                "order_id": order_id, "status": "completed", "user_id": alice,
+                "server_id": eu, "amount": "5.00", "payment_system": PS,
+                "payment_id": "pay-1", "created_at": row.created_at.to_rfc3339(),
+                "completed_at": at, "cancelled_at": null,
+                "account": {"user_id": alice, "server_id": eu, "main": "15.00"},
+            },
+        })
+    );
+    let deliveries = t.deliveries().await;
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(
+        (deliveries[0].event_id, deliveries[0].endpoint_id),
+        (events[0].id, endpoint)
+    );
+}
+
+/// A change that does not happen records nothing: a conflicting insert, a
+/// completion of a completed or cancelled order, a credit refused at the
+/// balance's ceiling (its transaction rolled back after the update).
+async fn a_refused_or_repeated_change_records_no_event(t: StoreTest) {
+    let alice = t.user("alice@example.com").await;
+    t.endpoint(None).await;
+    let order_id = t.order(alice, 0, "5").await;
+    t.complete(&t.completion(&order_id, None))
+        .await
+        .expect("completed");
+    assert_eq!(t.event_types().await, ["order.created", "order.completed"]);
+
+    let taken = t
+        .insert(&t.new_order(&order_id, Some(alice), None, 0, 100))
+        .await;
+    assert_eq!(taken, OrderInsert::Conflict);
+    let again = t.complete(&t.completion(&order_id, None)).await;
+    assert!(matches!(again, Err(CompleteError::AlreadyCompleted)));
+
+    let cancelled = t.order(alice, 0, "1").await;
+    orders::cancel(
+        &t.db,
+        None,
+        &orders::Cancellation {
+            project_id: t.project_id,
+            order_id: cancelled.parse().unwrap(),
+            payment_system: PS.parse().unwrap(),
+        },
+    )
+    .await
+    .expect("cancelled");
+    let answer = t.complete(&t.completion(&cancelled, None)).await;
+    assert!(matches!(answer, Err(CompleteError::Cancelled)));
+
+    t.set_balance(alice, 0, "999999999999999.00", "0").await;
+    let too_much = t.order(alice, 0, "1.00").await;
+    let answer = t.complete(&t.completion(&too_much, None)).await;
+    assert!(
+        matches!(answer, Err(CompleteError::BalanceCeiling)),
+        "{answer:?}"
+    );
+    assert_eq!(
+        t.event_types().await,
+        [
+            "order.created",
+            "order.completed",
+            "order.created",
+            "order.cancelled",
+            "balance.set",
+            "order.created",
+        ],
+        "only the changes that happened"
+    );
+}
+
+/// Orders inserted, then completed, at once (on PostgreSQL: one group
+/// each): one event per order, each with its own order's body.
+async fn changes_at_once_record_one_event_each(t: StoreTest) {
+    let alice = t.user("alice@example.com").await;
+    let bob = t.user("bob@example.com").await;
+    t.endpoint(None).await;
+    let orders: Vec<NewOrder> = (0..6)
+        .map(|i| {
+            let user = if i % 2 == 0 { alice } else { bob };
+            t.new_order(&format!("Order:AtOnce{i:05}"), Some(user), None, 0, 100 + i)
+        })
+        .collect();
+    let answers = join_all(orders.iter().map(|o| t.insert(o))).await;
+    assert!(
+        answers
+            .iter()
+            .all(|a| matches!(a, OrderInsert::Inserted { .. }))
+    );
+    let completions: Vec<Completion> = orders
+        .iter()
+        .map(|o| t.completion(&o.order_id, None))
+        .collect();
+    let done = join_all(completions.iter().map(|c| t.complete(c))).await;
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    let events = t.events().await;
+    assert_eq!(events.len(), 12);
+    for order in &orders {
+        let of_order: Vec<&webhook_event::Model> = events
+            .iter()
+            .filter(|e| e.order_id.as_deref() == Some(order.order_id.as_str()))
+            .collect();
+        let types: Vec<EventType> = of_order.iter().map(|e| e.event_type).collect();
+        assert_eq!(types, [EventType::OrderCreated, EventType::OrderCompleted]);
+        for event in of_order {
+            let body: Value = serde_json::from_str(&event.payload).unwrap();
+            assert_eq!(body["data"]["order_id"], order.order_id.as_str());
+            assert_eq!(body["data"]["user_id"], order.user_id.unwrap());
+            assert_eq!(
+                body["data"]["amount"],
+                format!(
+                    "{}.{:02}",
+                    order.amount_cents / 100,
+                    order.amount_cents % 100
+                )
+            );
+        }
+    }
+    // Each account's balances after, one per credit, in cents: distinct,
+    // the last its total (1.00 + 1.02 + 1.04 for alice, 1.01 + 1.03 + 1.05
+    // for bob).
+    let mut mains: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for event in events
+        .iter()
+        .filter(|e| e.event_type == EventType::OrderCompleted)
+    {
+        let body: Value = serde_json::from_str(&event.payload).unwrap();
+        let main = body["data"]["account"]["main"]
+            .as_str()
+            .unwrap()
+            .replace('.', "");
+        mains
+            .entry(body["data"]["user_id"].as_i64().unwrap())
+            .or_default()
+            .push(main.parse().unwrap());
+    }
+    for (user, total) in [(alice, 306), (bob, 309)] {
+        let mut afters = mains[&user].clone();
+        afters.sort_unstable();
+        afters.dedup();
+        assert_eq!((afters.len(), afters.last()), (3, Some(&total)), "{user}");
+    }
+    assert_eq!(t.deliveries().await.len(), 12);
+}
+
 async fn a_token_use_is_recorded(t: StoreTest) {
     let (used_id, used) = t.token(&[Permission::Balance]).await;
     let (_, unused) = t.token(&[Permission::Balance]).await;
@@ -1307,6 +1578,59 @@ impl StoreTest {
             .await
             .expect("read balance")
             .map(|row| (row.main_cents, row.bonus_cents))
+    }
+
+    /// An endpoint of the test project receiving `types` (`None`: every
+    /// type); its id.
+    async fn endpoint(&self, types: Option<&[EventType]>) -> i64 {
+        self.endpoint_in(self.project_id, types).await
+    }
+
+    async fn endpoint_in(&self, project_id: i64, types: Option<&[EventType]>) -> i64 {
+        webhook_endpoints::create(
+            &self.db,
+            None,
+            &Actor::CommandLine,
+            project_id,
+            "https://hooks.example.com/in",
+            types,
+            None,
+        )
+        .await
+        .expect("endpoint")
+        .0
+        .id
+    }
+
+    /// Every event recorded, in the order recorded.
+    async fn events(&self) -> Vec<webhook_event::Model> {
+        webhook_event::Entity::find()
+            .order_by_asc(webhook_event::Column::Id)
+            .all(&self.db)
+            .await
+            .expect("read events")
+    }
+
+    async fn event_types(&self) -> Vec<String> {
+        let events = self.events().await;
+        events
+            .iter()
+            .map(|e| {
+                serde_json::from_str::<Value>(&e.payload).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    /// Every delivery, in the order recorded.
+    async fn deliveries(&self) -> Vec<webhook_delivery::Model> {
+        webhook_delivery::Entity::find()
+            .order_by_asc(webhook_delivery::Column::Id)
+            .all(&self.db)
+            .await
+            .expect("read deliveries")
     }
 
     /// The log rows of credited orders, in the order they were written.

@@ -43,10 +43,12 @@ WITH "r" AS (
     FROM "k" WHERE "payment_orders"."id" = "k"."id" AND "payment_orders"."status" = :pending
     RETURNING "k"."idx", "payment_orders"."id", "payment_orders"."user_id",
         COALESCE("payment_orders"."server_id", 0) AS "server_id", "payment_orders"."amount_cents",
-        "payment_orders"."payment_id", "payment_orders"."project_id"
+        "payment_orders"."payment_id", "payment_orders"."project_id", "payment_orders"."created_at"
 )
 SELECT "r"."idx", "o"."id" AS "order_ref", "o"."user_id", "o"."server_id", "o"."amount_cents",
-    "o"."payment_id", "o"."project_id",
+    "o"."payment_id", "o"."project_id", "o"."created_at",
+    EXISTS (SELECT 1 FROM "webhook_endpoints" AS "e"
+        WHERE "e"."project_id" = "o"."project_id" AND "e"."enabled") AS "notify",
     (SELECT "p"."status" FROM "payment_orders" AS "p" WHERE "p"."order_id" = "r"."order_id"
         AND "p"."project_id" = "r"."project_id" AND "p"."payment_system" = "r"."payment_system") AS "found_status"
 FROM "r" LEFT JOIN "o" ON "o"."idx" = "r"."idx"

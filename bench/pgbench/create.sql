@@ -1,7 +1,8 @@
 -- One POST /v2/payment/order/create with an Idempotency-Key (a random user,
 -- server_id 0, amount 10.25) as the service runs it on PostgreSQL: the token
--- read, then the order's insert with the user resolved in it, each a group of
--- one. Generated from src/store/postgres by tests/pgbench_scripts.rs; bench/run
+-- read, then the order's insert with the user resolved in it (and its event
+-- recorded, which for the bench's project without endpoints records none), each
+-- a group of one. Generated from src/store/postgres by tests/pgbench_scripts.rs; bench/run
 -- runs it with pgbench -M prepared, each transaction with a key and an order id
 -- of its own (request count * clients + client, scattered by a large prime, and
 -- the round; the keys' "9000" tells them from create.lua's "8000").
@@ -33,9 +34,10 @@ LEFT JOIN "servers" AS "s" ON "s"."id" = "r"."server_id" AND "s"."project_id" = 
 ORDER BY "r"."idx";
 WITH "r" AS (
     SELECT * FROM unnest(ARRAY['Order:' || lpad(:oid::text, 11, '0')]::text[], ARRAY[:project]::int8[], ARRAY[:uid]::int8[], ARRAY[NULL]::text[], ARRAY[:zero]::int8[], ARRAY[:cents]::int8[],
-        ARRAY[:psys]::text[], ARRAY[lpad(:kg::text, 12, '0') || '-0000-4000-9000-' || lpad(:round::text, 8, '0')]::text[], ARRAY[:reqhash]::text[])
+        ARRAY[:psys]::text[], ARRAY[lpad(:kg::text, 12, '0') || '-0000-4000-9000-' || lpad(:round::text, 8, '0')]::text[], ARRAY[:reqhash]::text[], ARRAY['msg_' || md5(:g::text)]::text[], ARRAY['{"user_id":']::text[], ARRAY['}']::text[])
         WITH ORDINALITY AS "r" ("order_id", "project_id", "user_id", "email", "server_id",
-            "amount_cents", "payment_system", "idempotency_key", "request_hash", "idx")
+            "amount_cents", "payment_system", "idempotency_key", "request_hash", "webhook_id",
+            "body_head", "body_tail", "idx")
 ), "a" AS (
     SELECT "r".*,
         CASE WHEN "r"."user_id" IS NOT NULL
@@ -57,6 +59,22 @@ WITH "r" AS (
     ORDER BY "project_id", "idempotency_key", "idx"
     ON CONFLICT DO NOTHING
     RETURNING "order_id"
+), "v" AS (
+    INSERT INTO "webhook_events" ("webhook_id", "project_id", "event_type", "order_id", "payload", "created_at")
+    SELECT "a"."webhook_id", "a"."project_id", 'order.created', "a"."order_id",
+        "a"."body_head" || "a"."resolved_user"::text || "a"."body_tail", now()
+    FROM "a" JOIN "i" ON "i"."order_id" = "a"."order_id"
+    WHERE EXISTS (SELECT 1 FROM "webhook_endpoints" AS "e" WHERE "e"."project_id" = "a"."project_id"
+        AND "e"."enabled" AND ("e"."event_types" IS NULL
+            OR strpos(',' || "e"."event_types" || ',', ',' || 'order.created' || ',') > 0))
+    ORDER BY "a"."idx"
+    RETURNING "id", "project_id"
+), "d" AS (
+    INSERT INTO "webhook_deliveries" ("event_id", "endpoint_id", "status", "attempts", "next_attempt_at",
+        "created_at")
+    SELECT "v"."id", "e"."id", :pending, 0, now(), now()
+    FROM "v" JOIN "webhook_endpoints" AS "e" ON "e"."project_id" = "v"."project_id" AND "e"."enabled"
+        AND ("e"."event_types" IS NULL OR strpos(',' || "e"."event_types" || ',', ',' || 'order.created' || ',') > 0)
 )
 SELECT "a"."idx", "a"."resolved_user", "a"."server_found", "i"."order_id" IS NOT NULL AS "inserted"
 FROM "a" LEFT JOIN "i" ON "i"."order_id" = "a"."order_id"

@@ -17,6 +17,7 @@ mod serve;
 mod server;
 mod token;
 mod user;
+mod webhook;
 
 use std::{process::ExitCode, sync::Arc};
 
@@ -79,6 +80,9 @@ pub enum Command {
     /// Manage application tokens.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Manage the endpoints that receive the projects' events (webhooks).
+    #[command(subcommand)]
+    Webhook(webhook::WebhookCommand),
     /// Manage the administrators who may sign in to the administration panel.
     #[command(subcommand)]
     Admin(admin::AdminCommand),
@@ -163,6 +167,7 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::Order(cmd) => order::run(cmd, &db, &settings, out).await,
         Command::Token(cmd) => token::run(cmd, &db, out).await,
         Command::Admin(cmd) => admin::run(cmd, &db, &settings, out).await,
+        Command::Webhook(cmd) => webhook::run(cmd, &db, &settings, out).await,
         Command::Demo => demo::seed(&db, &*store_of(&db, &settings)?, out, None, None).await,
         Command::Audit => audit::run(&db, out).await,
     }

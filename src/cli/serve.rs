@@ -29,6 +29,11 @@ pub async fn run(demo: bool, settings: Settings, db: DatabaseConnection, out: Ou
     if let Some(panel) = app.panel_addr() {
         tracing::info!(address = %panel, "administration panel listening");
     }
+    if settings.webhook_secret_key.is_none() {
+        tracing::warn!(
+            "no webhook_secret_key is configured: webhook secrets are stored in clear in the database"
+        );
+    }
     app.run_until_stopped(shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())

@@ -18,10 +18,11 @@ use super::{
     AdminError,
     admin_audit::{Actor, AuditedChange, Change},
     auth::Authenticated,
-    now, servers, users, validate,
+    now, outbox, servers, users, validate,
 };
 use crate::{
     domain::Email,
+    events,
     money::Money,
     store::{AccountKey, Store, StoreError},
 };
@@ -214,7 +215,9 @@ pub fn check_amounts(main: Option<Money>, bonus: Option<Money>) -> Result<(), St
 /// general account), for `reason`. Every change is logged as a
 /// `balance_set` row with the difference, in the same transaction, so the
 /// ledger always replays to the current balance; the audit log gets one
-/// `balance.set` row with the balances before and after and the reason.
+/// `balance.set` row with the balances before and after and the reason, and
+/// each balance changed its `balance.set` event (when the project has an
+/// endpoint that receives it).
 pub async fn set(
     db: &DatabaseConnection,
     actor: &Actor,
@@ -237,6 +240,8 @@ pub async fn set(
         bonus: Money::ZERO,
     };
     let mut after = before;
+    // What the events of the change say: one per balance changed.
+    let mut changed = Vec::new();
     for (column, target, kind) in [
         (balance::Column::MainCents, main, BalanceType::Main),
         (balance::Column::BonusCents, bonus, BalanceType::Bonus),
@@ -262,7 +267,8 @@ pub async fn set(
             .filter(balance::Column::ServerId.eq(server_id))
             .exec(&*txn)
             .await?;
-        operation_log::ActiveModel {
+        let at = now();
+        let logged = operation_log::ActiveModel {
             kind: Set(LogKind::BalanceSet),
             order_ref: Set(None),
             user_id: Set(user.id),
@@ -271,12 +277,28 @@ pub async fn set(
             amount_cents: Set(delta),
             balance_before_cents: Set(current.cents()),
             balance_after_cents: Set(new.cents()),
-            created_at: Set(now()),
+            created_at: Set(at),
             ..Default::default()
         }
         .insert(&*txn)
         .await?;
+        changed.push(events::BalanceSetData {
+            user_id: user.id,
+            server_id,
+            balance_type: kind,
+            before: current,
+            after: new,
+            operation_id: logged.id,
+            at,
+        });
     }
+    outbox::record(&*txn, user.project_id, || {
+        changed
+            .iter()
+            .map(|change| events::balance_set(user.project_id, change))
+            .collect()
+    })
+    .await?;
     let mut logged_after = audited(&after);
     logged_after["reason"] = reason.into();
     let change = Change::new("balance.set", "balance", format!("{}:{server_id}", user.id))

@@ -18,6 +18,7 @@ pub mod keyset;
 pub mod ledger;
 pub mod ledger_check;
 pub mod orders;
+pub mod outbox;
 pub mod overview;
 pub mod projects;
 pub mod servers;
@@ -25,6 +26,8 @@ pub mod tokens;
 pub mod users;
 pub mod validate;
 pub mod webhook_destination;
+pub mod webhook_endpoints;
+pub mod webhook_secrets;
 pub mod webhook_signature;
 
 use sea_orm::{DbErr, SqlErr};

@@ -32,13 +32,15 @@ use sha2::{Digest, Sha256};
 
 use super::{
     admin_audit::{self, Actor, AuditedChange, Change},
+    begin_write,
     keyset::{Keyset, Listed},
-    now,
+    now, outbox,
     users::UserRef,
 };
 pub use crate::store::{CompleteError, CompletedOrder, Completion};
 use crate::{
     domain::{Email, IdempotencyKey, OrderId, PaymentSystem},
+    events,
     money::Money,
     store::{NewOrder, OrderInsert, Store, StoreError},
 };
@@ -91,6 +93,24 @@ impl TryFrom<payment_order::Model> for Order {
             refused_at: row.refused_at,
             refusal: row.refusal,
         })
+    }
+}
+
+impl Order {
+    /// The order as its events show it.
+    pub fn data(&self) -> events::OrderData<'_> {
+        events::OrderData {
+            order_id: &self.order_id,
+            status: self.status,
+            user_id: self.user_id,
+            server_id: self.server_id,
+            amount: self.amount,
+            payment_system: &self.payment_system,
+            payment_id: self.payment_id.as_deref(),
+            created_at: self.created_at,
+            completed_at: self.completed_at,
+            cancelled_at: self.cancelled_at,
+        }
     }
 }
 
@@ -401,16 +421,21 @@ pub enum CancelError {
 }
 
 /// Cancels a pending order: one guarded status update (see the module
-/// docs). A completed or cancelled order is left as it is. The API cancels
-/// with `by` none; with an actor (the panel, the command line) the update
-/// runs in a write transaction with its row of the audit log.
+/// docs), in a write transaction with the order's `order.cancelled` (when
+/// its project has an endpoint that receives it). A completed or cancelled
+/// order is left as it is. The API cancels with `by` none; with an actor
+/// (the panel, the command line) the transaction also writes its row of
+/// the audit log.
 pub async fn cancel(
     db: &DatabaseConnection,
     by: Option<&Actor>,
     request: &Cancellation,
 ) -> Result<Order, CancelError> {
     let Some(actor) = by else {
-        return cancel_on(db, request).await;
+        let txn = begin_write(db).await.map_err(StoreError::from)?;
+        let order = cancel_on(&txn, request).await?;
+        txn.commit().await.map_err(StoreError::from)?;
+        return Ok(order);
     };
     let txn = AuditedChange::begin(db, actor)
         .await
@@ -461,6 +486,13 @@ async fn cancel_on<C: ConnectionTrait>(
         .map_err(StoreError::from)?
         .ok_or(CancelError::OrderNotFound)?;
     let order = Order::try_from(row)?;
+    if cancelled {
+        outbox::record(db, order.project_id, || {
+            vec![events::order_cancelled(order.project_id, &order.data())]
+        })
+        .await
+        .map_err(StoreError::from)?;
+    }
     match order.status {
         _ if cancelled => Ok(order),
         OrderStatus::Completed => Err(CancelError::AlreadyCompleted),

@@ -36,7 +36,10 @@ use chrono::{DateTime, Utc};
 use entity::payment_order::OrderStatus;
 use sea_orm::{ActiveEnum, sqlx};
 
-use crate::money::Money;
+use crate::{
+    events::{self, NewEvent},
+    money::Money,
+};
 
 /// What the store's operations return: a boxed future, so that the store
 /// can be shared as `Arc<dyn Store>` whatever the backend.
@@ -212,6 +215,62 @@ pub struct NewOrder {
     pub audit: Option<AuditRow>,
 }
 
+impl NewOrder {
+    /// The order's `order.created`, for the user the insert resolved.
+    fn created_event(
+        &self,
+        user_id: i64,
+        created_at: DateTime<Utc>,
+    ) -> Result<NewEvent, StoreError> {
+        let amount = self.amount()?;
+        let order = self.data(user_id, amount, created_at);
+        Ok(events::order_created(
+            self.project_id,
+            &order,
+            self.idempotency_key.as_deref(),
+        ))
+    }
+
+    /// The body of the order's `order.created` around the id of the user
+    /// the insert resolves (see `events::order_created_around_user`).
+    fn created_event_around_user(
+        &self,
+        created_at: DateTime<Utc>,
+    ) -> Result<(String, String), StoreError> {
+        let amount = self.amount()?;
+        let order = self.data(0, amount, created_at);
+        Ok(events::order_created_around_user(
+            &order,
+            self.idempotency_key.as_deref(),
+        ))
+    }
+
+    fn amount(&self) -> Result<Money, StoreError> {
+        Money::from_cents(self.amount_cents)
+            .map_err(|err| StoreError::Failed(format!("order amount out of range: {err}")))
+    }
+
+    fn data(
+        &self,
+        user_id: i64,
+        amount: Money,
+        created_at: DateTime<Utc>,
+    ) -> events::OrderData<'_> {
+        events::OrderData {
+            order_id: &self.order_id,
+            status: OrderStatus::Pending,
+            user_id,
+            server_id: self.server_id,
+            amount,
+            payment_system: &self.payment_system,
+            payment_id: None,
+            created_at,
+            completed_at: None,
+            cancelled_at: None,
+        }
+    }
+}
+
 /// What an order insert did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OrderInsert {
@@ -292,6 +351,36 @@ where
     Ok(())
 }
 
+/// An enabled endpoint of a project, as the recording of events reads it:
+/// its id and the types it is subscribed to (`None`: every type).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscriber {
+    pub endpoint_id: i64,
+    pub project_id: i64,
+    pub event_types: Option<String>,
+}
+
+/// The events of `events` that some of `subscribers` receive, each with
+/// the endpoints that receive it. An event no endpoint receives is not
+/// recorded.
+pub fn deliveries<'a>(
+    subscribers: &[Subscriber],
+    events: &'a [NewEvent],
+) -> Vec<(&'a NewEvent, Vec<i64>)> {
+    events
+        .iter()
+        .filter_map(|event| {
+            let endpoints: Vec<i64> = subscribers
+                .iter()
+                .filter(|s| s.project_id == event.project_id)
+                .filter(|s| events::subscribed(s.event_types.as_deref(), event.event_type))
+                .map(|s| s.endpoint_id)
+                .collect();
+            (!endpoints.is_empty()).then_some((event, endpoints))
+        })
+        .collect()
+}
+
 /// An order as a successful completion left it.
 #[derive(Debug, Clone)]
 pub struct CompletedOrder {
@@ -305,6 +394,25 @@ pub struct CompletedOrder {
     pub server_id: i64,
     /// The credited main balance after the credit.
     pub balance_after: Money,
+}
+
+impl CompletedOrder {
+    /// The order's `order.completed`; `created_at` is the order's.
+    fn event(&self, project_id: i64, created_at: DateTime<Utc>) -> NewEvent {
+        let order = events::OrderData {
+            order_id: &self.order_id,
+            status: OrderStatus::Completed,
+            user_id: self.user_id,
+            server_id: self.server_id,
+            amount: self.amount,
+            payment_system: &self.payment_system,
+            payment_id: self.payment_id.as_deref(),
+            created_at,
+            completed_at: Some(self.completed_at),
+            cancelled_at: None,
+        };
+        events::order_completed(project_id, &order, self.balance_after)
+    }
 }
 
 /// Cents a completion read back as money; out of range only if the

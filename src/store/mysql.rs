@@ -6,7 +6,9 @@
 //! locked by the update until the commit).
 
 use chrono::{DateTime, Utc};
-use entity::{balance, operation_log::LogKind, payment_order::OrderStatus};
+use entity::{
+    balance, operation_log::LogKind, payment_order::OrderStatus, webhook_delivery::DeliveryStatus,
+};
 use sea_orm::{
     ActiveEnum, DatabaseConnection,
     sqlx::{self, MySqlPool, Row},
@@ -14,8 +16,10 @@ use sea_orm::{
 
 use super::{
     AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Store,
-    StoreError, StoreFuture, TokenRow, log_audits, money, now, token_row_of,
+    StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money, now,
+    token_row_of,
 };
+use crate::events::{NewEvent, new_webhook_id};
 
 /// The token by its hash, with its project's state and permissions, and the
 /// asked account of its project (all NULL when no account is asked): the
@@ -48,10 +52,29 @@ WHERE t.token_hash = ? OR t.previous_hash = ?"#;
 const COMPLETE_ORDER: &str = r#"UPDATE payment_orders SET status = ?, completed_at = ?, payment_id = ?
 WHERE order_id = ? AND project_id = ? AND payment_system = ? AND status = ?"#;
 
-/// The order a completion names, in any status. Parameters: order id,
-/// project id, payment system.
-const FIND_ORDER: &str = r#"SELECT id, user_id, server_id, amount_cents, payment_id, status FROM payment_orders
-WHERE order_id = ? AND project_id = ? AND payment_system = ?"#;
+/// The order a completion names, in any status, and whether its project has
+/// an enabled endpoint (then the completion records its event; most
+/// projects have none). Parameters: order id, project id, payment system.
+const FIND_ORDER: &str = r#"SELECT o.id, o.user_id, o.server_id, o.amount_cents, o.payment_id, o.status,
+    o.created_at,
+    EXISTS (SELECT 1 FROM webhook_endpoints AS e WHERE e.project_id = o.project_id AND e.enabled)
+        AS notify
+FROM payment_orders AS o
+WHERE o.order_id = ? AND o.project_id = ? AND o.payment_system = ?"#;
+
+/// The enabled endpoints of a project. Parameters: project id.
+const SUBSCRIBERS: &str =
+    r#"SELECT id, event_types FROM webhook_endpoints WHERE project_id = ? AND enabled"#;
+
+/// An event, recorded with its change. Parameters: webhook id, project id,
+/// type, order id, payload, time.
+const INSERT_EVENT: &str = r#"INSERT INTO webhook_events (webhook_id, project_id, event_type, order_id, payload, created_at)
+VALUES (?, ?, ?, ?, ?, ?)"#;
+
+/// An event's delivery to one endpoint, due at once by the database's
+/// clock. Parameters: event id, endpoint id, status.
+const INSERT_DELIVERY: &str = r#"INSERT INTO webhook_deliveries (event_id, endpoint_id, status, attempts, next_attempt_at, created_at)
+VALUES (?, ?, ?, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"#;
 
 /// The credit of the main balance, creating the balance row when missing.
 /// Parameters: user id, server id, amount, time, project id.
@@ -90,13 +113,14 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"#;
 /// when given must be theirs; else by e-mail) and whether its server is the
 /// general account or one of the project's. Parameters: user id, user id,
 /// project id, e-mail, e-mail, e-mail, project id, server id, server id,
-/// project id.
+/// project id, project id.
 const ORDER_NAMES: &str = r#"SELECT CASE WHEN ? IS NOT NULL
         THEN (SELECT u.id FROM users AS u WHERE u.id = ? AND u.project_id = ?
             AND (? IS NULL OR u.email = ?))
         ELSE (SELECT u.id FROM users AS u WHERE u.email = ? AND u.project_id = ?)
     END AS user_id,
-    (? = 0 OR EXISTS (SELECT 1 FROM servers AS s WHERE s.id = ? AND s.project_id = ?)) AS server_found"#;
+    (? = 0 OR EXISTS (SELECT 1 FROM servers AS s WHERE s.id = ? AND s.project_id = ?)) AS server_found,
+    EXISTS (SELECT 1 FROM webhook_endpoints AS e WHERE e.project_id = ? AND e.enabled) AS notify"#;
 
 /// The insert of a pending order. Parameters: order id, project id, user
 /// id, server id (NULL for the general account), payment system, amount,
@@ -185,6 +209,8 @@ impl MySqlStore {
         let server_id = server_id.unwrap_or(balance::GENERAL_ACCOUNT);
         let amount_cents: i64 = order.try_get("amount_cents").map_err(read)?;
         let payment_id: Option<String> = order.try_get("payment_id").map_err(read)?;
+        let created_at: DateTime<Utc> = order.try_get("created_at").map_err(read)?;
+        let notify = order.try_get::<i64, _>("notify").map_err(read)? != 0;
         sqlx::query(CREDIT_MAIN)
             .bind(user_id)
             .bind(server_id)
@@ -215,8 +241,7 @@ impl MySqlStore {
         log_audits(&mut txn, LOG_AUDIT, request.audit.iter())
             .await
             .map_err(read)?;
-        txn.commit().await.map_err(read)?;
-        Ok(CompletedOrder {
+        let completed = CompletedOrder {
             order_id: request.order_id.clone(),
             payment_system: request.payment_system.clone(),
             payment_id,
@@ -225,7 +250,15 @@ impl MySqlStore {
             user_id,
             server_id,
             balance_after: money(after)?,
-        })
+        };
+        if notify {
+            let event = completed.event(request.project_id, created_at);
+            record_events(&mut txn, request.project_id, &[event])
+                .await
+                .map_err(read)?;
+        }
+        txn.commit().await.map_err(read)?;
+        Ok(completed)
     }
 }
 
@@ -244,6 +277,7 @@ impl MySqlStore {
             .bind(order.project_id)
             .bind(order.server_id)
             .bind(order.server_id)
+            .bind(order.project_id)
             .bind(order.project_id)
             .fetch_one(&mut *txn)
             .await?;
@@ -271,6 +305,10 @@ impl MySqlStore {
         match inserted {
             Ok(_) => {
                 log_audits(&mut txn, LOG_AUDIT, order.audit.iter()).await?;
+                if names.try_get::<i64, _>("notify")? != 0 {
+                    let event = order.created_event(user_id, created_at)?;
+                    record_events(&mut txn, order.project_id, &[event]).await?;
+                }
                 txn.commit().await?;
                 Ok(OrderInsert::Inserted {
                     user_id,
@@ -287,6 +325,49 @@ impl MySqlStore {
             Err(err) => Err(err.into()),
         }
     }
+}
+
+/// Records `events` of `project_id` with their deliveries to its enabled
+/// endpoints that receive them, in `txn`, the transaction of their change.
+async fn record_events(
+    txn: &mut sqlx::Transaction<'_, sqlx::MySql>,
+    project_id: i64,
+    events: &[NewEvent],
+) -> Result<(), sqlx::Error> {
+    let subscribers: Vec<Subscriber> = sqlx::query(SUBSCRIBERS)
+        .bind(project_id)
+        .fetch_all(&mut **txn)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(Subscriber {
+                endpoint_id: row.try_get("id")?,
+                project_id,
+                event_types: row.try_get("event_types")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()?;
+    for (event, endpoints) in deliveries(&subscribers, events) {
+        let event_id = sqlx::query(INSERT_EVENT)
+            .bind(new_webhook_id())
+            .bind(event.project_id)
+            .bind(event.event_type.to_value())
+            .bind(&event.order_id)
+            .bind(&event.payload)
+            .bind(event.at)
+            .execute(&mut **txn)
+            .await?
+            .last_insert_id();
+        for endpoint_id in endpoints {
+            sqlx::query(INSERT_DELIVERY)
+                .bind(event_id)
+                .bind(endpoint_id)
+                .bind(DeliveryStatus::Pending.to_value())
+                .execute(&mut **txn)
+                .await?;
+        }
+    }
+    Ok(())
 }
 
 impl Store for MySqlStore {

@@ -31,14 +31,18 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use entity::{balance, operation_log::LogKind, payment_order::OrderStatus};
+use entity::{
+    balance, operation_log::LogKind, payment_order::OrderStatus, webhook_delivery::DeliveryStatus,
+};
 use rusqlite::{OpenFlags, OptionalExtension, TransactionBehavior, named_params, params};
 use sea_orm::{ActiveEnum, sqlx::sqlite::SqliteConnectOptions};
 
 use super::{
     AccountKey, AccountRow, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder,
-    OrderInsert, Store, StoreError, StoreFuture, TokenRow, money, now, permission_list,
+    OrderInsert, Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries, money, now,
+    permission_list,
 };
+use crate::events::{NewEvent, new_webhook_id};
 
 /// The token by its hash, with its project's state and permissions, and the
 /// asked account of its project (all NULL when no account is asked): the
@@ -71,7 +75,7 @@ WHERE t."token_hash" = :token_hash OR t."previous_hash" = :token_hash"#;
 const COMPLETE_ORDER: &str = r#"UPDATE "payment_orders"
 SET "status" = ?1, "completed_at" = ?2, "payment_id" = ?3
 WHERE "order_id" = ?4 AND "project_id" = ?5 AND "payment_system" = ?6 AND "status" = ?7
-RETURNING "id", "user_id", "server_id", "amount_cents", "payment_id""#;
+RETURNING "id", "user_id", "server_id", "amount_cents", "payment_id", "created_at""#;
 
 /// The status of the order a completion names, if it exists.
 const FIND_ORDER: &str = r#"SELECT "status" FROM "payment_orders"
@@ -93,6 +97,23 @@ VALUES (?1, ?2, ?3, ?4, 'main', ?5, ?6, ?7, ?8)"#;
 const LOG_AUDIT: &str = r#"INSERT INTO "admin_audit_log" ("at", "administrator_id", "actor", "action", "object_kind",
     "object_id", "before", "after", "address")
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"#;
+
+/// The enabled endpoints of a project: whether (and to whom) a change of
+/// it records an event. One read of `ix_webhook_endpoints_project`, which
+/// finds nothing for most projects.
+const SUBSCRIBERS: &str = r#"SELECT "id", "event_types" FROM "webhook_endpoints"
+WHERE "project_id" = ?1 AND "enabled""#;
+
+/// An event, recorded with its change.
+const INSERT_EVENT: &str = r#"INSERT INTO "webhook_events" ("webhook_id", "project_id", "event_type", "order_id",
+    "payload", "created_at")
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+RETURNING "id""#;
+
+/// An event's delivery to one endpoint, due at once.
+const INSERT_DELIVERY: &str = r#"INSERT INTO "webhook_deliveries" ("event_id", "endpoint_id", "status", "attempts",
+    "next_attempt_at", "created_at")
+VALUES (?1, ?2, ?3, 0, ?4, ?4)"#;
 
 /// The user an order names in its project: by id (and then the e-mail too,
 /// when given, must be theirs), else by e-mail; NULL when there is none.
@@ -261,13 +282,15 @@ fn complete_in_transaction(
                             row.get::<_, Option<i64>>("server_id")?,
                             row.get::<_, i64>("amount_cents")?,
                             row.get::<_, Option<String>>("payment_id")?,
+                            time_column(row, "created_at")?,
                         ))
                     },
                 )
                 .optional()
         })
         .map_err(at_update)?;
-    let Some((order_ref, user_id, server_id, amount_cents, payment_id)) = updated else {
+    let Some((order_ref, user_id, server_id, amount_cents, payment_id, created_at)) = updated
+    else {
         let found = txn
             .prepare_cached(FIND_ORDER)
             .and_then(|mut find| {
@@ -308,8 +331,7 @@ fn complete_in_transaction(
         })
         .map_err(at_credit)?;
     log_audit(&txn, request.audit.as_ref()).map_err(at_credit)?;
-    txn.commit().map_err(at_credit)?;
-    Ok(CompletedOrder {
+    let completed = CompletedOrder {
         order_id: request.order_id.clone(),
         payment_system: request.payment_system.clone(),
         payment_id,
@@ -318,7 +340,64 @@ fn complete_in_transaction(
         user_id,
         server_id,
         balance_after: money(after)?,
-    })
+    };
+    let subscribers = subscribers(&txn, request.project_id).map_err(at_credit)?;
+    if !subscribers.is_empty() {
+        let created_at = created_at.ok_or_else(|| {
+            CompleteError::ProcessingFailed(StoreError::Failed("order without created_at".into()))
+        })?;
+        let event = completed.event(request.project_id, created_at);
+        record_events(&txn, &subscribers, &[event]).map_err(at_credit)?;
+    }
+    txn.commit().map_err(at_credit)?;
+    Ok(completed)
+}
+
+/// The enabled endpoints of `project_id` (see [`SUBSCRIBERS`]).
+fn subscribers(conn: &rusqlite::Connection, project_id: i64) -> rusqlite::Result<Vec<Subscriber>> {
+    let mut select = conn.prepare_cached(SUBSCRIBERS)?;
+    let rows = select.query_map(params![project_id], |row| {
+        Ok(Subscriber {
+            endpoint_id: row.get(0)?,
+            project_id,
+            event_types: row.get(1)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Records `events` with their deliveries to `subscribers`, in the
+/// transaction of their change; an event no endpoint receives is not
+/// recorded. Due at once: SQLite's clock is this host's.
+fn record_events(
+    conn: &rusqlite::Connection,
+    subscribers: &[Subscriber],
+    events: &[NewEvent],
+) -> rusqlite::Result<()> {
+    let due = stored_time(now());
+    for (event, endpoints) in deliveries(subscribers, events) {
+        let event_id: i64 = conn.prepare_cached(INSERT_EVENT)?.query_row(
+            params![
+                new_webhook_id(),
+                event.project_id,
+                event.event_type.to_value(),
+                event.order_id,
+                event.payload,
+                stored_time(event.at),
+            ],
+            |row| row.get(0),
+        )?;
+        let mut deliver = conn.prepare_cached(INSERT_DELIVERY)?;
+        for endpoint_id in endpoints {
+            deliver.execute(params![
+                event_id,
+                endpoint_id,
+                DeliveryStatus::Pending.to_value(),
+                due
+            ])?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes `audit`, an operator's row of the admin audit log, when there is
@@ -360,22 +439,27 @@ static ORDER_NAMES: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The order's insert on the write connection, and when it inserted
-/// nothing, why. The insert commits on its own; only an operator's order
-/// runs in a transaction, to write its audit row with it: the API's
-/// creations, the many, pay for no BEGIN and COMMIT of their own.
+/// nothing, why; in one transaction with its audit row (an operator's
+/// order) and its event (a project with an endpoint).
 fn insert_order_now(
     conn: &mut rusqlite::Connection,
     order: &NewOrder,
 ) -> Result<OrderInsert, StoreError> {
-    let Some(audit) = &order.audit else {
-        return insert_on(conn, order);
-    };
     let txn = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|err| classify(&err))?;
     let outcome = insert_on(&txn, order)?;
-    if let OrderInsert::Inserted { .. } = outcome {
-        log_audit(&txn, Some(audit)).map_err(|err| classify(&err))?;
+    if let OrderInsert::Inserted {
+        user_id,
+        created_at,
+    } = outcome
+    {
+        log_audit(&txn, order.audit.as_ref()).map_err(|err| classify(&err))?;
+        let subscribers = subscribers(&txn, order.project_id).map_err(|err| classify(&err))?;
+        if !subscribers.is_empty() {
+            let event = order.created_event(user_id, created_at)?;
+            record_events(&txn, &subscribers, &[event]).map_err(|err| classify(&err))?;
+        }
         txn.commit().map_err(|err| classify(&err))?;
     }
     Ok(outcome)

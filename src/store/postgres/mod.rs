@@ -28,7 +28,9 @@ pub mod group;
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
-use entity::{operation_log::LogKind, payment_order::OrderStatus};
+use entity::{
+    operation_log::LogKind, payment_order::OrderStatus, webhook_delivery::DeliveryStatus,
+};
 use futures_util::FutureExt;
 use sea_orm::{
     ActiveEnum, DatabaseConnection,
@@ -38,9 +40,14 @@ use sea_orm::{
 use self::group::Groups;
 use super::{
     AccountKey, CompleteError, CompletedOrder, Completion, GroupSizes, NewOrder, OrderInsert,
-    Store, StoreError, StoreFuture, TokenRow, log_audits, money, now, token_row_of,
+    Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money, now,
+    token_row_of,
 };
-use crate::{config::PoolSettings, money::Money};
+use crate::{
+    config::PoolSettings,
+    events::{self, EventType, NewEvent, new_webhook_id},
+    money::Money,
+};
 
 /// Statements of one kind in flight at once, per instance. One made the
 /// largest groups, but a group waiting on a row lock (an operator's long
@@ -85,8 +92,9 @@ ORDER BY "r"."idx""#;
 /// status, `$6` the time, `$7` the pending status): the pending orders they
 /// name, locked in the order of their ids, set completed under the same
 /// guard as alone; one row per request in their order, with the order it
-/// completed (NULL when none) and the status of the order it names (NULL
-/// when there is none).
+/// completed (NULL when none), whether that order's project has an enabled
+/// endpoint (then its event is recorded), and the status of the order it
+/// names (NULL when there is none).
 pub const COMPLETE_ORDERS: &str = r#"WITH "r" AS (
     SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[])
         WITH ORDINALITY AS "r" ("order_id", "project_id", "payment_system", "payment_id", "idx")
@@ -101,10 +109,12 @@ pub const COMPLETE_ORDERS: &str = r#"WITH "r" AS (
     FROM "k" WHERE "payment_orders"."id" = "k"."id" AND "payment_orders"."status" = $7
     RETURNING "k"."idx", "payment_orders"."id", "payment_orders"."user_id",
         COALESCE("payment_orders"."server_id", 0) AS "server_id", "payment_orders"."amount_cents",
-        "payment_orders"."payment_id", "payment_orders"."project_id"
+        "payment_orders"."payment_id", "payment_orders"."project_id", "payment_orders"."created_at"
 )
 SELECT "r"."idx", "o"."id" AS "order_ref", "o"."user_id", "o"."server_id", "o"."amount_cents",
-    "o"."payment_id", "o"."project_id",
+    "o"."payment_id", "o"."project_id", "o"."created_at",
+    EXISTS (SELECT 1 FROM "webhook_endpoints" AS "e"
+        WHERE "e"."project_id" = "o"."project_id" AND "e"."enabled") AS "notify",
     (SELECT "p"."status" FROM "payment_orders" AS "p" WHERE "p"."order_id" = "r"."order_id"
         AND "p"."project_id" = "r"."project_id" AND "p"."payment_system" = "r"."payment_system") AS "found_status"
 FROM "r" LEFT JOIN "o" ON "o"."idx" = "r"."idx"
@@ -151,14 +161,21 @@ SELECT "idx", "after" FROM "w" ORDER BY "idx""#;
 /// with both inserted, a unique conflict (a key or order id taken, by
 /// another request of the group too) inserting nothing. Inserted in key
 /// order, so that two groups holding the same two keys never wait on each
-/// other in a cycle. One row per request
+/// other in a cycle. With each order inserted, in the same statement, its
+/// `order.created` (`$12` webhook ids, `$13` and `$14` its body before and
+/// after the resolved user's id, `$15` the type) when an enabled endpoint
+/// of its project receives the type, and a delivery (`$16` pending) to each
+/// such endpoint, due at once; this is the one place where the statement
+/// itself decides who receives an event (`events::subscribed` in SQL), as
+/// no statement may follow the insert's. One row per request
 /// in their order: the resolved user, whether the server is the project's,
 /// and whether its order was inserted.
 pub const INSERT_ORDERS: &str = r#"WITH "r" AS (
     SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $5::int8[], $6::int8[],
-        $7::text[], $8::text[], $9::text[])
+        $7::text[], $8::text[], $9::text[], $12::text[], $13::text[], $14::text[])
         WITH ORDINALITY AS "r" ("order_id", "project_id", "user_id", "email", "server_id",
-            "amount_cents", "payment_system", "idempotency_key", "request_hash", "idx")
+            "amount_cents", "payment_system", "idempotency_key", "request_hash", "webhook_id",
+            "body_head", "body_tail", "idx")
 ), "a" AS (
     SELECT "r".*,
         CASE WHEN "r"."user_id" IS NOT NULL
@@ -180,6 +197,22 @@ pub const INSERT_ORDERS: &str = r#"WITH "r" AS (
     ORDER BY "project_id", "idempotency_key", "idx"
     ON CONFLICT DO NOTHING
     RETURNING "order_id"
+), "v" AS (
+    INSERT INTO "webhook_events" ("webhook_id", "project_id", "event_type", "order_id", "payload", "created_at")
+    SELECT "a"."webhook_id", "a"."project_id", $15, "a"."order_id",
+        "a"."body_head" || "a"."resolved_user"::text || "a"."body_tail", $11
+    FROM "a" JOIN "i" ON "i"."order_id" = "a"."order_id"
+    WHERE EXISTS (SELECT 1 FROM "webhook_endpoints" AS "e" WHERE "e"."project_id" = "a"."project_id"
+        AND "e"."enabled" AND ("e"."event_types" IS NULL
+            OR strpos(',' || "e"."event_types" || ',', ',' || $15 || ',') > 0))
+    ORDER BY "a"."idx"
+    RETURNING "id", "project_id"
+), "d" AS (
+    INSERT INTO "webhook_deliveries" ("event_id", "endpoint_id", "status", "attempts", "next_attempt_at",
+        "created_at")
+    SELECT "v"."id", "e"."id", $16, 0, now(), now()
+    FROM "v" JOIN "webhook_endpoints" AS "e" ON "e"."project_id" = "v"."project_id" AND "e"."enabled"
+        AND ("e"."event_types" IS NULL OR strpos(',' || "e"."event_types" || ',', ',' || $15 || ',') > 0)
 )
 SELECT "a"."idx", "a"."resolved_user", "a"."server_found", "i"."order_id" IS NOT NULL AS "inserted"
 FROM "a" LEFT JOIN "i" ON "i"."order_id" = "a"."order_id"
@@ -192,6 +225,23 @@ ORDER BY "a"."idx""#;
 /// finalized meanwhile still reads `pending` there.
 const ORDER_STATUS: &str = r#"SELECT "status" FROM "payment_orders"
 WHERE "order_id" = $1 AND "project_id" = $2 AND "payment_system" = $3"#;
+
+/// The enabled endpoints of the projects `$1`: to whom the completions of
+/// a group record events.
+const SUBSCRIBERS: &str = r#"SELECT "id", "project_id", "event_types" FROM "webhook_endpoints"
+WHERE "project_id" = ANY($1) AND "enabled""#;
+
+/// Events (`$1` webhook ids, `$2` projects, `$3` types, `$4` order ids, `$5`
+/// bodies, `$6` times) and their deliveries (`$7` the webhook id of each,
+/// `$8` its endpoint; `$9` pending), due at once by the database's clock.
+pub const RECORD_EVENTS: &str = r#"WITH "v" AS (
+    INSERT INTO "webhook_events" ("webhook_id", "project_id", "event_type", "order_id", "payload", "created_at")
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+    RETURNING "id", "webhook_id"
+)
+INSERT INTO "webhook_deliveries" ("event_id", "endpoint_id", "status", "attempts", "next_attempt_at", "created_at")
+SELECT "v"."id", "d"."endpoint_id", $9, 0, now(), now()
+FROM unnest($7::text[], $8::int8[]) AS "d" ("webhook_id", "endpoint_id") JOIN "v" USING ("webhook_id")"#;
 
 /// An operator's row of the admin audit log, written with the change.
 const LOG_AUDIT: &str = r#"INSERT INTO "admin_audit_log" ("at", "administrator_id", "actor", "action", "object_kind",
@@ -466,6 +516,17 @@ async fn insert_orders_on<'e>(
     orders: &[NewOrder],
 ) -> Vec<InsertOutcome> {
     let created_at = now();
+    let webhook_ids: Vec<String> = orders.iter().map(|_| new_webhook_id()).collect();
+    let mut heads = Vec::with_capacity(orders.len());
+    let mut tails = Vec::with_capacity(orders.len());
+    for order in orders {
+        let (head, tail) = match order.created_event_around_user(created_at) {
+            Ok(parts) => parts,
+            Err(err) => return vec![Err(err); orders.len()],
+        };
+        heads.push(head);
+        tails.push(tail);
+    }
     let text = |f: fn(&NewOrder) -> Option<&str>| orders.iter().map(f).collect::<Vec<_>>();
     let number = |f: fn(&NewOrder) -> Option<i64>| orders.iter().map(f).collect::<Vec<_>>();
     let rows = sqlx::query(INSERT_ORDERS)
@@ -480,6 +541,11 @@ async fn insert_orders_on<'e>(
         .bind(text(|o| o.request_hash.as_deref()))
         .bind(OrderStatus::Pending.to_value())
         .bind(created_at)
+        .bind(webhook_ids)
+        .bind(heads)
+        .bind(tails)
+        .bind(events::type_name(EventType::OrderCreated))
+        .bind(DeliveryStatus::Pending.to_value())
         .fetch_all(db)
         .await;
     let rows = match rows {
@@ -506,6 +572,72 @@ async fn insert_orders_on<'e>(
         })
         .map(|outcome: Result<OrderInsert, sqlx::Error>| outcome.map_err(StoreError::from))
         .collect()
+}
+
+/// Records `events` with their deliveries to the enabled endpoints of
+/// their projects that receive them, in `txn`, the transaction of their
+/// changes: one statement to read the endpoints, one to write.
+async fn record_events(
+    txn: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    events: &[NewEvent],
+) -> Result<(), sqlx::Error> {
+    let mut projects: Vec<i64> = events.iter().map(|e| e.project_id).collect();
+    projects.sort_unstable();
+    projects.dedup();
+    let subscribers: Vec<Subscriber> = sqlx::query(SUBSCRIBERS)
+        .bind(projects)
+        .fetch_all(&mut **txn)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(Subscriber {
+                endpoint_id: row.try_get("id")?,
+                project_id: row.try_get("project_id")?,
+                event_types: row.try_get("event_types")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()?;
+    let recorded = deliveries(&subscribers, events);
+    if recorded.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<String> = recorded.iter().map(|_| new_webhook_id()).collect();
+    let (mut to_ids, mut to_endpoints) = (Vec::new(), Vec::new());
+    for (id, (_, endpoints)) in ids.iter().zip(&recorded) {
+        for endpoint in endpoints {
+            to_ids.push(id.as_str());
+            to_endpoints.push(*endpoint);
+        }
+    }
+    let events = recorded.iter().map(|(event, _)| *event);
+    sqlx::query(RECORD_EVENTS)
+        .bind(&ids)
+        .bind(events.clone().map(|e| e.project_id).collect::<Vec<_>>())
+        .bind(
+            events
+                .clone()
+                .map(|e| e.event_type.to_value())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            events
+                .clone()
+                .map(|e| e.order_id.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            events
+                .clone()
+                .map(|e| e.payload.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(events.map(|e| e.at).collect::<Vec<_>>())
+        .bind(to_ids)
+        .bind(to_endpoints)
+        .bind(DeliveryStatus::Pending.to_value())
+        .execute(&mut **txn)
+        .await?;
+    Ok(())
 }
 
 /// The token of one request's row; `None` for an unknown token.
@@ -603,6 +735,9 @@ async fn complete_in_one_transaction(
     // What each request's update did: the completed order's (row id, user,
     // server, amount, payment id, project), or whether the order exists.
     let mut completed = Vec::new();
+    // The completed orders whose project has an enabled endpoint: their
+    // place in `outcomes`, their project and when they were created.
+    let mut notified = Vec::new();
     let mut outcomes: Vec<CompleteOutcome> = Vec::with_capacity(group.len());
     for (row, request) in updated.iter().zip(group) {
         let idx: i64 = row.try_get("idx").map_err(read)?;
@@ -635,6 +770,10 @@ async fn complete_in_one_transaction(
                     balance_after: Money::ZERO,
                 };
                 let project_id: i64 = row.try_get("project_id").map_err(read)?;
+                if row.try_get::<bool, _>("notify").map_err(read)? {
+                    let created_at: DateTime<Utc> = row.try_get("created_at").map_err(read)?;
+                    notified.push((outcomes.len(), project_id, created_at));
+                }
                 completed.push((idx, order_ref, project_id, outcomes.len()));
                 outcomes.push(Ok(order));
             }
@@ -684,6 +823,16 @@ async fn complete_in_one_transaction(
                 order.balance_after = money(after)?;
             }
         }
+    }
+    if !notified.is_empty() {
+        let events: Vec<NewEvent> = notified
+            .iter()
+            .filter_map(|&(at, project_id, created_at)| match &outcomes[at] {
+                Ok(order) => Some(order.event(project_id, created_at)),
+                Err(_) => None,
+            })
+            .collect();
+        record_events(&mut txn, &events).await.map_err(read)?;
     }
     let audits = outcomes.iter().zip(group).filter(|(o, _)| o.is_ok());
     log_audits(
