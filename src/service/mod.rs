@@ -25,6 +25,7 @@ pub mod servers;
 pub mod tokens;
 pub mod users;
 pub mod validate;
+pub mod webhook_delivery;
 pub mod webhook_destination;
 pub mod webhook_endpoints;
 pub mod webhook_secrets;

@@ -14,10 +14,12 @@ use sea_orm::{
     sqlx::{self, MySqlPool, Row},
 };
 
+mod relay;
+
 use super::{
     AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Store,
     StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money, now,
-    token_row_of,
+    relay::RelayStore, token_row_of,
 };
 use crate::events::{NewEvent, new_webhook_id};
 
@@ -371,6 +373,10 @@ async fn record_events(
 }
 
 impl Store for MySqlStore {
+    fn relay(&self) -> &dyn RelayStore {
+        self
+    }
+
     fn read_token<'a>(
         &'a self,
         token_hash: &'a str,

@@ -24,6 +24,7 @@
 //! connection that went silent (a network cut) frees its runner in time.
 
 pub mod group;
+mod relay;
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
@@ -41,7 +42,7 @@ use self::group::Groups;
 use super::{
     AccountKey, CompleteError, CompletedOrder, Completion, GroupSizes, NewOrder, OrderInsert,
     Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money, now,
-    token_row_of,
+    relay::RelayStore, token_row_of,
 };
 use crate::{
     config::PoolSettings,
@@ -350,6 +351,10 @@ fn timed_out() -> StoreError {
 }
 
 impl Store for PostgresStore {
+    fn relay(&self) -> &dyn RelayStore {
+        self
+    }
+
     fn read_token<'a>(
         &'a self,
         token_hash: &'a str,
