@@ -34,7 +34,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use reqwest::{
     Client,
     header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER, USER_AGENT},
@@ -91,10 +91,7 @@ impl Relay {
         resolver: Resolver,
         metrics: Arc<Metrics>,
     ) -> Result<Relay, reqwest::Error> {
-        let policy = DestinationPolicy {
-            allow: settings.webhooks.allow_networks.clone(),
-            https_only: settings.webhooks.https_only,
-        };
+        let policy = DestinationPolicy::of(&settings.webhooks);
         let client = Client::builder()
             .dns_resolver(Arc::new(CheckedResolver {
                 policy: policy.clone(),
@@ -228,7 +225,9 @@ impl Relay {
     async fn deliver(&self, delivery: DueDelivery, db_now: DateTime<Utc>, claimed_at: Instant) {
         let attempt = if delivery.enabled {
             let started = Instant::now();
-            let attempted_at = db_now + (started - claimed_at);
+            // To the microsecond, as every backend stores it: the
+            // `webhook-timestamp` sent is the second the record shows.
+            let attempted_at = (db_now + (started - claimed_at)).trunc_subsecs(6);
             let keys = match self.signing_keys(&delivery, attempted_at) {
                 Ok(keys) => keys,
                 Err(err) => {

@@ -31,7 +31,10 @@ use masterpay::{
     metrics::Metrics,
     relay::Relay,
     service::{
-        webhook_destination::{DestinationPolicy, Lookup, Refusal, Resolver},
+        AdminError,
+        admin_audit::Actor,
+        webhook_destination::{DestinationPolicy, Destinations, Lookup, Resolver},
+        webhook_endpoints,
         webhook_signature::{SigningKey, verify},
     },
     store::relay::{After, Attempt, Capacity, Claim, Recorded, Sent},
@@ -747,22 +750,54 @@ async fn a_name_that_resolves_elsewhere_at_send_time_is_refused(backend: Backend
     let metadata: IpAddr = "169.254.169.254".parse().unwrap();
     let lookup = Arc::new(Switchable(Mutex::new(vec![loopback])));
     let settings = relay_settings(&[ms(50); 20]);
-    let policy = DestinationPolicy {
-        allow: settings.webhooks.allow_networks.clone(),
-        https_only: false,
+    let destinations = Destinations {
+        policy: DestinationPolicy::of(&settings.webhooks),
+        lookup: Resolver(lookup.clone()),
+    };
+    let create = |url: String| {
+        let (db, destinations) = (app.db.clone(), destinations.clone());
+        let project = app.project_id;
+        async move {
+            webhook_endpoints::create(
+                &db,
+                None,
+                &destinations,
+                &Actor::CommandLine,
+                project,
+                &url,
+                None,
+                None,
+            )
+            .await
+        }
     };
     // A name only this resolver knows: the client can reach it through no
     // other lookup.
     let url = format!("http://hooks.masterpay.test:{}/", receiver.addr.port());
     // Accepted when the endpoint is made: it resolves to an allowed address.
-    policy.check(&url, &*lookup).await.unwrap();
-    let endpoint = endpoint(&app, &url).await;
-    // Then it moves to the cloud's metadata service.
+    let (made, secret) = create(url.clone()).await.unwrap();
+    let endpoint = made.id;
+    // Then it moves to the cloud's metadata service, where no endpoint is
+    // accepted.
     *lookup.0.lock().unwrap() = vec![metadata];
-    assert_eq!(
-        policy.check(&url, &*lookup).await,
-        Err(Refusal::Address(metadata))
-    );
+    match create(url.clone()).await {
+        Err(AdminError::Invalid("url", why)) => assert_eq!(
+            why,
+            "169.254.169.254 is not a public address (webhook_allow_networks can allow it)"
+        ),
+        other => panic!("{other:?}"),
+    }
+    for literal in [
+        "http://169.254.169.254/",
+        "http://0xa9fea9fe/",
+        "http://[::ffff:10.0.0.1]/",
+    ] {
+        let refused = create(literal.to_owned()).await;
+        assert!(
+            matches!(refused, Err(AdminError::Invalid("url", _))),
+            "{literal}"
+        );
+    }
     let (id, _, _) = event(&app, endpoint, 0, Utc::now()).await;
     let (stop, run) = spawn_relay(&app, &settings, Resolver(lookup.clone()));
     let first = poll("a first attempt", || async {
@@ -783,5 +818,18 @@ async fn a_name_that_resolves_elsewhere_at_send_time_is_refused(backend: Backend
     settled(&app, id, DeliveryStatus::Succeeded).await;
     let _ = stop.send(());
     run.await.unwrap();
-    assert_eq!(receiver.hits().len(), 1);
+    let hits = receiver.hits();
+    assert_eq!(hits.len(), 1);
+    // Signed with the secret the endpoint was made with (sealed in the
+    // database, shown once).
+    let key = SigningKey::from_secret(secret.expose()).unwrap();
+    let timestamp = hits[0].headers["webhook-timestamp"].parse().unwrap();
+    let signature = &hits[0].headers["webhook-signature"];
+    assert!(verify(
+        &key,
+        signature,
+        &hits[0].headers["webhook-id"],
+        timestamp,
+        &hits[0].body
+    ));
 }

@@ -12,7 +12,9 @@ use super::{CliResult, Output};
 use crate::{
     config::Settings,
     events::{self, EventType},
-    service::{admin_audit::Actor, webhook_endpoints as endpoints},
+    service::{
+        admin_audit::Actor, webhook_destination::Destinations, webhook_endpoints as endpoints,
+    },
 };
 
 #[derive(Debug, Subcommand)]
@@ -136,6 +138,7 @@ pub async fn run(
             let (endpoint, secret) = endpoints::create(
                 db,
                 settings.webhook_secret_key.as_ref(),
+                &Destinations::of(&settings.webhooks),
                 actor,
                 project,
                 &url,
@@ -180,7 +183,8 @@ pub async fn run(
                 types,
                 description: description.as_deref(),
             };
-            let endpoint = endpoints::edit(db, actor, id, edit).await?;
+            let destinations = Destinations::of(&settings.webhooks);
+            let endpoint = endpoints::edit(db, &destinations, actor, id, edit).await?;
             out.emit(endpoint_json(&endpoint), || {
                 format!("updated webhook endpoint {}", describe(&endpoint))
             });

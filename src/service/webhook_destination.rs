@@ -12,14 +12,16 @@
 //! nevertheless (a receiver on the operator's own network, the tests'
 //! receivers on 127.0.0.1).
 //!
-//! The check runs when an endpoint is created or changed ([`check_url`],
-//! with a lookup) and again at every send. A name checked at creation may
+//! The check runs when an endpoint is created or changed
+//! ([`DestinationPolicy::check`], with a lookup) and again at every send.
+//! A name that does not resolve when it is set is accepted (its DNS may come
+//! later): the send refuses it if it then resolves where it may not go. A name checked at creation may
 //! resolve elsewhere later (DNS rebinding), so the send resolves the name
 //! once more through [`CheckedResolver`], the HTTP client's only resolver:
 //! it hands the client only the addresses that pass, and the client
 //! connects to one of those, with no lookup of its own. An IP literal is
 //! never handed to a resolver (the client connects to it directly), so
-//! [`check_url`] checks it apart. The URL parser reads the IPv4 forms
+//! [`DestinationPolicy::check_form`] checks it apart, at every send too. The URL parser reads the IPv4 forms
 //! browsers accept (`http://2130706433/`, `http://0x7f.1/`,
 //! `http://0177.0.0.1/`) as the address they name.
 
@@ -33,6 +35,8 @@ use std::{
 
 use ipnet::IpNet;
 use reqwest::{Url, dns};
+
+use crate::config::WebhookSettings;
 
 /// The networks refused unless allowed: none of them is globally reachable.
 /// IPv6 addresses that embed an IPv4 address are judged by it (see
@@ -93,11 +97,35 @@ pub enum Refusal {
     /// The address, or every address the name resolves to, is refused.
     #[error("{0} is not a public address (webhook_allow_networks can allow it)")]
     Address(IpAddr),
-    #[error("the host name does not resolve: {0}")]
-    Unresolved(String),
+}
+
+/// What an endpoint's address is checked against when it is set: the
+/// settings' policy, and the lookup that resolves its name.
+#[derive(Debug, Clone, Default)]
+pub struct Destinations {
+    pub policy: DestinationPolicy,
+    pub lookup: Resolver,
+}
+
+impl Destinations {
+    /// The policy of `settings`, with the system's resolver.
+    pub fn of(settings: &WebhookSettings) -> Destinations {
+        Destinations {
+            policy: DestinationPolicy::of(settings),
+            lookup: Resolver::default(),
+        }
+    }
 }
 
 impl DestinationPolicy {
+    /// The policy `settings` give.
+    pub fn of(settings: &WebhookSettings) -> DestinationPolicy {
+        DestinationPolicy {
+            allow: settings.allow_networks.clone(),
+            https_only: settings.https_only,
+        }
+    }
+
     /// Whether a connection to `ip` is allowed.
     pub fn allows(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
@@ -125,20 +153,15 @@ impl DestinationPolicy {
         }
     }
 
-    /// `url` checked whole: its form, and every address its host resolves
-    /// to through `lookup` (one refused address refuses it: the send could
-    /// pick it).
+    /// `url` checked as it is set on an endpoint: its form, and every
+    /// address its host resolves to through `lookup` (one refused address
+    /// refuses it: a send could pick it). A name that does not resolve
+    /// passes; every send checks it again.
     pub async fn check(&self, url: &str, lookup: &dyn Lookup) -> Result<Url, Refusal> {
         let parsed = self.check_form(url)?;
         if literal_address(&parsed).is_none() {
             let name = parsed.host_str().unwrap_or_default();
-            let addresses = lookup
-                .lookup(name)
-                .await
-                .map_err(|err| Refusal::Unresolved(err.to_string()))?;
-            if addresses.is_empty() {
-                return Err(Refusal::Unresolved("no address".into()));
-            }
+            let addresses = lookup.lookup(name).await.unwrap_or_default();
             if let Some(refused) = addresses.iter().find(|ip| !self.allows(**ip)) {
                 return Err(Refusal::Address(*refused));
             }
@@ -439,7 +462,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_name_is_refused_when_any_of_its_addresses_is() {
+    async fn a_name_is_refused_when_any_of_its_addresses_is_and_passes_unresolved() {
         let policy = DestinationPolicy::default();
         let public: IpAddr = "93.184.215.14".parse().unwrap();
         let metadata: IpAddr = "169.254.169.254".parse().unwrap();
@@ -449,10 +472,7 @@ mod tests {
             policy.check(url, &Fixed(vec![public, metadata])).await,
             Err(Refusal::Address(metadata))
         );
-        assert!(matches!(
-            policy.check(url, &Fixed(vec![])).await,
-            Err(Refusal::Unresolved(_))
-        ));
+        assert!(policy.check(url, &Fixed(vec![])).await.is_ok());
     }
 
     #[tokio::test]
