@@ -36,10 +36,11 @@ pub const URL_MAX_LEN: usize = 2048;
 /// Why an endpoint stops receiving when an administrator disables it.
 pub const DISABLED_BY_ADMINISTRATOR: &str = "disabled by an administrator";
 
-/// Whether events may be sent to `url`: an `http` or `https` URL with a
-/// host, no user name or password (a secret in an address ends up in
+/// Whether events may be sent to `url`, trimmed: an `http` or `https` URL
+/// with a host, no user name or password (a secret in an address ends up in
 /// logs), at most [`URL_MAX_LEN`] characters, going nowhere `destinations`
-/// refuse. Every address an endpoint is given passes here.
+/// refuse (it may resolve the host). Every address an endpoint is given
+/// passes here.
 pub async fn check_destination(url: &str, destinations: &Destinations) -> Result<String, String> {
     let url = url.trim();
     if url.chars().count() > URL_MAX_LEN {

@@ -19,6 +19,16 @@
 //! - [`mysql`]: one statement per read, two per insert, one transaction per
 //!   completion.
 //!
+//! An order inserted or completed records its event (`crate::events`) in
+//! the same transaction or statement, when an enabled endpoint of its
+//! project receives the type ([`Subscriber`], [`deliveries`]): each backend
+//! asks "has the project an enabled endpoint?" inside a statement it runs
+//! anyway where it can (MariaDB's and PostgreSQL's), so that a project
+//! without one (most) pays one indexed probe; only then are the endpoints
+//! read and the event and its deliveries written. PostgreSQL's grouped
+//! insert commits on its own, so it writes the events in the same
+//! statement.
+//!
 //! The rules (which checks run in which order, what a missing row means)
 //! stay in `service`, which sees only this trait and these row types. The
 //! other operations (reading and cancelling an order, the history, the
