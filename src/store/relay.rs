@@ -44,7 +44,7 @@ pub trait RelayStore: Send + Sync {
     fn record<'a>(&'a self, attempt: &'a Attempt) -> StoreFuture<'a, Result<Recorded, StoreError>>;
 
     /// The pending deliveries: how many, and the earliest `next_attempt_at`
-    /// with the database's time now.
+    /// with the database's clock when it was read.
     fn backlog(&self) -> StoreFuture<'_, Result<Backlog, StoreError>>;
 }
 
