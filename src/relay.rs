@@ -39,7 +39,7 @@ use reqwest::{
     Client,
     header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER, USER_AGENT},
 };
-use tokio::{sync::Notify, task::JoinSet};
+use tokio::task::JoinSet;
 
 use crate::{
     config::{Settings, WEBHOOK_SEND_TIMEOUT, WebhookSecretKey, WebhookSettings},
@@ -80,7 +80,6 @@ pub struct Relay {
     metrics: Arc<Metrics>,
     /// This instance's `lease_owner`.
     owner: String,
-    wake: Arc<Notify>,
 }
 
 impl Relay {
@@ -111,14 +110,7 @@ impl Relay {
             client,
             metrics,
             owner: instance_name(),
-            wake: Arc::new(Notify::new()),
         })
-    }
-
-    /// What wakes the relay before its next poll: notify it after a commit
-    /// that recorded events, so that their first attempt follows at once.
-    pub fn waker(&self) -> Arc<Notify> {
-        Arc::clone(&self.wake)
     }
 
     /// This instance's `lease_owner`.
@@ -182,7 +174,6 @@ impl Relay {
             tokio::select! {
                 () = &mut stop => break,
                 () = tokio::time::sleep(relay.settings.poll_interval) => {}
-                () = relay.wake.notified() => {}
                 Some(done) = sends.join_next_with_id(), if !sends.is_empty() => {
                     let mut done = Some(done);
                     while let Some(ended) = done {

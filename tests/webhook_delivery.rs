@@ -59,6 +59,7 @@ on_every_backend!(
         an_expired_lease_is_sent_again_and_a_live_one_is_left_alone,
         a_relay_whose_lease_was_taken_over_records_nothing,
         a_name_that_resolves_elsewhere_at_send_time_is_refused,
+        an_order_created_and_completed_through_the_api_reaches_its_endpoint,
     ],
 );
 
@@ -729,6 +730,74 @@ async fn a_relay_whose_lease_was_taken_over_records_nothing(backend: Backend) {
     let row = delivery(&app, id).await;
     assert_eq!((row.status, row.attempts), (DeliveryStatus::Succeeded, 1));
     assert_eq!(attempts(&app, id).await.len(), 1);
+}
+
+async fn an_order_created_and_completed_through_the_api_reaches_its_endpoint(backend: Backend) {
+    let settings = webhooks(&[ms(50)]);
+    let destinations = Destinations {
+        policy: DestinationPolicy::of(&settings),
+        lookup: Resolver::default(),
+    };
+    let app = app_with(backend, settings).await;
+    let receiver = Receiver::start(|_| status(200)).await;
+    let (endpoint, secret) = webhook_endpoints::create(
+        &app.db,
+        None,
+        &destinations,
+        &Actor::CommandLine,
+        app.project_id,
+        &receiver.url("/masterpay"),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "10.25", "cstm:paygate").await;
+    let completed = app.complete_order(&token, &order, "cstm:paygate").await;
+    assert_eq!(completed.status, 200, "{completed:?}");
+    let hits = poll("two events received", || async {
+        let hits = receiver.hits();
+        (hits.len() >= 2).then_some(hits)
+    })
+    .await;
+    let key = SigningKey::from_secret(secret.expose()).unwrap();
+    let mut types = Vec::new();
+    for hit in &hits {
+        let id = &hit.headers["webhook-id"];
+        let timestamp = hit.headers["webhook-timestamp"].parse().unwrap();
+        assert!(verify(
+            &key,
+            &hit.headers["webhook-signature"],
+            id,
+            timestamp,
+            &hit.body
+        ));
+        let stored = webhook_event::Entity::find()
+            .filter(webhook_event::Column::WebhookId.eq(id.as_str()))
+            .one(&app.db)
+            .await
+            .unwrap()
+            .expect("a recorded event");
+        assert_eq!(hit.body, stored.payload.as_bytes(), "the recorded bytes");
+        let body: serde_json::Value = serde_json::from_slice(&hit.body).unwrap();
+        assert_eq!(body["data"]["order_id"], order.as_str());
+        types.push(body["type"].as_str().unwrap().to_owned());
+    }
+    types.sort();
+    assert_eq!(types, ["order.completed", "order.created"]);
+    poll("both deliveries succeeded", || async {
+        let done = webhook_delivery::Entity::find()
+            .filter(webhook_delivery::Column::EndpointId.eq(endpoint.id))
+            .filter(webhook_delivery::Column::Status.eq(DeliveryStatus::Succeeded))
+            .all(&app.db)
+            .await
+            .unwrap();
+        (done.len() == 2).then_some(())
+    })
+    .await;
+    assert_eq!(receiver.hits().len(), 2);
 }
 
 /// A resolver whose answer the test changes.
