@@ -34,7 +34,7 @@ use masterpay::{
         AdminError,
         admin_audit::Actor,
         webhook_destination::{DestinationPolicy, Destinations, Lookup, Resolver},
-        webhook_endpoints,
+        webhook_endpoints, webhook_redelivery,
         webhook_signature::{SigningKey, verify},
     },
     store::relay::{After, Attempt, Capacity, Claim, Recorded, Sent},
@@ -60,6 +60,8 @@ on_every_backend!(
         a_relay_whose_lease_was_taken_over_records_nothing,
         a_name_that_resolves_elsewhere_at_send_time_is_refused,
         an_order_created_and_completed_through_the_api_reaches_its_endpoint,
+        test_rotate_resend_and_replay_only_enqueue_and_the_relay_sends,
+        the_commands_enqueue_rotate_and_refuse_in_one_line,
     ],
 );
 
@@ -798,6 +800,285 @@ async fn an_order_created_and_completed_through_the_api_reaches_its_endpoint(bac
     })
     .await;
     assert_eq!(receiver.hits().len(), 2);
+}
+
+async fn test_rotate_resend_and_replay_only_enqueue_and_the_relay_sends(backend: Backend) {
+    let app = app_with(backend, webhooks(&[])).await;
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fails = Arc::clone(&failing);
+    let receiver = Receiver::start(move |_| {
+        if fails.load(std::sync::atomic::Ordering::SeqCst) {
+            status(500)
+        } else {
+            status(200)
+        }
+    })
+    .await;
+    let destinations = Destinations {
+        policy: DestinationPolicy::of(&webhooks(&[])),
+        lookup: Resolver::default(),
+    };
+    let actor = &Actor::CommandLine;
+    let (endpoint, old_secret) = webhook_endpoints::create(
+        &app.db,
+        None,
+        &destinations,
+        actor,
+        app.project_id,
+        &receiver.url("/"),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let old = SigningKey::from_secret(old_secret.expose()).unwrap();
+    let received = |n: usize| {
+        let receiver = &receiver;
+        poll("the receiver's hits", move || async move {
+            let hits = receiver.hits();
+            (hits.len() >= n).then_some(hits)
+        })
+    };
+
+    // A test event: to this endpoint, signed with its secret.
+    let event = webhook_redelivery::test_endpoint(&app.db, actor, endpoint.id)
+        .await
+        .unwrap();
+    let hits = received(1).await;
+    let body: serde_json::Value = serde_json::from_slice(&hits[0].body).unwrap();
+    assert_eq!(body["type"], "webhook.test");
+    assert_eq!(body["data"]["endpoint_id"], endpoint.id);
+    assert_eq!(hits[0].headers["webhook-id"], event.webhook_id);
+
+    // Rotated with an overlap: both secrets sign, either verifies.
+    let (_, new_secret) = webhook_redelivery::rotate_secret(
+        &app.db,
+        None,
+        actor,
+        endpoint.id,
+        Duration::from_secs(3600),
+    )
+    .await
+    .unwrap();
+    let new = SigningKey::from_secret(new_secret.expose()).unwrap();
+    // Sent again: the same id and bytes.
+    let sent_to = webhook_redelivery::resend(&app.db, actor, event.id, None)
+        .await
+        .unwrap();
+    assert_eq!(sent_to, [endpoint.id]);
+    let hits = received(2).await;
+    let again = &hits[1];
+    assert_eq!(again.headers["webhook-id"], event.webhook_id);
+    assert_eq!(again.body, hits[0].body);
+    let signature = &again.headers["webhook-signature"];
+    assert_eq!(signature.split(' ').count(), 2, "{signature}");
+    let timestamp = again.headers["webhook-timestamp"].parse().unwrap();
+    for key in [&old, &new] {
+        assert!(verify(
+            key,
+            signature,
+            &event.webhook_id,
+            timestamp,
+            &again.body
+        ));
+    }
+    // Without an overlap, only the new secret signs.
+    webhook_redelivery::rotate_secret(&app.db, None, actor, endpoint.id, Duration::ZERO)
+        .await
+        .unwrap();
+    let too_long = webhook_redelivery::rotate_secret(
+        &app.db,
+        None,
+        actor,
+        endpoint.id,
+        Duration::from_secs(8 * 86_400),
+    )
+    .await;
+    assert!(matches!(too_long, Err(AdminError::Invalid("overlap", _))));
+
+    // A failed delivery is sent again by a replay of its window, once.
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let failed = webhook_redelivery::test_endpoint(&app.db, actor, endpoint.id)
+        .await
+        .unwrap();
+    poll("the test event failed", || async {
+        let rows = webhook_delivery::Entity::find()
+            .filter(webhook_delivery::Column::EventId.eq(failed.id))
+            .all(&app.db)
+            .await
+            .unwrap();
+        rows.iter()
+            .all(|d| d.status == DeliveryStatus::Failed)
+            .then_some(())
+    })
+    .await;
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let since = Utc::now() - chrono::Duration::hours(1);
+    let replayed = webhook_redelivery::replay(&app.db, actor, endpoint.id, since, None)
+        .await
+        .unwrap();
+    assert_eq!(replayed, 1, "only the failed event");
+    let hits = received(4).await;
+    assert_eq!(hits[3].headers["webhook-id"], failed.webhook_id);
+    poll("the replayed delivery succeeded", || async {
+        let rows = webhook_delivery::Entity::find()
+            .filter(webhook_delivery::Column::EventId.eq(failed.id))
+            .filter(webhook_delivery::Column::Status.eq(DeliveryStatus::Succeeded))
+            .all(&app.db)
+            .await
+            .unwrap();
+        (rows.len() == 1).then_some(())
+    })
+    .await;
+    // Delivered now: a second replay has nothing to send.
+    let again = webhook_redelivery::replay(&app.db, actor, endpoint.id, since, None)
+        .await
+        .unwrap();
+    assert_eq!(again, 0);
+    let wide = webhook_redelivery::replay(
+        &app.db,
+        actor,
+        endpoint.id,
+        Utc::now() - chrono::Duration::days(15),
+        None,
+    )
+    .await;
+    assert!(matches!(wide, Err(AdminError::Invalid("since", _))));
+    // A disabled endpoint is sent nothing.
+    webhook_endpoints::set_enabled(&app.db, actor, endpoint.id, false)
+        .await
+        .unwrap();
+    let disabled = webhook_redelivery::test_endpoint(&app.db, actor, endpoint.id).await;
+    assert!(matches!(disabled, Err(AdminError::Invalid("endpoint", _))));
+    assert_eq!(receiver.hits().len(), 4);
+    let audited = app
+        .count(
+            "SELECT COUNT(*) FROM admin_audit_log WHERE action IN ('webhook_endpoint.test', \
+             'webhook_endpoint.rotate_secret', 'webhook_event.resend', 'webhook_endpoint.replay')",
+        )
+        .await;
+    assert_eq!(audited, 7);
+}
+
+/// `masterpay ARGS` on the app's database; its exit status and output.
+fn masterpay(app: &TestApp, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_masterpay"))
+        .args(args)
+        .env("MASTERPAY_DATABASE_URL", &app.database.url)
+        .env("MASTERPAY_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8")
+        .env_remove("MASTERPAY_LOG")
+        .env_remove("MASTERPAY_CONFIG")
+        .env_remove("MASTERPAY_WEBHOOK_SECRET_KEY")
+        .output()
+        .expect("run masterpay");
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+async fn the_commands_enqueue_rotate_and_refuse_in_one_line(backend: Backend) {
+    let app = app_without_relay(backend).await;
+    let project = app.project_id.to_string();
+    let (ok, out, err) = masterpay(
+        &app,
+        &[
+            "webhook",
+            "endpoint",
+            "create",
+            "--project",
+            &project,
+            "--url",
+            "http://127.0.0.1:9/in",
+            "--json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let made: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let id = made["id"].as_i64().unwrap().to_string();
+    let (ok, out, err) = masterpay(&app, &["webhook", "endpoint", "test", &id, "--json"]);
+    assert!(ok, "{err}");
+    let test: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let event = test["event_id"].as_i64().unwrap();
+    assert!(test["webhook_id"].as_str().unwrap().starts_with("msg_"));
+    let pending = app
+        .count(&format!(
+            "SELECT COUNT(*) FROM webhook_deliveries WHERE event_id = {event} AND status = 'pending'"
+        ))
+        .await;
+    assert_eq!(pending, 1, "queued for the relay, not sent");
+    let (ok, out, err) = masterpay(
+        &app,
+        &[
+            "webhook",
+            "endpoint",
+            "rotate-secret",
+            &id,
+            "--overlap",
+            "2h",
+            "--json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let rotated: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let secret = rotated["secret"].as_str().unwrap();
+    assert!(secret.starts_with("whsec_") && secret != made["secret"].as_str().unwrap());
+    let until: DateTime<Utc> = rotated["previous_secret_until"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(between(
+        until - Utc::now(),
+        Duration::from_secs(7000),
+        Duration::from_secs(7200)
+    ));
+    let (ok, out, err) = masterpay(&app, &["webhook", "resend", &event.to_string()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("queued"), "{out}");
+    for (args, message) in [
+        (
+            vec!["webhook", "resend", "999999"],
+            "webhook event 999999 does not exist",
+        ),
+        (
+            vec![
+                "webhook",
+                "replay",
+                "--endpoint",
+                &id,
+                "--since",
+                "2026-01-01T00:00:00Z",
+                "--until",
+                "2026-02-01T00:00:00Z",
+            ],
+            "the window is at most 14 days",
+        ),
+    ] {
+        let (ok, out, err) = masterpay(&app, &args);
+        assert!(!ok && out.is_empty(), "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(message), "{err}");
+    }
+    let (ok, _, err) = masterpay(
+        &app,
+        &[
+            "webhook",
+            "replay",
+            "--endpoint",
+            &id,
+            "--since",
+            "yesterday",
+        ],
+    );
+    assert!(!ok && err.contains("RFC 3339"), "{err}");
+    assert_eq!(
+        app.count("SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending'")
+            .await,
+        2,
+        "the refusals queued nothing"
+    );
 }
 
 /// A resolver whose answer the test changes.
