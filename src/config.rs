@@ -12,6 +12,7 @@
 use std::{net::IpAddr, path::Path, time::Duration};
 
 use clap::{Args, FromArgMatches};
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 /// Default database: an SQLite file in the working directory.
@@ -79,6 +80,8 @@ pub struct Settings {
     /// The key webhook secrets are sealed with at rest; `None`: they are
     /// stored in clear.
     pub webhook_secret_key: Option<WebhookSecretKey>,
+    /// Where outgoing webhooks may go and how the relay sends them.
+    pub webhooks: WebhookSettings,
 }
 
 /// The 32-byte key that seals webhook secrets at rest (see
@@ -121,6 +124,64 @@ impl std::str::FromStr for WebhookSecretKey {
     }
 }
 
+/// The outgoing webhooks' relay and destinations (see `relay` and
+/// `service::webhook_destination`).
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// Networks that endpoints may reach although they are not public.
+    pub allow_networks: Vec<IpNet>,
+    /// Whether endpoints must be `https://`.
+    pub https_only: bool,
+    /// The waits before each retry of a failed delivery; a delivery is
+    /// tried once more than it has waits, then it fails.
+    pub retry_schedule: Vec<Duration>,
+    /// How long a relay instance holds the deliveries it claimed: at least
+    /// twice a send's bound, so that a send ends long before another
+    /// instance may take its delivery over.
+    pub lease: Duration,
+    /// An endpoint failing for this long (every attempt since its first
+    /// failure failed) is disabled.
+    pub disable_after: Duration,
+    /// The longest wait a `Retry-After` answer can ask for.
+    pub retry_after_max: Duration,
+    /// Sends in flight at once per instance; 0: this instance sends none.
+    pub relay_concurrency: usize,
+    /// Sends in flight at once to one endpoint, per instance.
+    pub endpoint_concurrency: usize,
+    /// How often the relay looks for due deliveries.
+    pub poll_interval: Duration,
+}
+
+/// The bound of one send (connect, request, answer): see `relay`.
+pub const WEBHOOK_SEND_TIMEOUT: Duration = Duration::from_secs(15);
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        let minutes = |m: u64| Duration::from_secs(60 * m);
+        WebhookSettings {
+            allow_networks: Vec::new(),
+            https_only: false,
+            retry_schedule: vec![
+                Duration::from_secs(5),
+                minutes(5),
+                minutes(30),
+                minutes(2 * 60),
+                minutes(5 * 60),
+                minutes(10 * 60),
+                minutes(14 * 60),
+                minutes(20 * 60),
+                minutes(24 * 60),
+            ],
+            lease: Duration::from_secs(60),
+            disable_after: minutes(5 * 24 * 60),
+            retry_after_max: minutes(24 * 60),
+            relay_concurrency: 16,
+            endpoint_concurrency: 4,
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -136,6 +197,7 @@ impl Default for Settings {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             shutdown_grace: Duration::from_secs(10),
             webhook_secret_key: None,
+            webhooks: WebhookSettings::default(),
         }
     }
 }
@@ -193,6 +255,41 @@ pub struct SettingsArgs {
     /// shows in the process list [default: none, secrets stored in clear].
     #[arg(long, env = "MASTERPAY_WEBHOOK_SECRET_KEY", hide_env_values = true)]
     pub webhook_secret_key: Option<String>,
+    /// Networks (CIDRs, comma separated) that webhook endpoints may reach
+    /// although they are not public: loopback, private, link-local...
+    /// [default: none].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_ALLOW_NETWORKS", value_delimiter = ',')]
+    pub webhook_allow_networks: Option<Vec<String>>,
+    /// Accept only https:// webhook endpoints [default: false].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_HTTPS_ONLY", num_args = 0..=1, default_missing_value = "true")]
+    pub webhook_https_only: Option<bool>,
+    /// Waits before each retry of a failed webhook, comma separated
+    /// [default: 5s,5m,30m,2h,5h,10h,14h,20h,24h].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_RETRY_SCHEDULE", value_delimiter = ',')]
+    pub webhook_retry_schedule: Option<Vec<String>>,
+    /// How long a relay instance holds the deliveries it claimed, in ms;
+    /// at least 30000 [default: 60000].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_LEASE_MS")]
+    pub webhook_lease_ms: Option<u64>,
+    /// Disable an endpoint whose attempts have all failed for this long
+    /// [default: 5days].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_DISABLE_AFTER")]
+    pub webhook_disable_after: Option<String>,
+    /// The longest wait a Retry-After answer can ask for [default: 24h].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_RETRY_AFTER_MAX")]
+    pub webhook_retry_after_max: Option<String>,
+    /// Webhook sends in flight at once per instance; 0 sends none from
+    /// this instance [default: 16].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_RELAY_CONCURRENCY")]
+    pub webhook_relay_concurrency: Option<usize>,
+    /// Webhook sends in flight at once to one endpoint, per instance
+    /// [default: 4].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_ENDPOINT_CONCURRENCY")]
+    pub webhook_endpoint_concurrency: Option<usize>,
+    /// How often the relay looks for due webhook deliveries, in ms
+    /// [default: 1000].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_POLL_INTERVAL_MS")]
+    pub webhook_poll_interval_ms: Option<u64>,
 }
 
 impl SettingsArgs {
@@ -257,6 +354,15 @@ impl Settings {
             max_body_bytes,
             shutdown_grace_ms,
             webhook_secret_key,
+            webhook_allow_networks,
+            webhook_https_only,
+            webhook_retry_schedule,
+            webhook_lease_ms,
+            webhook_disable_after,
+            webhook_retry_after_max,
+            webhook_relay_concurrency,
+            webhook_endpoint_concurrency,
+            webhook_poll_interval_ms,
         } = given.over(file);
         let d = Settings::default();
         let ms = |given: Option<u64>, default| given.map_or(default, Duration::from_millis);
@@ -293,6 +399,41 @@ impl Settings {
                 .map(str::parse)
                 .transpose()
                 .map_err(|err: String| anyhow::anyhow!(err))?,
+            webhooks: WebhookSettings {
+                allow_networks: match webhook_allow_networks {
+                    Some(networks) => networks
+                        .iter()
+                        .map(|text| text.trim())
+                        .filter(|text| !text.is_empty())
+                        .map(network)
+                        .collect::<anyhow::Result<_>>()?,
+                    None => d.webhooks.allow_networks,
+                },
+                https_only: webhook_https_only.unwrap_or(d.webhooks.https_only),
+                retry_schedule: match webhook_retry_schedule {
+                    Some(waits) => waits
+                        .iter()
+                        .map(|text| text.trim())
+                        .filter(|text| !text.is_empty())
+                        .map(|text| duration("webhook_retry_schedule", text))
+                        .collect::<anyhow::Result<_>>()?,
+                    None => d.webhooks.retry_schedule,
+                },
+                lease: ms(webhook_lease_ms, d.webhooks.lease),
+                disable_after: webhook_disable_after
+                    .map(|text| duration("webhook_disable_after", &text))
+                    .transpose()?
+                    .unwrap_or(d.webhooks.disable_after),
+                retry_after_max: webhook_retry_after_max
+                    .map(|text| duration("webhook_retry_after_max", &text))
+                    .transpose()?
+                    .unwrap_or(d.webhooks.retry_after_max),
+                relay_concurrency: webhook_relay_concurrency
+                    .unwrap_or(d.webhooks.relay_concurrency),
+                endpoint_concurrency: webhook_endpoint_concurrency
+                    .unwrap_or(d.webhooks.endpoint_concurrency),
+                poll_interval: ms(webhook_poll_interval_ms, d.webhooks.poll_interval),
+            },
         };
         if settings.pool.max_connections == 0 {
             anyhow::bail!("db_max_connections must be at least 1");
@@ -306,6 +447,24 @@ impl Settings {
             if value.is_zero() {
                 anyhow::bail!("{name} must be greater than 0");
             }
+        }
+        let webhooks = &settings.webhooks;
+        if webhooks.lease < 2 * WEBHOOK_SEND_TIMEOUT {
+            anyhow::bail!(
+                "webhook_lease_ms must be at least {} (twice a send's bound)",
+                (2 * WEBHOOK_SEND_TIMEOUT).as_millis()
+            );
+        }
+        for (name, value) in [
+            ("webhook_poll_interval_ms", webhooks.poll_interval),
+            ("webhook_disable_after", webhooks.disable_after),
+        ] {
+            if value.is_zero() {
+                anyhow::bail!("{name} must be greater than 0");
+            }
+        }
+        if webhooks.endpoint_concurrency == 0 {
+            anyhow::bail!("webhook_endpoint_concurrency must be at least 1");
         }
         if settings.max_body_bytes == 0 {
             anyhow::bail!("max_body_bytes must be greater than 0");
@@ -330,6 +489,19 @@ fn listener(given: Option<String>, default: Option<String>) -> Option<String> {
         Some(address) => Some(address),
         None => default,
     }
+}
+
+/// A network of `webhook_allow_networks`: a CIDR, or one address.
+fn network(text: &str) -> anyhow::Result<IpNet> {
+    text.parse::<IpNet>()
+        .or_else(|_| text.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| anyhow::anyhow!("webhook_allow_networks: {text:?} is not a network (CIDR)"))
+}
+
+/// A duration as operators write it (`5s`, `30m`, `5days`).
+fn duration(key: &str, text: &str) -> anyhow::Result<Duration> {
+    humantime::parse_duration(text)
+        .map_err(|err| anyhow::anyhow!("{key}: {text:?} is not a duration ({err})"))
 }
 
 /// Whether `address` (`host:port`) can only be reached from this host.

@@ -8,7 +8,9 @@
 //!   command calls [`service`] exactly as the API does.
 //! - [`app`]: assembles the poem routes (v2 API, health, OpenAPI, Swagger UI),
 //!   the administration panel's and the metrics', and runs their listeners
-//!   with graceful shutdown.
+//!   and the webhook [`relay`] with graceful shutdown.
+//! - [`relay`]: sends the recorded webhook events to integrators'
+//!   endpoints (outgoing HTTP only), by the rules of [`service`].
 //! - [`panel`]: the administration panel's HTML pages, on a listener of
 //!   their own; beside [`api`], never importing it.
 //! - [`api`]: HTTP only: endpoints, the bearer security scheme, error
@@ -37,6 +39,7 @@ pub mod events;
 pub mod metrics;
 pub mod money;
 pub mod panel;
+pub mod relay;
 pub mod service;
 pub mod state;
 pub mod store;

@@ -6,7 +6,10 @@
 //! `outcome` one of the completion or panel sign-in outcomes. Pool gauges are read from the
 //! connection pool at scrape time.
 
-use std::{sync::Mutex, time::Duration};
+use std::{
+    sync::{Mutex, atomic::AtomicU64},
+    time::Duration,
+};
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
@@ -72,6 +75,16 @@ pub struct Metrics {
     completion_group_sizes: Histogram,
     token_read_group_sizes: Histogram,
     insert_group_sizes: Histogram,
+    webhook_pending: Gauge,
+    webhook_oldest_pending: Gauge<f64, AtomicU64>,
+    webhook_attempts: Family<OutcomeLabels, Counter>,
+    webhook_attempt_duration: Histogram,
+    webhook_endpoints_disabled: Family<ReasonLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
 }
 
 impl Metrics {
@@ -145,8 +158,61 @@ impl Metrics {
                 "Order creations inserted per database statement (PostgreSQL groups; 1 when alone)",
                 group_size_histogram(),
             ),
+            webhook_pending: registered(
+                r,
+                "webhook_deliveries_pending",
+                "Webhook deliveries not yet succeeded or failed (all instances; read by each relay every few seconds)",
+                Gauge::default(),
+            ),
+            webhook_oldest_pending: registered(
+                r,
+                "webhook_oldest_pending_seconds",
+                "How long the most overdue pending webhook delivery has been due (0 when none is)",
+                Gauge::default(),
+            ),
+            webhook_attempts: registered(
+                r,
+                "webhook_attempts",
+                "Webhook send attempts of this instance by outcome (succeeded, http_error, timeout, connect_error, redirect, refused_address, gone)",
+                Family::default(),
+            ),
+            webhook_attempt_duration: registered(
+                r,
+                "webhook_attempt_duration_seconds",
+                "Time of one webhook send attempt, to the end of the answer",
+                Histogram::new([0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0]),
+            ),
+            webhook_endpoints_disabled: registered(
+                r,
+                "webhook_endpoints_disabled",
+                "Webhook endpoints this instance disabled, by reason (gone: answered 410; failing: failed for the whole disable window)",
+                Family::default(),
+            ),
             registry: Mutex::new(registry),
         }
+    }
+
+    /// A webhook send attempt and what it took.
+    pub fn record_webhook_attempt(&self, outcome: &'static str, elapsed: Duration) {
+        self.webhook_attempts
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+        self.webhook_attempt_duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// An endpoint the relay disabled (`gone` or `failing`).
+    pub fn record_webhook_endpoint_disabled(&self, reason: &'static str) {
+        self.webhook_endpoints_disabled
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// The pending deliveries, and how long the most overdue one has been
+    /// due.
+    pub fn set_webhook_backlog(&self, pending: i64, oldest_overdue: Duration) {
+        self.webhook_pending.set(pending);
+        self.webhook_oldest_pending
+            .set(oldest_overdue.as_secs_f64());
     }
 
     /// Token reads that went to the database in one statement.

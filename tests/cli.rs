@@ -1782,7 +1782,8 @@ async fn webhook_endpoints_are_managed_with_their_secret_shown_once_and_stored_s
             "--url",
             "http://hooks.example.net:9000/in",
         ],
-        &[],
+        // A private address, allowed by the setting.
+        &[("MASTERPAY_WEBHOOK_ALLOW_NETWORKS", "10.0.0.0/8")],
     );
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();

@@ -1590,6 +1590,7 @@ impl StoreTest {
         webhook_endpoints::create(
             &self.db,
             None,
+            &Default::default(),
             &Actor::CommandLine,
             project_id,
             "https://hooks.example.com/in",

@@ -33,6 +33,7 @@ async fn endpoint(app: &TestApp, project_id: i64, types: Option<&[EventType]>) -
     webhook_endpoints::create(
         &app.db,
         None,
+        &Default::default(),
         &Actor::CommandLine,
         project_id,
         "https://hooks.example.com/masterpay",

@@ -30,6 +30,8 @@ use crate::{
     },
     config::Settings,
     panel::{self, PanelState},
+    relay::Relay,
+    service::webhook_destination::Resolver,
     state::AppState,
     store::Readiness,
 };
@@ -148,6 +150,8 @@ pub struct Application {
     metrics: Option<(TcpAcceptor, SocketAddr)>,
     state: AppState,
     settings: Settings,
+    /// How the webhook relay resolves endpoints' names.
+    webhook_resolver: Resolver,
 }
 
 /// Binds `address` (port 0 picks a free port) and tells which address it got.
@@ -196,7 +200,14 @@ impl Application {
             metrics,
             state,
             settings: settings.clone(),
+            webhook_resolver: Resolver::default(),
         })
+    }
+
+    /// Resolves the names of webhook endpoints with `resolver` instead of
+    /// the system's (tests point names where they want).
+    pub fn set_webhook_resolver(&mut self, resolver: Resolver) {
+        self.webhook_resolver = resolver;
     }
 
     /// Where the administration panel listens, unless it is off.
@@ -225,7 +236,8 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then stops accepting on every
     /// listener and gives in-flight requests up to the grace period to
-    /// finish.
+    /// finish. The webhook relay runs beside them, and its sends in flight
+    /// get the same grace.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -242,6 +254,14 @@ impl Application {
             }
         };
         let grace = Some(self.settings.shutdown_grace);
+        let relay = Relay::new(
+            Arc::clone(&self.state.store),
+            &self.settings,
+            self.webhook_resolver,
+            Arc::clone(&self.state.metrics),
+        )
+        .map_err(std::io::Error::other)?
+        .run(until_stopped(), self.settings.shutdown_grace);
         let panel = self.panel.map(|(acceptor, _)| {
             let routes = panel::routes(PanelState {
                 db: self.state.db.clone(),
@@ -270,7 +290,11 @@ impl Application {
                 until_stopped(),
                 grace,
             );
-        tokio::try_join!(api, unless_off(panel), unless_off(metrics)).map(|_| ())
+        let servers = async move {
+            tokio::try_join!(api, unless_off(panel), unless_off(metrics)).map(|_| ())
+        };
+        let (served, ()) = tokio::join!(servers, relay);
+        served
     }
 }
 

@@ -1,8 +1,12 @@
-//! `masterpay webhook endpoint create|list|show|update|enable|disable|delete`.
+//! `masterpay webhook endpoint create|list|show|update|enable|disable|delete|
+//! test|rotate-secret` and `masterpay webhook resend|replay`.
 //!
-//! `create` prints the endpoint's signing secret once; nothing shows it
-//! again (it is stored sealed when `webhook_secret_key` is configured).
+//! `create` and `rotate-secret` print the endpoint's signing secret once;
+//! nothing shows it again (it is stored sealed when `webhook_secret_key` is
+//! configured). `test`, `resend` and `replay` only record what to send: the
+//! relay of a running `serve` sends it.
 
+use chrono::{DateTime, Utc};
 use clap::Subcommand;
 use entity::webhook_endpoint;
 use sea_orm::DatabaseConnection;
@@ -12,7 +16,10 @@ use super::{CliResult, Output};
 use crate::{
     config::Settings,
     events::{self, EventType},
-    service::{admin_audit::Actor, webhook_endpoints as endpoints},
+    service::{
+        admin_audit::Actor, webhook_destination::Destinations, webhook_endpoints as endpoints,
+        webhook_redelivery as redelivery,
+    },
 };
 
 #[derive(Debug, Subcommand)]
@@ -20,6 +27,31 @@ pub enum WebhookCommand {
     /// Manage the endpoints events are sent to.
     #[command(subcommand)]
     Endpoint(EndpointCommand),
+    /// Send an event again, with its webhook-id and body (to every enabled
+    /// endpoint it went to, or to --endpoint).
+    Resend {
+        event_id: i64,
+        #[arg(long)]
+        endpoint: Option<i64>,
+    },
+    /// Send again the failed deliveries to an endpoint of the events
+    /// recorded in a window of at most 14 days.
+    Replay {
+        #[arg(long)]
+        endpoint: i64,
+        /// Start of the window (RFC 3339, `2026-11-20T00:00:00Z`).
+        #[arg(long, value_parser = parse_time)]
+        since: DateTime<Utc>,
+        /// End of the window (RFC 3339) [default: now].
+        #[arg(long, value_parser = parse_time)]
+        until: Option<DateTime<Utc>>,
+    },
+}
+
+fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(text.trim())
+        .map(|time| time.with_timezone(&Utc))
+        .map_err(|_| format!("{text:?} is not an RFC 3339 time (2026-11-20T00:00:00Z)"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,6 +97,17 @@ pub enum EndpointCommand {
     Disable { id: i64 },
     /// Delete an endpoint with its deliveries.
     Delete { id: i64 },
+    /// Send a webhook.test event to an endpoint.
+    Test { id: i64 },
+    /// Give an endpoint a new signing secret (printed once); the current one
+    /// keeps signing too during the overlap.
+    RotateSecret {
+        id: i64,
+        /// How long both secrets sign (at most 7 days; 0: the old one stops
+        /// at once).
+        #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+        overlap: std::time::Duration,
+    },
 }
 
 /// An `--events` value: the types, or every type (`None`).
@@ -123,8 +166,34 @@ pub async fn run(
     settings: &Settings,
     out: Output,
 ) -> CliResult {
-    let WebhookCommand::Endpoint(cmd) = cmd;
     let actor = &Actor::CommandLine;
+    let cmd = match cmd {
+        WebhookCommand::Endpoint(cmd) => cmd,
+        WebhookCommand::Resend { event_id, endpoint } => {
+            let endpoints = redelivery::resend(db, actor, event_id, endpoint).await?;
+            out.emit(
+                json!({"event_id": event_id, "endpoints": endpoints}),
+                || {
+                    format!(
+                        "event {event_id} queued for endpoints {:?}; a running serve sends it",
+                        endpoints
+                    )
+                },
+            );
+            return Ok(());
+        }
+        WebhookCommand::Replay {
+            endpoint,
+            since,
+            until,
+        } => {
+            let count = redelivery::replay(db, actor, endpoint, since, until).await?;
+            out.emit(json!({"endpoint_id": endpoint, "events": count}), || {
+                format!("{count} failed events queued again for endpoint {endpoint}; a running serve sends them")
+            });
+            return Ok(());
+        }
+    };
     match cmd {
         EndpointCommand::Create {
             project,
@@ -136,6 +205,7 @@ pub async fn run(
             let (endpoint, secret) = endpoints::create(
                 db,
                 settings.webhook_secret_key.as_ref(),
+                &Destinations::of(&settings.webhooks),
                 actor,
                 project,
                 &url,
@@ -180,7 +250,8 @@ pub async fn run(
                 types,
                 description: description.as_deref(),
             };
-            let endpoint = endpoints::edit(db, actor, id, edit).await?;
+            let destinations = Destinations::of(&settings.webhooks);
+            let endpoint = endpoints::edit(db, &destinations, actor, id, edit).await?;
             out.emit(endpoint_json(&endpoint), || {
                 format!("updated webhook endpoint {}", describe(&endpoint))
             });
@@ -197,6 +268,42 @@ pub async fn run(
             endpoints::delete(db, actor, id).await?;
             out.emit(json!({"id": id, "deleted": true}), || {
                 format!("deleted webhook endpoint {id}")
+            });
+        }
+        EndpointCommand::Test { id } => {
+            let event = redelivery::test_endpoint(db, actor, id).await?;
+            out.emit(
+                json!({"endpoint_id": id, "event_id": event.id, "webhook_id": event.webhook_id}),
+                || {
+                    format!(
+                        "webhook.test event {} ({}) queued for endpoint {id}; a running serve sends it",
+                        event.id, event.webhook_id
+                    )
+                },
+            );
+        }
+        EndpointCommand::RotateSecret { id, overlap } => {
+            let (endpoint, secret) = redelivery::rotate_secret(
+                db,
+                settings.webhook_secret_key.as_ref(),
+                actor,
+                id,
+                overlap,
+            )
+            .await?;
+            let until = endpoint.previous_secret_until.map(|t| t.to_rfc3339());
+            let mut answer = endpoint_json(&endpoint);
+            answer["secret"] = secret.expose().into();
+            answer["previous_secret_until"] = until.clone().into();
+            out.emit(answer, || {
+                let overlap = match &until {
+                    Some(until) => format!("The previous secret signs too until {until}."),
+                    None => "The previous secret no longer signs.".to_owned(),
+                };
+                format!(
+                    "rotated the secret of webhook endpoint {id}\n{}\nThis secret is shown once and cannot be recovered. {overlap}",
+                    secret.expose()
+                )
             });
         }
     }

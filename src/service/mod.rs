@@ -25,8 +25,12 @@ pub mod servers;
 pub mod tokens;
 pub mod users;
 pub mod validate;
+pub mod webhook_delivery;
+pub mod webhook_destination;
 pub mod webhook_endpoints;
+pub mod webhook_redelivery;
 pub mod webhook_secrets;
+pub mod webhook_signature;
 
 use sea_orm::{DbErr, SqlErr};
 

@@ -93,7 +93,7 @@ pub async fn record<C: ConnectionTrait>(
 
 /// The time by the database's clock, to the microsecond (SQLite's is this
 /// host's).
-fn database_now(backend: DbBackend) -> SimpleExpr {
+pub(super) fn database_now(backend: DbBackend) -> SimpleExpr {
     match backend {
         DbBackend::Postgres => Expr::cust("now()"),
         DbBackend::MySql => Expr::cust("UTC_TIMESTAMP(6)"),

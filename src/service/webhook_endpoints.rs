@@ -6,7 +6,9 @@
 //! is in the admin audit log, never with the secret. An address is checked
 //! by [`check_destination`] when it is set (created or changed): it must be
 //! an `http` or `https` URL with a host, without credentials, of at most
-//! 2048 characters.
+//! 2048 characters, whose host is not, and does not resolve to, an address
+//! the destination rules refuse (see [`webhook_destination`]; the relay
+//! checks again at every send).
 
 use chrono::{DateTime, Utc};
 use entity::webhook_endpoint;
@@ -20,6 +22,7 @@ use super::{
     AdminError,
     admin_audit::{Actor, AuditedChange, Change},
     now, projects, validate,
+    webhook_destination::Destinations,
     webhook_secrets::{self, WebhookSecret},
 };
 use crate::{
@@ -35,10 +38,10 @@ pub const DISABLED_BY_ADMINISTRATOR: &str = "disabled by an administrator";
 
 /// Whether events may be sent to `url`, trimmed: an `http` or `https` URL
 /// with a host, no user name or password (a secret in an address ends up in
-/// logs), at most [`URL_MAX_LEN`] characters. Every address an endpoint is
-/// given passes here, so this is where a check of where the address leads
-/// belongs too (hence `async`: it may resolve the host).
-pub async fn check_destination(url: &str) -> Result<String, String> {
+/// logs), at most [`URL_MAX_LEN`] characters, going nowhere `destinations`
+/// refuse (it may resolve the host). Every address an endpoint is given
+/// passes here.
+pub async fn check_destination(url: &str, destinations: &Destinations) -> Result<String, String> {
     let url = url.trim();
     if url.chars().count() > URL_MAX_LEN {
         return Err(format!("the URL must be at most {URL_MAX_LEN} characters"));
@@ -53,6 +56,11 @@ pub async fn check_destination(url: &str) -> Result<String, String> {
     if !parsed.username().is_empty() || parsed.password().is_some() {
         return Err("the URL must not carry a user name or password".to_owned());
     }
+    destinations
+        .policy
+        .check(url, &*destinations.lookup.0)
+        .await
+        .map_err(|refusal| refusal.to_string())?;
     Ok(url.to_owned())
 }
 
@@ -83,17 +91,20 @@ fn check_description(text: Option<&str>) -> Result<String, AdminError> {
 }
 
 /// Makes an endpoint of `project_id` receiving `types` (`None`: every
-/// type) at `url`; returns it and its secret, shown this once.
+/// type) at `url`; returns it and its secret, shown this once. The secret is
+/// sealed with `key`, the address checked against `destinations`.
+#[allow(clippy::too_many_arguments)] // the settings' two, the endpoint's five
 pub async fn create(
     db: &DatabaseConnection,
     key: Option<&WebhookSecretKey>,
+    destinations: &Destinations,
     actor: &Actor,
     project_id: i64,
     url: &str,
     types: Option<&[EventType]>,
     description: Option<&str>,
 ) -> Result<(webhook_endpoint::Model, WebhookSecret), AdminError> {
-    let url = check_destination(url)
+    let url = check_destination(url, destinations)
         .await
         .map_err(AdminError::invalid("url"))?;
     let description = check_description(description)?;
@@ -196,13 +207,14 @@ pub struct EndpointEdit<'a> {
 /// `id`.
 pub async fn edit(
     db: &DatabaseConnection,
+    destinations: &Destinations,
     actor: &Actor,
     id: i64,
     edit: EndpointEdit<'_>,
 ) -> Result<webhook_endpoint::Model, AdminError> {
     let url = match edit.url {
         Some(url) => Some(
-            check_destination(url)
+            check_destination(url, destinations)
                 .await
                 .map_err(AdminError::invalid("url"))?,
         ),
@@ -278,15 +290,29 @@ mod tests {
 
     #[tokio::test]
     async fn destinations_are_http_urls_with_a_host_and_no_credentials() {
+        let open = Destinations::default();
+        let check = |url: &str| {
+            let url = url.to_owned();
+            let open = open.clone();
+            async move { check_destination(&url, &open).await }
+        };
         assert_eq!(
-            check_destination(" https://hooks.example.com/masterpay?x=1 ").await,
-            Ok("https://hooks.example.com/masterpay?x=1".to_owned())
+            check(" https://93.184.215.14/masterpay?x=1 ").await,
+            Ok("https://93.184.215.14/masterpay?x=1".to_owned())
         );
-        assert!(
-            check_destination("http://hooks.example.com:8080/in")
-                .await
-                .is_ok()
+        let private = "http://10.0.0.5:8080/in";
+        assert_eq!(
+            check(private).await.unwrap_err(),
+            "10.0.0.5 is not a public address (webhook_allow_networks can allow it)"
         );
+        let allowed = Destinations {
+            policy: crate::service::webhook_destination::DestinationPolicy {
+                allow: vec!["10.0.0.0/8".parse().unwrap()],
+                https_only: false,
+            },
+            ..Destinations::default()
+        };
+        assert!(check_destination(private, &allowed).await.is_ok());
         for refused in [
             "",
             "hooks.example.com/in",
@@ -295,9 +321,9 @@ mod tests {
             "https://user:pass@hooks.example.com/in",
             "file:///etc/passwd",
         ] {
-            assert!(check_destination(refused).await.is_err(), "{refused:?}");
+            assert!(check(refused).await.is_err(), "{refused:?}");
         }
         let long = format!("https://example.com/{}", "a".repeat(URL_MAX_LEN));
-        assert!(check_destination(&long).await.unwrap_err().contains("2048"));
+        assert!(check(&long).await.unwrap_err().contains("2048"));
     }
 }

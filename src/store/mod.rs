@@ -44,6 +44,7 @@ pub mod database;
 pub mod mysql;
 pub mod postgres;
 pub mod readiness;
+pub mod relay;
 pub mod sqlite;
 
 use std::{future::Future, pin::Pin};
@@ -64,6 +65,9 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The request path's database operations (see the module docs).
 pub trait Store: Send + Sync {
+    /// The same database's operations for the webhook relay.
+    fn relay(&self) -> &dyn relay::RelayStore;
+
     /// The token one of whose values (the current one, or the one a
     /// reissue replaced) has the hash `token_hash` (`None`: no such token), and,
     /// when `account` is given, that account of the token's project read in

@@ -20,10 +20,13 @@ use sea_orm::{
     sqlx::{self, MySql, MySqlPool, Row, pool::PoolConnection},
 };
 
+mod relay;
+
 use super::{
     AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Readiness, Store,
     StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money, now,
     readiness::{WriteError, WriteHealth, close_idle},
+    relay::RelayStore,
     token_row_of,
 };
 use crate::events::{NewEvent, new_webhook_id};
@@ -412,6 +415,10 @@ async fn record_events(
 }
 
 impl Store for MySqlStore {
+    fn relay(&self) -> &dyn RelayStore {
+        self
+    }
+
     fn read_token<'a>(
         &'a self,
         token_hash: &'a str,

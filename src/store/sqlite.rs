@@ -45,11 +45,14 @@ use entity::{
 use rusqlite::{MAIN_DB, OpenFlags, OptionalExtension, TransactionBehavior, named_params, params};
 use sea_orm::{ActiveEnum, sqlx::sqlite::SqliteConnectOptions};
 
+mod relay;
+
 use super::{
     AccountKey, AccountRow, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder,
     OrderInsert, Readiness, Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries,
     money, now, permission_list,
     readiness::{READ_ONLY, WriteError, WriteHealth},
+    relay::RelayStore,
 };
 use crate::events::{NewEvent, new_webhook_id};
 
@@ -603,6 +606,10 @@ fn stored_time(time: DateTime<Utc>) -> String {
 }
 
 impl Store for SqliteStore {
+    fn relay(&self) -> &dyn RelayStore {
+        self
+    }
+
     fn read_token<'a>(
         &'a self,
         token_hash: &'a str,
@@ -738,8 +745,11 @@ fn unavailable(err: &rusqlite::Error) -> StoreError {
 
 /// A time column as sqlx stores it on SQLite (RFC 3339 text). An unreadable
 /// one fails the read: an expiry must never read as "never".
-fn time_column(row: &rusqlite::Row<'_>, name: &str) -> rusqlite::Result<Option<DateTime<Utc>>> {
-    let Some(text) = row.get::<_, Option<String>>(name)? else {
+fn time_column(
+    row: &rusqlite::Row<'_>,
+    column: impl rusqlite::RowIndex,
+) -> rusqlite::Result<Option<DateTime<Utc>>> {
+    let Some(text) = row.get::<_, Option<String>>(column)? else {
         return Ok(None);
     };
     DateTime::parse_from_rfc3339(&text)

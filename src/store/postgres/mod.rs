@@ -28,6 +28,7 @@
 //! than pooled again (see [`super::readiness`]).
 
 pub mod group;
+mod relay;
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
@@ -47,6 +48,7 @@ use super::{
     Readiness, Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money,
     now,
     readiness::{READ_ONLY, WriteError, WriteHealth, close_idle},
+    relay::RelayStore,
     token_row_of,
 };
 use crate::{
@@ -366,6 +368,10 @@ fn timed_out() -> StoreError {
 }
 
 impl Store for PostgresStore {
+    fn relay(&self) -> &dyn RelayStore {
+        self
+    }
+
     fn read_token<'a>(
         &'a self,
         token_hash: &'a str,

@@ -1,0 +1,231 @@
+//! The relay's statements on PostgreSQL (see `store::relay`): leases on the
+//! database's clock, read `FOR UPDATE SKIP LOCKED`.
+
+use chrono::{DateTime, Utc};
+use sea_orm::sqlx::{self, Postgres, Row, Transaction};
+
+use super::PostgresStore;
+use crate::store::{
+    StoreError, StoreFuture, now,
+    relay::{
+        After, Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, window_elapsed,
+    },
+};
+
+/// Due pending deliveries whose lease is free or expired, oldest due first
+/// (`$1` endpoints left out, `$2` how many), locked for this transaction
+/// and skipped when another holds them; with the database's time.
+const DUE: &str = r#"SELECT "id", "endpoint_id", now() AS "now" FROM "webhook_deliveries"
+WHERE "status" = 'pending' AND "next_attempt_at" <= now()
+    AND ("leased_until" IS NULL OR "leased_until" < now())
+    AND "endpoint_id" <> ALL($1::int8[])
+ORDER BY "next_attempt_at" LIMIT $2
+FOR UPDATE SKIP LOCKED"#;
+
+/// The lease of the chosen deliveries (`$1`): until `$2`, by `$3`.
+const LEASE: &str = r#"UPDATE "webhook_deliveries" SET "leased_until" = $2, "lease_owner" = $3
+WHERE "id" = ANY($1::int8[])"#;
+
+/// The leased deliveries (`$1`, owner `$2`) with their event and endpoint.
+const LEASED: &str = r#"SELECT "d"."id", "d"."endpoint_id", "d"."attempts", "e"."webhook_id", "e"."payload",
+    "p"."url", "p"."secret", "p"."previous_secret", "p"."previous_secret_until", "p"."enabled",
+    "p"."failing_since"
+FROM "webhook_deliveries" AS "d"
+JOIN "webhook_events" AS "e" ON "e"."id" = "d"."event_id"
+JOIN "webhook_endpoints" AS "p" ON "p"."id" = "d"."endpoint_id"
+WHERE "d"."id" = ANY($1::int8[]) AND "d"."lease_owner" = $2
+ORDER BY "d"."next_attempt_at""#;
+
+/// A delivery after its attempt, guarded by its lease (`$6` owner): status
+/// `$2`, next attempt `$3`, `$4` attempts more, last attempt at `$5`.
+const SETTLE: &str = r#"UPDATE "webhook_deliveries"
+SET "status" = $2, "next_attempt_at" = $3, "attempts" = "attempts" + $4,
+    "last_attempt_at" = COALESCE($5, "last_attempt_at"), "leased_until" = NULL, "lease_owner" = NULL
+WHERE "id" = $1 AND "lease_owner" = $6 AND "status" = 'pending'"#;
+
+/// An endpoint's run of failures ends.
+const SUCCEEDING: &str = r#"UPDATE "webhook_endpoints" SET "failing_since" = NULL
+WHERE "id" = $1 AND "failing_since" IS NOT NULL"#;
+
+/// An endpoint's run of failures begins at `$2` unless it has begun; when it
+/// began.
+const FAILING: &str = r#"UPDATE "webhook_endpoints" SET "failing_since" = COALESCE("failing_since", $2)
+WHERE "id" = $1 RETURNING "failing_since""#;
+
+/// An endpoint disabled (`$2` why, `$3` when), once.
+const DISABLE: &str = r#"UPDATE "webhook_endpoints"
+SET "enabled" = FALSE, "disabled_reason" = $2, "updated_at" = $3
+WHERE "id" = $1 AND "enabled""#;
+
+/// Every pending delivery of a disabled endpoint fails.
+const FAIL_PENDING: &str = r#"UPDATE "webhook_deliveries"
+SET "status" = 'failed', "next_attempt_at" = NULL, "leased_until" = NULL, "lease_owner" = NULL
+WHERE "endpoint_id" = $1 AND "status" = 'pending'"#;
+
+/// An attempt's row.
+const ATTEMPT: &str = r#"INSERT INTO "webhook_attempts" ("delivery_id", "attempted_at", "duration_ms",
+    "response_status", "outcome", "response_excerpt", "next_attempt_at")
+VALUES ($1, $2, $3, $4, $5, $6, $7)"#;
+
+/// The pending deliveries, and the earliest due.
+const BACKLOG: &str = r#"SELECT COUNT(*) AS "pending", MIN("next_attempt_at") AS "oldest", now() AS "now"
+FROM "webhook_deliveries" WHERE "status" = 'pending'"#;
+
+impl RelayStore for PostgresStore {
+    fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, Result<Claimed, StoreError>> {
+        Box::pin(async move {
+            let mut txn = self.pool.begin().await?;
+            let due = sqlx::query(DUE)
+                .bind(claim.capacity.saturated())
+                .bind(claim.capacity.candidates() as i64)
+                .fetch_all(&mut *txn)
+                .await?;
+            let Some(first) = due.first() else {
+                txn.commit().await?;
+                return Ok(Claimed {
+                    now: now(),
+                    deliveries: Vec::new(),
+                });
+            };
+            let db_now: DateTime<Utc> = first.try_get("now")?;
+            let candidates = due
+                .iter()
+                .map(|row| Ok((row.try_get("id")?, row.try_get("endpoint_id")?)))
+                .collect::<Result<Vec<(i64, i64)>, sqlx::Error>>()?;
+            let chosen = claim.capacity.choose(&candidates);
+            sqlx::query(LEASE)
+                .bind(&chosen)
+                .bind(db_now + claim.lease)
+                .bind(&claim.owner)
+                .execute(&mut *txn)
+                .await?;
+            txn.commit().await?;
+            let rows = sqlx::query(LEASED)
+                .bind(&chosen)
+                .bind(&claim.owner)
+                .fetch_all(&self.pool)
+                .await?;
+            let deliveries = rows
+                .iter()
+                .map(|row| {
+                    Ok(DueDelivery {
+                        id: row.try_get("id")?,
+                        endpoint_id: row.try_get("endpoint_id")?,
+                        attempts: row.try_get("attempts")?,
+                        webhook_id: row.try_get("webhook_id")?,
+                        payload: row.try_get("payload")?,
+                        url: row.try_get("url")?,
+                        secret: row.try_get("secret")?,
+                        previous_secret: row.try_get("previous_secret")?,
+                        previous_secret_until: row.try_get("previous_secret_until")?,
+                        enabled: row.try_get("enabled")?,
+                        failing_since: row.try_get("failing_since")?,
+                    })
+                })
+                .collect::<Result<_, sqlx::Error>>()?;
+            Ok(Claimed {
+                now: db_now,
+                deliveries,
+            })
+        })
+    }
+
+    fn record<'a>(&'a self, attempt: &'a Attempt) -> StoreFuture<'a, Result<Recorded, StoreError>> {
+        Box::pin(async move {
+            let mut txn = self.pool.begin().await?;
+            let (status, next) = attempt.after.delivery();
+            let settled = sqlx::query(SETTLE)
+                .bind(attempt.delivery_id)
+                .bind(status)
+                .bind(next)
+                .bind(i32::from(attempt.sent.is_some()))
+                .bind(attempt.sent.as_ref().map(|sent| sent.attempted_at))
+                .bind(&attempt.owner)
+                .execute(&mut *txn)
+                .await?
+                .rows_affected();
+            if settled == 0 {
+                txn.rollback().await?;
+                return Ok(Recorded::LeaseLost);
+            }
+            let disable = match (&attempt.after, &attempt.sent) {
+                (After::Succeeded, _) => {
+                    if attempt.changes_endpoint() {
+                        sqlx::query(SUCCEEDING)
+                            .bind(attempt.endpoint_id)
+                            .execute(&mut *txn)
+                            .await?;
+                    }
+                    None
+                }
+                (After::Disable { reason }, _) => Some(reason.as_str()),
+                (after, Some(sent)) => {
+                    let since = match attempt.failing_since {
+                        Some(since) => Some(since),
+                        None => sqlx::query_scalar(FAILING)
+                            .bind(attempt.endpoint_id)
+                            .bind(sent.attempted_at)
+                            .fetch_optional(&mut *txn)
+                            .await?
+                            .flatten(),
+                    };
+                    after.failing_window().and_then(|(threshold, reason)| {
+                        window_elapsed(since, sent.attempted_at, threshold).then_some(reason)
+                    })
+                }
+                (_, None) => None,
+            };
+            let disabled = match disable {
+                Some(reason) => disable_endpoint(&mut txn, attempt.endpoint_id, reason).await?,
+                None => None,
+            };
+            if let Some(sent) = &attempt.sent {
+                let next = if disable.is_some() { None } else { next };
+                sqlx::query(ATTEMPT)
+                    .bind(attempt.delivery_id)
+                    .bind(sent.attempted_at)
+                    .bind(sent.duration_ms)
+                    .bind(sent.response_status)
+                    .bind(sent.outcome)
+                    .bind(&sent.excerpt)
+                    .bind(next)
+                    .execute(&mut *txn)
+                    .await?;
+            }
+            txn.commit().await?;
+            Ok(Recorded::Done { disabled })
+        })
+    }
+
+    fn backlog(&self) -> StoreFuture<'_, Result<Backlog, StoreError>> {
+        Box::pin(async move {
+            let row = sqlx::query(BACKLOG).fetch_one(&self.pool).await?;
+            Ok(Backlog {
+                pending: row.try_get("pending")?,
+                oldest_due: row.try_get("oldest")?,
+                now: row.try_get("now")?,
+            })
+        })
+    }
+}
+
+/// Disables the endpoint with `reason` and fails its pending deliveries;
+/// the reason when this disabled it (it was enabled).
+async fn disable_endpoint(
+    txn: &mut Transaction<'_, Postgres>,
+    endpoint_id: i64,
+    reason: &str,
+) -> Result<Option<String>, StoreError> {
+    let disabled = sqlx::query(DISABLE)
+        .bind(endpoint_id)
+        .bind(reason)
+        .bind(now())
+        .execute(&mut **txn)
+        .await?
+        .rows_affected();
+    sqlx::query(FAIL_PENDING)
+        .bind(endpoint_id)
+        .execute(&mut **txn)
+        .await?;
+    Ok((disabled > 0).then(|| reason.to_owned()))
+}

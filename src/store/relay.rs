@@ -1,0 +1,299 @@
+//! The relay's storage seam: leasing due webhook deliveries and recording
+//! what their attempts did.
+//!
+//! Each backend implements [`RelayStore`] in a module of its own
+//! (`sqlite::relay`, `postgres::relay`, `mysql::relay`), beside its request
+//! path:
+//!
+//! - PostgreSQL and MariaDB lease on the database's clock: in one
+//!   transaction, the due rows are read `FOR UPDATE SKIP LOCKED` (so that
+//!   two instances never read the same row at once, and neither waits for
+//!   the other), [`Capacity::choose`] picks among them, and the picked rows
+//!   get `leased_until` and `lease_owner`; nothing stays locked after the
+//!   commit, and above all not during a send.
+//! - SQLite does the same in one `BEGIN IMMEDIATE` transaction on the
+//!   store's one write connection: the write lock is what keeps another
+//!   process from reading the same rows. Its clock is the host's, which every
+//!   process sharing the file reads.
+//!
+//! A recording is one transaction guarded by `lease_owner`: an instance
+//! whose lease was taken over (it was too slow, and another instance has
+//! sent the delivery again) writes nothing.
+
+use std::{collections::HashMap, time::Duration};
+
+use chrono::{DateTime, Utc};
+
+use super::{StoreError, StoreFuture};
+
+/// The delivery statuses, as stored.
+pub const PENDING: &str = "pending";
+pub const SUCCEEDED: &str = "succeeded";
+pub const FAILED: &str = "failed";
+
+/// The relay's database operations (see the module docs).
+pub trait RelayStore: Send + Sync {
+    /// Leases, for `claim.owner` and `claim.lease`, due pending deliveries
+    /// whose lease is free or expired, oldest due first, as many as
+    /// `claim.capacity` takes; returns them with their event and endpoint.
+    fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, Result<Claimed, StoreError>>;
+
+    /// Records an attempt of a delivery leased by `attempt.owner` and what
+    /// follows it (see [`Attempt`]); nothing when the lease is no longer
+    /// `attempt.owner`'s.
+    fn record<'a>(&'a self, attempt: &'a Attempt) -> StoreFuture<'a, Result<Recorded, StoreError>>;
+
+    /// The pending deliveries: how many, and the earliest `next_attempt_at`
+    /// with the database's clock when it was read.
+    fn backlog(&self) -> StoreFuture<'_, Result<Backlog, StoreError>>;
+}
+
+/// What a relay instance asks of [`RelayStore::claim`].
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The instance (its `lease_owner`).
+    pub owner: String,
+    /// How long the lease lasts.
+    pub lease: Duration,
+    /// What the instance can still send.
+    pub capacity: Capacity,
+}
+
+/// How many sends a relay instance can start: in all, and per endpoint.
+#[derive(Debug, Clone, Default)]
+pub struct Capacity {
+    /// Sends it can start.
+    pub free: usize,
+    /// Sends to one endpoint at once, at most.
+    pub per_endpoint: usize,
+    /// Its sends in flight, by endpoint.
+    pub in_flight: HashMap<i64, usize>,
+}
+
+impl Capacity {
+    /// The endpoints with no free place: their deliveries are not read.
+    pub fn saturated(&self) -> Vec<i64> {
+        self.in_flight
+            .iter()
+            .filter(|(_, n)| **n >= self.per_endpoint)
+            .map(|(endpoint, _)| *endpoint)
+            .collect()
+    }
+
+    /// How many due rows to read to fill the free places: more than them,
+    /// since the places of one endpoint run out.
+    pub fn candidates(&self) -> usize {
+        self.free.saturating_mul(4)
+    }
+
+    /// Of `candidates` (delivery id, endpoint id), oldest due first, the
+    /// ones to lease: in their order, no more than `free` in all and than
+    /// the free places of their endpoint each.
+    pub fn choose(&self, candidates: &[(i64, i64)]) -> Vec<i64> {
+        let mut taken: HashMap<i64, usize> = HashMap::new();
+        let mut chosen = Vec::new();
+        for (delivery, endpoint) in candidates {
+            if chosen.len() >= self.free {
+                break;
+            }
+            let busy = self.in_flight.get(endpoint).copied().unwrap_or(0);
+            let count = taken.entry(*endpoint).or_default();
+            if busy + *count < self.per_endpoint {
+                *count += 1;
+                chosen.push(*delivery);
+            }
+        }
+        chosen
+    }
+}
+
+/// What [`RelayStore::claim`] leased.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// The database's time when it leased them.
+    pub now: DateTime<Utc>,
+    pub deliveries: Vec<DueDelivery>,
+}
+
+/// A leased delivery, with what sending it needs.
+#[derive(Clone)]
+pub struct DueDelivery {
+    pub id: i64,
+    pub endpoint_id: i64,
+    /// Attempts made before this one.
+    pub attempts: i32,
+    /// The `webhook-id` header.
+    pub webhook_id: String,
+    /// The exact body.
+    pub payload: String,
+    pub url: String,
+    /// The endpoint's secrets, sealed as stored.
+    pub secret: String,
+    pub previous_secret: Option<String>,
+    pub previous_secret_until: Option<DateTime<Utc>>,
+    pub enabled: bool,
+    pub failing_since: Option<DateTime<Utc>>,
+}
+
+/// Never the secrets.
+impl std::fmt::Debug for DueDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DueDelivery")
+            .field("id", &self.id)
+            .field("endpoint_id", &self.endpoint_id)
+            .field("attempts", &self.attempts)
+            .field("webhook_id", &self.webhook_id)
+            .field("url", &self.url)
+            .field("enabled", &self.enabled)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An attempt to record, and what follows it.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub owner: String,
+    pub delivery_id: i64,
+    pub endpoint_id: i64,
+    /// The endpoint's `failing_since` as the claim read it: the endpoint
+    /// row is written only when its run of failures begins or ends, so that
+    /// the attempts of a healthy (or steadily failing) endpoint never wait
+    /// on each other for its row.
+    pub failing_since: Option<DateTime<Utc>>,
+    /// `None` when the delivery was not sent: its endpoint was disabled
+    /// meanwhile (no attempt row then).
+    pub sent: Option<Sent>,
+    pub after: After,
+}
+
+/// What one send did.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub attempted_at: DateTime<Utc>,
+    pub duration_ms: i32,
+    pub response_status: Option<i32>,
+    /// `succeeded`, `http_error`, `timeout`, `connect_error`, `redirect`,
+    /// `refused_address` or `gone`.
+    pub outcome: &'static str,
+    /// At most 1 KiB of the answer.
+    pub excerpt: String,
+}
+
+/// What follows an attempt.
+#[derive(Debug, Clone)]
+pub enum After {
+    /// The endpoint took it: the delivery succeeded, the endpoint's run of
+    /// failures (if any) ends.
+    Succeeded,
+    /// A failure: due again at `at`, unless the endpoint has been failing
+    /// since `disable_if_failing_since` or earlier (then it is disabled
+    /// with `reason`). The first failure of a run sets `failing_since` to
+    /// the attempt's time.
+    Retry {
+        at: DateTime<Utc>,
+        disable_if_failing_since: DateTime<Utc>,
+        reason: String,
+    },
+    /// A failure that was the schedule's last: the delivery failed (the
+    /// endpoint may still be disabled as for [`After::Retry`]).
+    GiveUp {
+        disable_if_failing_since: DateTime<Utc>,
+        reason: String,
+    },
+    /// The endpoint is disabled with `reason` (it answered 410, or was
+    /// found disabled): this delivery and every pending one of it failed.
+    Disable { reason: String },
+}
+
+impl After {
+    /// The failing window's threshold and reason, for a failure.
+    pub fn failing_window(&self) -> Option<(DateTime<Utc>, &str)> {
+        match self {
+            After::Retry {
+                disable_if_failing_since,
+                reason,
+                ..
+            }
+            | After::GiveUp {
+                disable_if_failing_since,
+                reason,
+            } => Some((*disable_if_failing_since, reason)),
+            After::Succeeded | After::Disable { .. } => None,
+        }
+    }
+
+    /// The delivery's status and `next_attempt_at` unless the endpoint is
+    /// disabled.
+    pub fn delivery(&self) -> (&'static str, Option<DateTime<Utc>>) {
+        match self {
+            After::Succeeded => (SUCCEEDED, None),
+            After::Retry { at, .. } => (PENDING, Some(*at)),
+            After::GiveUp { .. } | After::Disable { .. } => (FAILED, None),
+        }
+    }
+}
+
+/// What [`RelayStore::record`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// Recorded; the endpoint was disabled with this reason, if it was.
+    Done { disabled: Option<String> },
+    /// The lease was no longer the instance's: nothing written.
+    LeaseLost,
+}
+
+/// The pending deliveries.
+#[derive(Debug, Clone, Copy)]
+pub struct Backlog {
+    pub pending: i64,
+    pub oldest_due: Option<DateTime<Utc>>,
+    pub now: DateTime<Utc>,
+}
+
+impl Attempt {
+    /// Whether recording it writes the endpoint's row: a success ending a
+    /// run of failures, a failure beginning one, or a disabling.
+    pub fn changes_endpoint(&self) -> bool {
+        match (&self.after, &self.sent) {
+            (After::Succeeded, _) => self.failing_since.is_some(),
+            (After::Disable { .. }, _) => true,
+            (_, Some(_)) => self.failing_since.is_none(),
+            (_, None) => false,
+        }
+    }
+}
+
+/// Whether a failed attempt disables its endpoint: it has been failing
+/// since `threshold` or earlier (its run of failures began then, or, for
+/// the run's first failure, at `attempted_at`).
+pub fn window_elapsed(
+    failing_since: Option<DateTime<Utc>>,
+    attempted_at: DateTime<Utc>,
+    threshold: DateTime<Utc>,
+) -> bool {
+    failing_since.unwrap_or(attempted_at) <= threshold
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choose_keeps_order_and_both_bounds() {
+        let capacity = Capacity {
+            free: 4,
+            per_endpoint: 2,
+            in_flight: HashMap::from([(7, 1)]),
+        };
+        // Endpoint 7 has one place left, 8 two; four places in all.
+        let candidates = [(1, 7), (2, 7), (3, 8), (4, 8), (5, 8), (6, 9), (7, 9)];
+        assert_eq!(capacity.choose(&candidates), [1, 3, 4, 6]);
+        assert_eq!(capacity.saturated(), Vec::<i64>::new());
+        let full = Capacity {
+            in_flight: HashMap::from([(7, 2)]),
+            ..capacity
+        };
+        assert_eq!(full.saturated(), [7]);
+        assert_eq!(full.choose(&candidates), [3, 4, 6, 7]);
+    }
+}

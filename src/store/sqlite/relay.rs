@@ -1,0 +1,220 @@
+//! The relay's statements on SQLite (see `store::relay`): each claim and
+//! each recording is one `BEGIN IMMEDIATE` transaction on the store's write
+//! connection, after this process's other writes; the write lock keeps
+//! other processes out meanwhile. Lists of ids are bound as JSON arrays.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+
+use super::{SqliteStore, classify, stored_time, time_column};
+use crate::store::{
+    StoreError, StoreFuture, now,
+    relay::{
+        After, Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, window_elapsed,
+    },
+};
+
+/// Due pending deliveries whose lease is free or expired, oldest due first.
+/// Parameters: now, the saturated endpoints (JSON), how many.
+const DUE: &str = r#"SELECT "id", "endpoint_id" FROM "webhook_deliveries"
+WHERE "status" = 'pending' AND "next_attempt_at" <= ?1
+    AND ("leased_until" IS NULL OR "leased_until" < ?1)
+    AND "endpoint_id" NOT IN (SELECT "value" FROM json_each(?2))
+ORDER BY "next_attempt_at" LIMIT ?3"#;
+
+/// The lease of the chosen deliveries (JSON) until `?2` by `?3`.
+const LEASE: &str = r#"UPDATE "webhook_deliveries" SET "leased_until" = ?2, "lease_owner" = ?3
+WHERE "id" IN (SELECT "value" FROM json_each(?1))"#;
+
+/// The leased deliveries (JSON, owner `?2`) with their event and endpoint.
+const LEASED: &str = r#"SELECT "d"."id", "d"."endpoint_id", "d"."attempts", "e"."webhook_id", "e"."payload",
+    "p"."url", "p"."secret", "p"."previous_secret", "p"."previous_secret_until", "p"."enabled",
+    "p"."failing_since"
+FROM "webhook_deliveries" AS "d"
+JOIN "webhook_events" AS "e" ON "e"."id" = "d"."event_id"
+JOIN "webhook_endpoints" AS "p" ON "p"."id" = "d"."endpoint_id"
+WHERE "d"."id" IN (SELECT "value" FROM json_each(?1)) AND "d"."lease_owner" = ?2
+ORDER BY "d"."next_attempt_at""#;
+
+/// A delivery after its attempt, guarded by its lease (`?6` owner): status
+/// `?2`, next attempt `?3`, `?4` attempts more, last attempt at `?5`.
+const SETTLE: &str = r#"UPDATE "webhook_deliveries"
+SET "status" = ?2, "next_attempt_at" = ?3, "attempts" = "attempts" + ?4,
+    "last_attempt_at" = COALESCE(?5, "last_attempt_at"), "leased_until" = NULL, "lease_owner" = NULL
+WHERE "id" = ?1 AND "lease_owner" = ?6 AND "status" = 'pending'"#;
+
+/// An endpoint's run of failures ends.
+const SUCCEEDING: &str = r#"UPDATE "webhook_endpoints" SET "failing_since" = NULL
+WHERE "id" = ?1 AND "failing_since" IS NOT NULL"#;
+
+/// An endpoint's run of failures begins at `?2` unless it has begun; when it
+/// began.
+const FAILING: &str = r#"UPDATE "webhook_endpoints" SET "failing_since" = COALESCE("failing_since", ?2)
+WHERE "id" = ?1 RETURNING "failing_since""#;
+
+/// An endpoint disabled (`?2` why, `?3` when), once.
+const DISABLE: &str = r#"UPDATE "webhook_endpoints"
+SET "enabled" = 0, "disabled_reason" = ?2, "updated_at" = ?3
+WHERE "id" = ?1 AND "enabled""#;
+
+/// Every pending delivery of a disabled endpoint fails.
+const FAIL_PENDING: &str = r#"UPDATE "webhook_deliveries"
+SET "status" = 'failed', "next_attempt_at" = NULL, "leased_until" = NULL, "lease_owner" = NULL
+WHERE "endpoint_id" = ?1 AND "status" = 'pending'"#;
+
+/// An attempt's row.
+const ATTEMPT: &str = r#"INSERT INTO "webhook_attempts" ("delivery_id", "attempted_at", "duration_ms",
+    "response_status", "outcome", "response_excerpt", "next_attempt_at")
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"#;
+
+/// The pending deliveries, and the earliest due.
+const BACKLOG: &str = r#"SELECT COUNT(*), MIN("next_attempt_at") FROM "webhook_deliveries"
+WHERE "status" = 'pending'"#;
+
+/// Ids as a JSON array.
+fn json_ids(ids: &[i64]) -> String {
+    serde_json::to_string(ids).expect("integers serialize")
+}
+
+impl RelayStore for SqliteStore {
+    fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, Result<Claimed, StoreError>> {
+        let claim = claim.clone();
+        Box::pin(self.write(move |conn| claim_now(conn, &claim).map_err(|err| classify(&err))))
+    }
+
+    fn record<'a>(&'a self, attempt: &'a Attempt) -> StoreFuture<'a, Result<Recorded, StoreError>> {
+        let attempt = attempt.clone();
+        Box::pin(self.write(move |conn| record_now(conn, &attempt).map_err(|err| classify(&err))))
+    }
+
+    fn backlog(&self) -> StoreFuture<'_, Result<Backlog, StoreError>> {
+        let read = self.readers.with_connection(|conn| {
+            conn.prepare_cached(BACKLOG)?.query_row([], |row| {
+                Ok(Backlog {
+                    pending: row.get(0)?,
+                    oldest_due: time_column(row, 1)?,
+                    now: now(),
+                })
+            })
+        });
+        Box::pin(std::future::ready(read))
+    }
+}
+
+fn claim_now(conn: &mut rusqlite::Connection, claim: &Claim) -> rusqlite::Result<Claimed> {
+    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let at = now();
+    let candidates = txn
+        .prepare_cached(DUE)?
+        .query_map(
+            params![
+                stored_time(at),
+                json_ids(&claim.capacity.saturated()),
+                claim.capacity.candidates() as i64
+            ],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?
+        .collect::<rusqlite::Result<Vec<(i64, i64)>>>()?;
+    let chosen = json_ids(&claim.capacity.choose(&candidates));
+    txn.prepare_cached(LEASE)?.execute(params![
+        chosen,
+        stored_time(at + claim.lease),
+        claim.owner
+    ])?;
+    let deliveries = txn
+        .prepare_cached(LEASED)?
+        .query_map(params![chosen, claim.owner], |row| {
+            Ok(DueDelivery {
+                id: row.get("id")?,
+                endpoint_id: row.get("endpoint_id")?,
+                attempts: row.get("attempts")?,
+                webhook_id: row.get("webhook_id")?,
+                payload: row.get("payload")?,
+                url: row.get("url")?,
+                secret: row.get("secret")?,
+                previous_secret: row.get("previous_secret")?,
+                previous_secret_until: time_column(row, "previous_secret_until")?,
+                enabled: row.get("enabled")?,
+                failing_since: time_column(row, "failing_since")?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    txn.commit()?;
+    Ok(Claimed {
+        now: at,
+        deliveries,
+    })
+}
+
+fn record_now(conn: &mut rusqlite::Connection, attempt: &Attempt) -> rusqlite::Result<Recorded> {
+    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let (status, next) = attempt.after.delivery();
+    let settled = txn.prepare_cached(SETTLE)?.execute(params![
+        attempt.delivery_id,
+        status,
+        next.map(stored_time),
+        i32::from(attempt.sent.is_some()),
+        attempt
+            .sent
+            .as_ref()
+            .map(|sent| stored_time(sent.attempted_at)),
+        attempt.owner,
+    ])?;
+    if settled == 0 {
+        return Ok(Recorded::LeaseLost);
+    }
+    let disable = match (&attempt.after, &attempt.sent) {
+        (After::Succeeded, _) => {
+            if attempt.changes_endpoint() {
+                txn.prepare_cached(SUCCEEDING)?
+                    .execute(params![attempt.endpoint_id])?;
+            }
+            None
+        }
+        (After::Disable { reason }, _) => Some(reason.as_str()),
+        (after, Some(sent)) => {
+            let since: Option<DateTime<Utc>> = match attempt.failing_since {
+                Some(since) => Some(since),
+                None => txn
+                    .prepare_cached(FAILING)?
+                    .query_row(
+                        params![attempt.endpoint_id, stored_time(sent.attempted_at)],
+                        |row| time_column(row, 0),
+                    )
+                    .optional()?
+                    .flatten(),
+            };
+            after.failing_window().and_then(|(threshold, reason)| {
+                window_elapsed(since, sent.attempted_at, threshold).then_some(reason)
+            })
+        }
+        (_, None) => None,
+    };
+    let disabled = match disable {
+        Some(reason) => {
+            let disabled = txn.prepare_cached(DISABLE)?.execute(params![
+                attempt.endpoint_id,
+                reason,
+                stored_time(now())
+            ])?;
+            txn.prepare_cached(FAIL_PENDING)?
+                .execute(params![attempt.endpoint_id])?;
+            (disabled > 0).then(|| reason.to_owned())
+        }
+        None => None,
+    };
+    if let Some(sent) = &attempt.sent {
+        let next = if disable.is_some() { None } else { next };
+        txn.prepare_cached(ATTEMPT)?.execute(params![
+            attempt.delivery_id,
+            stored_time(sent.attempted_at),
+            sent.duration_ms,
+            sent.response_status,
+            sent.outcome,
+            sent.excerpt,
+            next.map(stored_time),
+        ])?;
+    }
+    txn.commit()?;
+    Ok(Recorded::Done { disabled })
+}
