@@ -11,7 +11,8 @@ libraries for Python and JavaScript and by a PHP `hash_hmac` verifier:
 - after a rotation without overlap only the newest secret does;
 - a body changed in one byte verifies with no secret.
 
-Environment: MASTERPAY_BIN, MASTERPAY_DATABASE_URL, MASTERPAY_BASE_URL, MASTERPAY_TOKEN,
+Environment: MASTERPAY_WEBHOOK_ALLOW_NETWORKS (loopback, for the command line's check of the
+receiver's address, as for the server's), MASTERPAY_BIN, MASTERPAY_DATABASE_URL, MASTERPAY_BASE_URL, MASTERPAY_TOKEN,
 MASTERPAY_PROJECT_ID, MASTERPAY_USER_IDS, WEBHOOK_CASES (where to write the cases),
 WEBHOOK_VERIFIERS_DIR (this directory, with node_modules installed).
 Prints `N passed, M failed` over the verifiers' runs and exits non-zero on any failure.
@@ -57,9 +58,11 @@ class Receiver(http.server.BaseHTTPRequestHandler):
 
 
 def masterpay(*args):
-    out = subprocess.run([BIN, "--database-url", DB, *args], check=True,
-                         capture_output=True, text=True, timeout=60).stdout
-    return json.loads(out) if "--json" in args else out
+    run = subprocess.run([BIN, "--database-url", DB, *args], capture_output=True, text=True,
+                         timeout=60)
+    if run.returncode != 0:
+        sys.exit(f"masterpay {' '.join(args)} failed: {run.stderr.strip()}")
+    return json.loads(run.stdout) if "--json" in args else run.stdout
 
 
 def api(path, body, key=None):
@@ -119,7 +122,7 @@ def main():
                      "payment_system": "cstm:webhookcheck"})
     api("/v2/payment/order/cancel",
         {"order_id": cancelled["order_id"], "payment_system": "cstm:webhookcheck"})
-    masterpay("balance", "set", "--user", USER, "--bonus", "7.00")
+    masterpay("balance", "set", "--user", USER, "--bonus", "7.00", "--reason", "contract check")
     masterpay("webhook", "endpoint", "test", endpoint_id)
     want = {"order.created", "order.completed", "order.cancelled", "balance.set", "webhook.test"}
     deadline = time.monotonic() + WAIT_SECONDS
