@@ -21,12 +21,28 @@
 //! polling the file lock in SQLite's busy handler, whose back-off sleeps
 //! made the tail latency.
 //!
+//! **Checkpoints off the request path.** In WAL mode every commit appends
+//! to the `-wal` file, whose pages SQLite copies back into the database in a
+//! checkpoint. By default the connection whose commit passes 1000 pages runs
+//! that checkpoint inside its commit, which stalled single writes for up to
+//! 150 ms. The write connections (this one and the pool's, see
+//! `database::connect`) therefore never checkpoint (`wal_autocheckpoint = 0`):
+//! a thread of the store's own runs a PASSIVE checkpoint every
+//! [`WalCheckpoints::interval`], which copies what no reader still needs and
+//! never waits for or blocks a writer. A PASSIVE checkpoint cannot catch up
+//! while the writer never pauses, and the WAL then grows; so when a write
+//! leaves the `-wal` file past [`WalCheckpoints::bound`], the write
+//! connection runs a TRUNCATE checkpoint in its turn, before the next write
+//! (this process's writers wait on their queue meanwhile, as for any write),
+//! which copies everything and empties the file.
+//!
 //! See docs/performance.md for what each bought.
 
 use std::{
     path::{Path, PathBuf},
     str::FromStr,
-    sync::{Arc, LazyLock, Mutex, PoisonError},
+    sync::{Arc, LazyLock, Mutex, PoisonError, mpsc},
+    thread::JoinHandle,
     time::Duration,
 };
 
@@ -138,6 +154,25 @@ WHERE "id" = ?2"#;
 /// as unavailable. It blocks its thread meanwhile, so it is short.
 const READ_BUSY_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// When the store checkpoints the WAL (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalCheckpoints {
+    /// How often a PASSIVE checkpoint runs.
+    pub interval: Duration,
+    /// The `-wal` file's size (bytes) past which a write is followed by a
+    /// TRUNCATE checkpoint.
+    pub bound: u64,
+}
+
+impl Default for WalCheckpoints {
+    fn default() -> WalCheckpoints {
+        WalCheckpoints {
+            interval: Duration::from_millis(250),
+            bound: 64 << 20,
+        }
+    }
+}
+
 pub struct SqliteStore {
     readers: InlineReaders,
     /// The write connection, opened at the first write; its mutex makes
@@ -145,6 +180,14 @@ pub struct SqliteStore {
     writer: Arc<tokio::sync::Mutex<Option<rusqlite::Connection>>>,
     /// How long a writer waits for another process's write lock.
     busy: Duration,
+    /// The `-wal` file's size past which a write truncates it.
+    wal_bound: u64,
+    /// Held by each checkpoint of this store: SQLite refuses a checkpoint
+    /// at once (it does not wait) while another runs, so the writer's
+    /// TRUNCATE waits here for the thread's PASSIVE to end instead.
+    checkpointing: Arc<Mutex<()>>,
+    /// Runs the PASSIVE checkpoints until the store is dropped.
+    _checkpointer: Checkpointer,
 }
 
 impl SqliteStore {
@@ -152,6 +195,15 @@ impl SqliteStore {
     /// `busy` for another process's write lock. An in-memory database
     /// cannot be shared by several connections, so it is refused.
     pub fn new(url: &str, busy: Duration) -> Result<SqliteStore, StoreError> {
+        SqliteStore::with_checkpoints(url, busy, WalCheckpoints::default())
+    }
+
+    /// [`SqliteStore::new`] with the WAL checkpointed as `checkpoints` says.
+    pub fn with_checkpoints(
+        url: &str,
+        busy: Duration,
+        checkpoints: WalCheckpoints,
+    ) -> Result<SqliteStore, StoreError> {
         let options = SqliteConnectOptions::from_str(url)?;
         let path = options.get_filename().to_path_buf();
         if url.contains(":memory:") || url.contains("mode=memory") || path.as_os_str().is_empty() {
@@ -159,13 +211,22 @@ impl SqliteStore {
                 "an in-memory SQLite database cannot be served: use a file".into(),
             ));
         }
+        let checkpointing = Arc::new(Mutex::new(()));
         Ok(SqliteStore {
+            _checkpointer: Checkpointer::start(
+                path.clone(),
+                busy,
+                checkpoints.interval,
+                Arc::clone(&checkpointing),
+            )?,
+            checkpointing,
             readers: InlineReaders {
                 path,
                 idle: Mutex::new(Vec::new()),
             },
             writer: Arc::new(tokio::sync::Mutex::new(None)),
             busy,
+            wal_bound: checkpoints.bound,
         })
     }
 
@@ -224,13 +285,19 @@ impl SqliteStore {
         E: From<StoreError> + Send + 'static,
     {
         let mut writer = Arc::clone(&self.writer).lock_owned().await;
-        let (path, busy) = (self.readers.path.clone(), self.busy);
+        let (path, busy, bound) = (self.readers.path.clone(), self.busy, self.wal_bound);
+        let checkpointing = Arc::clone(&self.checkpointing);
         tokio::task::spawn_blocking(move || {
             let conn = match writer.as_mut() {
                 Some(conn) => conn,
                 None => writer.insert(open_writer(&path, busy).map_err(|err| unavailable(&err))?),
             };
-            write(conn)
+            let written = write(conn);
+            if wal_size(&path) > bound {
+                let _alone = checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
+                truncate_wal(conn);
+            }
+            written
         })
         .await
         .unwrap_or_else(|err| Err(StoreError::Failed(err.to_string()).into()))
@@ -244,8 +311,97 @@ fn open_writer(path: &Path, busy: Duration) -> rusqlite::Result<rusqlite::Connec
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(busy)?;
-    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")?;
+    conn.execute_batch(
+        "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;",
+    )?;
     Ok(conn)
+}
+
+/// The size of `path`'s `-wal` file in bytes; 0 when there is none.
+fn wal_size(path: &Path) -> u64 {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(wal).map_or(0, |meta| meta.len())
+}
+
+/// Copies the whole WAL into the database and empties it, waiting up to the
+/// busy timeout for readers of older snapshots (other processes'
+/// included). Another process's checkpoint running at that moment makes it
+/// fail at once. The write before it has committed either way, so a
+/// checkpoint that could not finish is only logged, and the next write
+/// past the bound tries again.
+fn truncate_wal(conn: &rusqlite::Connection) {
+    let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+        row.get::<_, i64>(0)
+    });
+    match done {
+        Ok(0) => {}
+        Ok(_) => tracing::warn!("the SQLite WAL could not be truncated: a reader held it"),
+        Err(err) => tracing::warn!(error = %err, "the SQLite WAL could not be truncated"),
+    }
+}
+
+/// The thread that runs the store's PASSIVE checkpoints, on a connection of
+/// its own; it ends when this is dropped.
+struct Checkpointer {
+    /// Dropping it wakes the thread, which then ends.
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    fn start(
+        path: PathBuf,
+        busy: Duration,
+        interval: Duration,
+        checkpointing: Arc<Mutex<()>>,
+    ) -> Result<Checkpointer, StoreError> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || {
+                let mut conn = None;
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+                    let _alone = checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Err(err) = checkpoint_passive(&mut conn, &path, busy) {
+                        // Opened anew at the next tick (the file may be
+                        // replaced or briefly locked).
+                        conn = None;
+                        tracing::warn!(error = %err, "SQLite checkpoint failed");
+                    }
+                }
+            })
+            .map_err(|err| StoreError::Failed(err.to_string()))?;
+        Ok(Checkpointer {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// One PASSIVE checkpoint on `conn` (opened when missing): it copies the
+/// frames no reader needs and waits for nobody. When it copied all of them,
+/// the next write starts the WAL over from its beginning, so the file stops
+/// growing.
+fn checkpoint_passive(
+    conn: &mut Option<rusqlite::Connection>,
+    path: &Path,
+    busy: Duration,
+) -> rusqlite::Result<()> {
+    let conn = match conn {
+        Some(conn) => conn,
+        None => conn.insert(open_writer(path, busy)?),
+    };
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// The completion's transaction on the write connection: status update,
