@@ -179,8 +179,11 @@ async fn the_stores_thread_copies_the_wal_into_the_database() {
     );
 }
 
-/// The harness of docs/performance.md's figures, not a check: 64 tasks
-/// insert `MASTERPAY_WAL_ORDERS` orders (default 20 000) through the
+/// The harness of docs/performance.md's figures, not a check:
+/// `MASTERPAY_WAL_TASKS` tasks (default 64; with 1, a write's latency is its
+/// own time, with no queue before it) insert `MASTERPAY_WAL_ORDERS` orders
+/// (default 20 000; `MASTERPAY_WAL_INTERVAL_MS` sets the PASSIVE
+/// checkpoints' interval) through the
 /// store's write path, then complete them all, and it prints each phase's
 /// per-write latency (p50, p99, p99.9, max) and the largest `-wal` file
 /// seen after a write. A debug build on a shared machine: compare runs of
@@ -197,12 +200,23 @@ async fn write_latency_and_wal_size() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(20_000);
-    let t = Arc::new(WalTest::open(WalCheckpoints::default()).await);
+    let tasks: usize = std::env::var("MASTERPAY_WAL_TASKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(64);
+    let mut checkpoints = WalCheckpoints::default();
+    if let Some(ms) = std::env::var("MASTERPAY_WAL_INTERVAL_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+    {
+        checkpoints.interval = Duration::from_millis(ms);
+    }
+    let t = Arc::new(WalTest::open(checkpoints).await);
     for phase in ["insert", "complete"] {
         let next = Arc::new(AtomicUsize::new(0));
         let largest_wal = Arc::new(AtomicU64::new(0));
         let started = std::time::Instant::now();
-        let tasks = (0..64).map(|_| {
+        let tasks = (0..tasks).map(|_| {
             let (t, next, largest_wal) = (t.clone(), next.clone(), largest_wal.clone());
             tokio::spawn(async move {
                 let mut micros = Vec::new();

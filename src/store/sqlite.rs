@@ -212,19 +212,21 @@ impl SqliteStore {
             ));
         }
         let checkpointing = Arc::new(Mutex::new(()));
+        let writer = Arc::new(tokio::sync::Mutex::new(None));
         Ok(SqliteStore {
             _checkpointer: Checkpointer::start(
                 path.clone(),
                 busy,
                 checkpoints.interval,
+                Arc::clone(&writer),
                 Arc::clone(&checkpointing),
             )?,
             checkpointing,
+            writer,
             readers: InlineReaders {
                 path,
                 idle: Mutex::new(Vec::new()),
             },
-            writer: Arc::new(tokio::sync::Mutex::new(None)),
             busy,
             wal_bound: checkpoints.bound,
         })
@@ -354,6 +356,7 @@ impl Checkpointer {
         path: PathBuf,
         busy: Duration,
         interval: Duration,
+        writer: Arc<tokio::sync::Mutex<Option<rusqlite::Connection>>>,
         checkpointing: Arc<Mutex<()>>,
     ) -> Result<Checkpointer, StoreError> {
         let (stop, stopped) = mpsc::channel::<()>();
@@ -361,9 +364,27 @@ impl Checkpointer {
             .name("sqlite-checkpoint".into())
             .spawn(move || {
                 let mut conn = None;
+                let alone = || checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                    let _alone = checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
-                    if let Err(err) = checkpoint_passive(&mut conn, &path, busy) {
+                    let copied = {
+                        let _alone = alone();
+                        checkpoint_passive(&mut conn, &path, busy)
+                    };
+                    // The WAL starts over only at a write that begins with
+                    // every frame copied, which a writer that never pauses
+                    // does not give: so the frames written while the first
+                    // pass copied (a fraction of its own) are copied with
+                    // this process's writes held back. Locked in the
+                    // writer's order: its mutex, then the checkpoint's.
+                    let copied = match copied {
+                        Ok(true) => {
+                            let _writes = writer.blocking_lock();
+                            let _alone = alone();
+                            checkpoint_passive(&mut conn, &path, busy)
+                        }
+                        done => done,
+                    };
+                    if let Err(err) = copied {
                         // Opened anew at the next tick (the file may be
                         // replaced or briefly locked).
                         conn = None;
@@ -380,19 +401,20 @@ impl Checkpointer {
 }
 
 /// One PASSIVE checkpoint on `conn` (opened when missing): it copies the
-/// frames no reader needs and waits for nobody. When it copied all of them,
-/// the next write starts the WAL over from its beginning, so the file stops
-/// growing.
+/// frames no reader needs and waits for nobody; true when the WAL held any
+/// frame (copied now or before).
 fn checkpoint_passive(
     conn: &mut Option<rusqlite::Connection>,
     path: &Path,
     busy: Duration,
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<bool> {
     let conn = match conn {
         Some(conn) => conn,
         None => conn.insert(open_writer(path, busy)?),
     };
-    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+        Ok(row.get::<_, i64>(1)? > 0)
+    })
 }
 
 impl Drop for Checkpointer {
