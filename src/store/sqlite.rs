@@ -88,7 +88,7 @@ WHERE t."token_hash" = :token_hash OR t."previous_hash" = :token_hash"#;
 
 /// The status update of a completion, guarded so that it matches a pending
 /// order only once.
-const COMPLETE_ORDER: &str = r#"UPDATE "payment_orders"
+pub const COMPLETE_ORDER: &str = r#"UPDATE "payment_orders"
 SET "status" = ?1, "completed_at" = ?2, "payment_id" = ?3
 WHERE "order_id" = ?4 AND "project_id" = ?5 AND "payment_system" = ?6 AND "status" = ?7
 RETURNING "id", "user_id", "server_id", "amount_cents", "payment_id", "created_at""#;
@@ -98,14 +98,14 @@ const FIND_ORDER: &str = r#"SELECT "status" FROM "payment_orders"
 WHERE "order_id" = ?1 AND "project_id" = ?2 AND "payment_system" = ?3"#;
 
 /// The credit of the main balance, creating the balance row when missing.
-const CREDIT_MAIN: &str = r#"INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id")
+pub const CREDIT_MAIN: &str = r#"INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id")
 VALUES (?1, ?2, ?3, 0, ?4, ?5)
 ON CONFLICT ("user_id", "server_id") DO UPDATE
 SET "main_cents" = "balances"."main_cents" + ?3, "updated_at" = ?4
 RETURNING "main_cents""#;
 
 /// The operation-log row of a credited order.
-const LOG_CREDIT: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type",
+pub const LOG_CREDIT: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type",
     "amount_cents", "balance_before_cents", "balance_after_cents", "created_at")
 VALUES (?1, ?2, ?3, ?4, 'main', ?5, ?6, ?7, ?8)"#;
 
@@ -117,7 +117,7 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"#;
 /// The enabled endpoints of a project: whether (and to whom) a change of
 /// it records an event. One read of `ix_webhook_endpoints_project`, which
 /// finds nothing for most projects.
-const SUBSCRIBERS: &str = r#"SELECT "id", "event_types" FROM "webhook_endpoints"
+pub const SUBSCRIBERS: &str = r#"SELECT "id", "event_types" FROM "webhook_endpoints"
 WHERE "project_id" = ?1 AND "enabled""#;
 
 /// An event, recorded with its change.
@@ -306,6 +306,11 @@ impl SqliteStore {
     }
 }
 
+/// How a write connection is set up: as the pool's connections, but
+/// never checkpointing inside a commit (see the module docs).
+pub const WRITER_PRAGMAS: &str =
+    "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;";
+
 /// Opens the write connection of `path`, set up as the pool's connections.
 fn open_writer(path: &Path, busy: Duration) -> rusqlite::Result<rusqlite::Connection> {
     let conn = rusqlite::Connection::open_with_flags(
@@ -313,9 +318,7 @@ fn open_writer(path: &Path, busy: Duration) -> rusqlite::Result<rusqlite::Connec
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(busy)?;
-    conn.execute_batch(
-        "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;",
-    )?;
+    conn.execute_batch(WRITER_PRAGMAS)?;
     Ok(conn)
 }
 
@@ -598,7 +601,7 @@ fn log_audit(txn: &rusqlite::Transaction<'_>, audit: Option<&AuditRow>) -> rusql
 
 /// The insert of an order: the user resolved and the server checked in the
 /// statement; a unique conflict inserts nothing.
-static INSERT_ORDER: LazyLock<String> = LazyLock::new(|| {
+pub static INSERT_ORDER: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"INSERT INTO "payment_orders" ("order_id", "project_id", "user_id", "server_id", "payment_system",
     "amount_cents", "status", "created_at", "idempotency_key", "request_hash")
