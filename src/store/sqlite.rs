@@ -29,12 +29,18 @@
 //! `database::connect`) therefore never checkpoint (`wal_autocheckpoint = 0`):
 //! a thread of the store's own runs a PASSIVE checkpoint every
 //! [`WalCheckpoints::interval`], which copies what no reader still needs and
-//! never waits for or blocks a writer. A PASSIVE checkpoint cannot catch up
-//! while the writer never pauses, and the WAL then grows; so when a write
-//! leaves the `-wal` file past [`WalCheckpoints::bound`], the write
-//! connection runs a TRUNCATE checkpoint in its turn, before the next write
-//! (this process's writers wait on their queue meanwhile, as for any write),
-//! which copies everything and empties the file.
+//! never waits for or blocks a writer. The WAL starts over from its
+//! beginning only at a write that begins with every frame copied, which a
+//! PASSIVE checkpoint alone never gives a writer that never pauses (it
+//! copies the frames there were when it began); so when the WAL held frames,
+//! the thread copies the rest in a second pass with this process's writes
+//! held back, a fraction of the first pass's work. The WAL then holds what is
+//! written between two checkpoints. When a write still leaves the `-wal`
+//! file past [`WalCheckpoints::bound`] (checkpoints falling behind, or a
+//! reader of another process holding old frames), the write connection runs
+//! a TRUNCATE checkpoint in its turn, before the next write (this process's
+//! writers wait on their queue meanwhile, as for any write), which copies
+//! everything and empties the file.
 //!
 //! See docs/performance.md for what each bought.
 
@@ -341,7 +347,9 @@ fn truncate_wal(conn: &rusqlite::Connection) {
     });
     match done {
         Ok(0) => {}
-        Ok(_) => tracing::warn!("the SQLite WAL could not be truncated: a reader held it"),
+        Ok(_) => tracing::warn!(
+            "the SQLite WAL could not be truncated: a reader or another process's checkpoint held it"
+        ),
         Err(err) => tracing::warn!(error = %err, "the SQLite WAL could not be truncated"),
     }
 }
@@ -405,7 +413,7 @@ impl Checkpointer {
 
 /// One PASSIVE checkpoint on `conn` (opened when missing): it copies the
 /// frames no reader needs and waits for nobody; true when the WAL held any
-/// frame (copied now or before).
+/// frame (copied by this pass or an earlier one).
 fn checkpoint_passive(
     conn: &mut Option<rusqlite::Connection>,
     path: &Path,
