@@ -8,7 +8,12 @@ bench/out/RUN/latency/, merged). Ratios: an endpoint's requests/s over its
 ceiling's, measured in the same run, their rounds alternating: /healthz of the
 same binary (HTTP ceiling; for create, the healthz-create rounds that
 alternate with its own), and on PostgreSQL the pgbench run of the endpoint's
-own SQL (database ceiling). Beside each ratio, the lowest and
+own SQL (database ceiling); on SQLite, for complete and create,
+bench/sqlite_writes.py's run of the store's own transaction in a loop on one
+connection (its database ceiling: "sqlite-complete", "sqlite-create"; a
+system SQLite without HTTP, the store's queue or its checkpoints, so the
+ratio is the share of the file's write rate the service reaches). Beside each
+ratio, the lowest and
 highest of its rounds' ratios show how much the machine drifted. The targets
 checked are the service's performance floors (docs/performance.md).
 
@@ -145,6 +150,8 @@ for (backend, size, target), r in by.items():
     ceilings = [("healthz-create" if target == "create" else "healthz", "/healthz")]
     if backend == "postgres":
         ceilings.append((f"pgbench-{target}", f"pgbench {target}"))
+    elif target != "balance":
+        ceilings.append((f"sqlite-{target}", f"SQLite's own {target}"))
     for key, label in ceilings:
         c = by.get((backend, size, key))
         if c and c["rps"]:

@@ -33,6 +33,7 @@ on_every_backend!(
     the_last_active_administrator_cannot_be_disabled,
     webhook_endpoints_are_managed_with_their_secret_shown_once_and_stored_sealed,
     webhook_endpoint_bad_input_is_one_line_error_and_changes_nothing,
+    orders_written_with_the_command_line_while_the_api_writes_all_hold,
 );
 
 fn masterpay(url: &str, args: &[&str]) -> Output {
@@ -2053,4 +2054,48 @@ async fn webhook_endpoint_bad_input_is_one_line_error_and_changes_nothing(app: T
         );
     }
     assert_eq!(endpoint_row(&app, id.parse().unwrap()).await, row_before);
+}
+
+/// The command line is another process writing the file (SQLite) or the
+/// database the running server writes: its orders and completions land
+/// between the API's, and every one holds.
+async fn orders_written_with_the_command_line_while_the_api_writes_all_hold(app: TestApp) {
+    let url = app.database.url.clone();
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    for round in 0..3 {
+        let created = app
+            .create_order(
+                Some(&token),
+                None,
+                &serde_json::json!({"user_id": user, "server_id": 0, "amount": "1.00",
+                    "payment_system": "cstm:paygate"}),
+            )
+            .await;
+        assert_eq!(created.reply.status, 201, "{}", created.reply.text);
+        let api_order = created.reply.body["order_id"].as_str().unwrap().to_owned();
+        let cli_order = json(
+            &url,
+            &[
+                "order",
+                "create",
+                "--project",
+                &app.project_id.to_string(),
+                "--user",
+                &user.to_string(),
+                "--amount",
+                "0.10",
+                "--payment-system",
+                "cstm:paygate",
+            ],
+        )["order_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let done = json(&url, &["order", "complete", &api_order]);
+        assert_eq!(done["status"], "completed", "round {round}");
+        let reply = app.complete_order(&token, &cli_order, "cstm:paygate").await;
+        assert_eq!(reply.status, 200, "round {round}: {:?}", reply.body);
+    }
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "3.30");
 }

@@ -95,6 +95,9 @@ pub async fn connect(url: &str, settings: &PoolSettings) -> Result<DatabaseConne
                 .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
                 .busy_timeout(sqlite_busy)
                 .foreign_keys(true)
+                // The SQLite store's own thread checkpoints the WAL, off the
+                // commits of the request path (see store::sqlite).
+                .pragma("wal_autocheckpoint", "0")
         })
         .map_sqlx_postgres_opts(move |opts| {
             opts.options([("statement_timeout", statement_ms.to_string())])

@@ -29,12 +29,34 @@
 //! unchanged). A write connection that refused a write is closed; the next
 //! write opens another.
 //!
+//! **Checkpoints off the request path.** In WAL mode every commit appends
+//! to the `-wal` file, whose pages SQLite copies back into the database in a
+//! checkpoint. By default the connection whose commit passes 1000 pages runs
+//! that checkpoint inside its commit, which stalled single writes for up to
+//! 150 ms. The write connections (this one and the pool's, see
+//! `database::connect`) therefore never checkpoint (`wal_autocheckpoint = 0`):
+//! a thread of the store's own runs a PASSIVE checkpoint every
+//! [`WalCheckpoints::interval`], which copies what no reader still needs and
+//! never waits for or blocks a writer. The WAL starts over from its
+//! beginning only at a write that begins with every frame copied, which a
+//! PASSIVE checkpoint alone never gives a writer that never pauses (it
+//! copies the frames there were when it began); so when the WAL held frames,
+//! the thread copies the rest in a second pass with this process's writes
+//! held back, a fraction of the first pass's work. The WAL then holds what is
+//! written between two checkpoints. When a write still leaves the `-wal`
+//! file past [`WalCheckpoints::bound`] (checkpoints falling behind, or a
+//! reader of another process holding old frames), the write connection runs
+//! a TRUNCATE checkpoint in its turn, before the next write (this process's
+//! writers wait on their queue meanwhile, as for any write), which copies
+//! everything and empties the file.
+//!
 //! See docs/performance.md for what each bought.
 
 use std::{
     path::{Path, PathBuf},
     str::FromStr,
-    sync::{Arc, LazyLock, Mutex, PoisonError},
+    sync::{Arc, LazyLock, Mutex, PoisonError, mpsc},
+    thread::JoinHandle,
     time::Duration,
 };
 
@@ -84,7 +106,7 @@ WHERE t."token_hash" = :token_hash OR t."previous_hash" = :token_hash"#;
 
 /// The status update of a completion, guarded so that it matches a pending
 /// order only once.
-const COMPLETE_ORDER: &str = r#"UPDATE "payment_orders"
+pub const COMPLETE_ORDER: &str = r#"UPDATE "payment_orders"
 SET "status" = ?1, "completed_at" = ?2, "payment_id" = ?3
 WHERE "order_id" = ?4 AND "project_id" = ?5 AND "payment_system" = ?6 AND "status" = ?7
 RETURNING "id", "user_id", "server_id", "amount_cents", "payment_id", "created_at""#;
@@ -94,14 +116,14 @@ const FIND_ORDER: &str = r#"SELECT "status" FROM "payment_orders"
 WHERE "order_id" = ?1 AND "project_id" = ?2 AND "payment_system" = ?3"#;
 
 /// The credit of the main balance, creating the balance row when missing.
-const CREDIT_MAIN: &str = r#"INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id")
+pub const CREDIT_MAIN: &str = r#"INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id")
 VALUES (?1, ?2, ?3, 0, ?4, ?5)
 ON CONFLICT ("user_id", "server_id") DO UPDATE
 SET "main_cents" = "balances"."main_cents" + ?3, "updated_at" = ?4
 RETURNING "main_cents""#;
 
 /// The operation-log row of a credited order.
-const LOG_CREDIT: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type",
+pub const LOG_CREDIT: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type",
     "amount_cents", "balance_before_cents", "balance_after_cents", "created_at")
 VALUES (?1, ?2, ?3, ?4, 'main', ?5, ?6, ?7, ?8)"#;
 
@@ -113,7 +135,7 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"#;
 /// The enabled endpoints of a project: whether (and to whom) a change of
 /// it records an event. One read of `ix_webhook_endpoints_project`, which
 /// finds nothing for most projects.
-const SUBSCRIBERS: &str = r#"SELECT "id", "event_types" FROM "webhook_endpoints"
+pub const SUBSCRIBERS: &str = r#"SELECT "id", "event_types" FROM "webhook_endpoints"
 WHERE "project_id" = ?1 AND "enabled""#;
 
 /// An event, recorded with its change.
@@ -150,6 +172,25 @@ WHERE "id" = ?2"#;
 /// as unavailable. It blocks its thread meanwhile, so it is short.
 const READ_BUSY_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// When the store checkpoints the WAL (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalCheckpoints {
+    /// How often a PASSIVE checkpoint runs.
+    pub interval: Duration,
+    /// The `-wal` file's size (bytes) past which a write is followed by a
+    /// TRUNCATE checkpoint.
+    pub bound: u64,
+}
+
+impl Default for WalCheckpoints {
+    fn default() -> WalCheckpoints {
+        WalCheckpoints {
+            interval: Duration::from_millis(250),
+            bound: 64 << 20,
+        }
+    }
+}
+
 pub struct SqliteStore {
     readers: InlineReaders,
     /// The write connection, opened at the first write; its mutex makes
@@ -158,6 +199,14 @@ pub struct SqliteStore {
     /// How long a writer waits for another process's write lock.
     busy: Duration,
     health: WriteHealth,
+    /// The `-wal` file's size past which a write truncates it.
+    wal_bound: u64,
+    /// Held by each checkpoint of this store: SQLite refuses a checkpoint
+    /// at once (it does not wait) while another runs, so the writer's
+    /// TRUNCATE waits here for the thread's PASSIVE to end instead.
+    checkpointing: Arc<Mutex<()>>,
+    /// Runs the PASSIVE checkpoints until the store is dropped.
+    _checkpointer: Checkpointer,
 }
 
 impl SqliteStore {
@@ -165,6 +214,15 @@ impl SqliteStore {
     /// `busy` for another process's write lock. An in-memory database
     /// cannot be shared by several connections, so it is refused.
     pub fn new(url: &str, busy: Duration) -> Result<SqliteStore, StoreError> {
+        SqliteStore::with_checkpoints(url, busy, WalCheckpoints::default())
+    }
+
+    /// [`SqliteStore::new`] with the WAL checkpointed as `checkpoints` says.
+    pub fn with_checkpoints(
+        url: &str,
+        busy: Duration,
+        checkpoints: WalCheckpoints,
+    ) -> Result<SqliteStore, StoreError> {
         let options = SqliteConnectOptions::from_str(url)?;
         let path = options.get_filename().to_path_buf();
         if url.contains(":memory:") || url.contains("mode=memory") || path.as_os_str().is_empty() {
@@ -172,14 +230,25 @@ impl SqliteStore {
                 "an in-memory SQLite database cannot be served: use a file".into(),
             ));
         }
+        let checkpointing = Arc::new(Mutex::new(()));
+        let writer = Arc::new(tokio::sync::Mutex::new(None));
         Ok(SqliteStore {
+            _checkpointer: Checkpointer::start(
+                path.clone(),
+                busy,
+                checkpoints.interval,
+                Arc::clone(&writer),
+                Arc::clone(&checkpointing),
+            )?,
+            checkpointing,
+            writer,
             readers: InlineReaders {
                 path,
                 idle: Mutex::new(Vec::new()),
             },
-            writer: Arc::new(tokio::sync::Mutex::new(None)),
             busy,
             health: WriteHealth::default(),
+            wal_bound: checkpoints.bound,
         })
     }
 
@@ -238,6 +307,7 @@ impl SqliteStore {
         T: Send + 'static,
         E: From<StoreError> + WriteError + Send + 'static,
     {
+        let (bound, checkpointing) = (self.wal_bound, Arc::clone(&self.checkpointing));
         let outcome = self
             .with_writer(move |writer, path, busy| {
                 let conn = match writer.as_mut() {
@@ -247,6 +317,10 @@ impl SqliteStore {
                     }
                 };
                 let outcome = write(conn);
+                if wal_size(path) > bound {
+                    let _alone = checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
+                    truncate_wal(conn);
+                }
                 if outcome.as_ref().is_err_and(WriteError::refuses_writes) {
                     *writer = None;
                 }
@@ -322,6 +396,11 @@ fn readiness_of(err: &rusqlite::Error) -> Readiness {
     }
 }
 
+/// How a write connection is set up: as the pool's connections, but
+/// never checkpointing inside a commit (see the module docs).
+pub const WRITER_PRAGMAS: &str =
+    "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;";
+
 /// Opens the write connection of `path`, set up as the pool's connections.
 fn open_writer(path: &Path, busy: Duration) -> rusqlite::Result<rusqlite::Connection> {
     let conn = rusqlite::Connection::open_with_flags(
@@ -329,8 +408,117 @@ fn open_writer(path: &Path, busy: Duration) -> rusqlite::Result<rusqlite::Connec
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(busy)?;
-    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")?;
+    conn.execute_batch(WRITER_PRAGMAS)?;
     Ok(conn)
+}
+
+/// The size of `path`'s `-wal` file in bytes; 0 when there is none.
+fn wal_size(path: &Path) -> u64 {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(wal).map_or(0, |meta| meta.len())
+}
+
+/// Copies the whole WAL into the database and empties it, waiting up to the
+/// busy timeout for readers of older snapshots (other processes'
+/// included). Another process's checkpoint running at that moment makes it
+/// fail at once. The write before it has committed either way, so a
+/// checkpoint that could not finish is only logged, and the next write
+/// past the bound tries again.
+fn truncate_wal(conn: &rusqlite::Connection) {
+    let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+        row.get::<_, i64>(0)
+    });
+    match done {
+        Ok(0) => {}
+        Ok(_) => tracing::warn!(
+            "the SQLite WAL could not be truncated: a reader or another process's checkpoint held it"
+        ),
+        Err(err) => tracing::warn!(error = %err, "the SQLite WAL could not be truncated"),
+    }
+}
+
+/// The thread that runs the store's PASSIVE checkpoints, on a connection of
+/// its own; it ends when this is dropped.
+struct Checkpointer {
+    /// Dropping it wakes the thread, which then ends.
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    fn start(
+        path: PathBuf,
+        busy: Duration,
+        interval: Duration,
+        writer: Arc<tokio::sync::Mutex<Option<rusqlite::Connection>>>,
+        checkpointing: Arc<Mutex<()>>,
+    ) -> Result<Checkpointer, StoreError> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || {
+                let mut conn = None;
+                let alone = || checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+                    let copied = {
+                        let _alone = alone();
+                        checkpoint_passive(&mut conn, &path, busy)
+                    };
+                    // The WAL starts over only at a write that begins with
+                    // every frame copied, which a writer that never pauses
+                    // does not give: so the frames written while the first
+                    // pass copied (a fraction of its own) are copied with
+                    // this process's writes held back. Locked in the
+                    // writer's order: its mutex, then the checkpoint's.
+                    let copied = match copied {
+                        Ok(true) => {
+                            let _writes = writer.blocking_lock();
+                            let _alone = alone();
+                            checkpoint_passive(&mut conn, &path, busy)
+                        }
+                        done => done,
+                    };
+                    if let Err(err) = copied {
+                        // Opened anew at the next tick (the file may be
+                        // replaced or briefly locked).
+                        conn = None;
+                        tracing::warn!(error = %err, "SQLite checkpoint failed");
+                    }
+                }
+            })
+            .map_err(|err| StoreError::Failed(err.to_string()))?;
+        Ok(Checkpointer {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// One PASSIVE checkpoint on `conn` (opened when missing): it copies the
+/// frames no reader needs and waits for nobody; true when the WAL held any
+/// frame (copied by this pass or an earlier one).
+fn checkpoint_passive(
+    conn: &mut Option<rusqlite::Connection>,
+    path: &Path,
+    busy: Duration,
+) -> rusqlite::Result<bool> {
+    let conn = match conn {
+        Some(conn) => conn,
+        None => conn.insert(open_writer(path, busy)?),
+    };
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+        Ok(row.get::<_, i64>(1)? > 0)
+    })
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// The completion's transaction on the write connection: status update,
@@ -505,7 +693,7 @@ fn log_audit(txn: &rusqlite::Transaction<'_>, audit: Option<&AuditRow>) -> rusql
 
 /// The insert of an order: the user resolved and the server checked in the
 /// statement; a unique conflict inserts nothing.
-static INSERT_ORDER: LazyLock<String> = LazyLock::new(|| {
+pub static INSERT_ORDER: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"INSERT INTO "payment_orders" ("order_id", "project_id", "user_id", "server_id", "payment_system",
     "amount_cents", "status", "created_at", "idempotency_key", "request_hash")

@@ -1,0 +1,154 @@
+"""SQLite's own ceiling for the write endpoints, for bench/run's report.
+
+On PostgreSQL pgbench runs the service's statements of one request with no
+HTTP around them (bench/pgbench/*.sql); SQLite runs inside the server, so
+there is no pgbench to ask, and this is its counterpart for the writes. It
+runs one request's transaction of the SQLite store, statement for statement
+(bench/sqlite/complete.sql or create.sql, generated from src/store/sqlite.rs
+by tests/sqlite_scripts.rs), in a tight loop on one connection set up as the
+store's write connection is, for SECONDS, on a file bench/run seeded, while
+its server idles, and prints one JSON line in the form of wrk's RESULT line.
+
+It binds what the store binds: a completion takes a distinct pending order of
+BASE+1 .. BASE+POOL each time (scattered as complete.lua and pgbench's
+complete.sql scatter theirs), credits the order's account and logs it; a
+creation inserts an order of a random user of 1..USERS with an
+Idempotency-Key of its own (the keys' "a000" tells them from create.lua's
+"8000" and pgbench's "9000"). A statement this runner does not know (the
+store's transaction changed) stops it with an error.
+
+It runs in this process through Python's sqlite3 module, so it uses the
+system's SQLite library, not the one bundled in the server. The store's
+checkpoints run on a thread beside its writer; here the WAL is checkpointed
+(TRUNCATE) after the loop, outside the time measured.
+
+Usage: sqlite_writes.py SCRIPT DB-FILE SECONDS PROJECT USERS ROUND BASE POOL
+"""
+
+import datetime
+import json
+import pathlib
+import random
+import sqlite3
+import sys
+import time
+
+PAYMENT_SYSTEM = "cstm:benchpay"
+
+
+def load(path):
+    """The script's set-up and its named statements, in order."""
+    setup, statements, name, lines = None, [], None, []
+
+    def close():
+        nonlocal setup
+        text = "\n".join(lines).strip()
+        if name == "connection":
+            setup = text
+        elif name is not None:
+            statements.append((name, text.rstrip(";")))
+
+    for line in pathlib.Path(path).read_text().splitlines():
+        if line == "-- connection" or line.startswith("-- statement: "):
+            close()
+            name, lines = line.removeprefix("-- statement: ").removeprefix("-- "), []
+        elif name is not None:
+            lines.append(line)
+    close()
+    return setup, statements
+
+
+def now():
+    # As the store writes times: RFC 3339 with the offset.
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+def main(script, db, seconds, project, users, round_, base, pool):
+    setup, statements = load(script)
+    # mode=rw: a wrong path fails instead of creating an empty file.
+    conn = sqlite3.connect(pathlib.Path(db).resolve().as_uri() + "?mode=rw", uri=True,
+                           isolation_level=None, cached_statements=64)
+    conn.executescript(setup)
+    done, refused, k, latencies = 0, 0, 0, []
+
+    def complete_order(state, sql):
+        oid = base + (k * 1000003) % pool + 1
+        state["at"] = now()
+        row = conn.execute(sql, ("completed", state["at"], f"bench_{k}",
+                                          f"Order:{oid:010d}", project, PAYMENT_SYSTEM,
+                                          "pending")).fetchone()
+        if row is None:
+            return False
+        state["order"] = row
+        return True
+
+    def credit_main(state, sql):
+        order_ref, user_id, server_id, amount, _, _ = state["order"]
+        state["after"] = conn.execute(sql, (user_id, server_id or 0, amount, state["at"],
+                                                     project)).fetchone()[0]
+        return True
+
+    def log_credit(state, sql):
+        order_ref, user_id, server_id, amount, _, _ = state["order"]
+        after = state["after"]
+        conn.execute(sql, ("order_credit", order_ref, user_id, server_id or 0, amount,
+                                    after - amount, after, state["at"]))
+        return True
+
+    def insert_order(state, sql):
+        g = k * 1000003 % 1_000_000_000_000
+        row = conn.execute(sql, {
+            "order_id": f"Order:a{round_:02d}{k:08d}", "project_id": project,
+            "user_id": random.randint(1, users), "email": None, "server_id": 0,
+            "payment_system": PAYMENT_SYSTEM, "amount_cents": 1025, "status": "pending",
+            "created_at": now(), "idempotency_key": f"{g:012d}-0000-4000-a000-{round_:012d}",
+            "request_hash": "0" * 64}).fetchone()
+        return row is not None
+
+    def subscribers(state, sql):
+        conn.execute(sql, (project,)).fetchall()
+        return True
+
+    def plain(state, sql):
+        conn.execute(sql)
+        return True
+
+    runners = {"begin": plain, "commit": plain, "complete_order": complete_order,
+               "credit_main": credit_main, "log_credit": log_credit,
+               "insert_order": insert_order, "subscribers": subscribers}
+    unknown = [name for name, _ in statements if name not in runners]
+    if unknown:
+        sys.exit(f"sqlite_writes.py: {script} has statements this runner does not bind: {unknown}")
+    start = time.perf_counter()
+    end = start + seconds
+    while True:
+        began = time.perf_counter()
+        if began >= end:
+            break
+        state = {}
+        for name, sql in statements:
+            if not runners[name](state, sql):
+                conn.execute("ROLLBACK")
+                refused += 1
+                break
+        else:
+            done += 1
+        latencies.append(int((time.perf_counter() - began) * 1e6))
+        k += 1
+    span = time.perf_counter() - start
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    lat = sorted(latencies)
+    n = len(lat)
+    q = [lat[min(n - 1, max(0, -(-i * n // 1000) - 1))] for i in range(1, 1001)] if n else []
+    print(json.dumps({
+        "requests": n, "duration_us": int(span * 1e6), "rps": done / span if span > 0 else 0.0,
+        "p50_us": q[499] if q else 0, "p99_us": q[989] if q else 0,
+        "status_200": done, "status_409": refused, "status_other": 0, "q": q,
+    }))
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    if len(a) != 8:
+        sys.exit(__doc__.split("Usage: ")[1])
+    main(a[0], a[1], float(a[2]), int(a[3]), int(a[4]), int(a[5]), int(a[6]), int(a[7]))
