@@ -73,7 +73,15 @@ pub struct Settings {
     /// The key webhook secrets are sealed with at rest; `None`: they are
     /// stored in clear.
     pub webhook_secret_key: Option<WebhookSecretKey>,
+    /// How long finished deliveries, their attempts and delivered events
+    /// are kept (`service::webhook_events::purge`); never below
+    /// [`MIN_WEBHOOK_RETENTION_DAYS`].
+    pub webhook_retention_days: u32,
 }
+
+/// The shortest `webhook_retention_days`: events stay at least as long as
+/// they may be sent again.
+pub const MIN_WEBHOOK_RETENTION_DAYS: u32 = 14;
 
 /// The 32-byte key that seals webhook secrets at rest (see
 /// `service::webhook_secrets`). Its `Debug` output is redacted.
@@ -129,6 +137,7 @@ impl Default for Settings {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             shutdown_grace: Duration::from_secs(10),
             webhook_secret_key: None,
+            webhook_retention_days: 30,
         }
     }
 }
@@ -183,6 +192,10 @@ pub struct SettingsArgs {
     /// shows in the process list [default: none, secrets stored in clear].
     #[arg(long, env = "MASTERPAY_WEBHOOK_SECRET_KEY", hide_env_values = true)]
     pub webhook_secret_key: Option<String>,
+    /// Days finished webhook deliveries and delivered events are kept, at
+    /// least 14 [default: 30].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_RETENTION_DAYS")]
+    pub webhook_retention_days: Option<u32>,
 }
 
 impl SettingsArgs {
@@ -246,6 +259,7 @@ impl Settings {
             max_body_bytes,
             shutdown_grace_ms,
             webhook_secret_key,
+            webhook_retention_days,
         } = given.over(file);
         let d = Settings::default();
         let ms = |given: Option<u64>, default| given.map_or(default, Duration::from_millis);
@@ -285,7 +299,14 @@ impl Settings {
                 .map(str::parse)
                 .transpose()
                 .map_err(|err: String| anyhow::anyhow!(err))?,
+            webhook_retention_days: webhook_retention_days.unwrap_or(d.webhook_retention_days),
         };
+        if settings.webhook_retention_days < MIN_WEBHOOK_RETENTION_DAYS {
+            anyhow::bail!(
+                "webhook_retention_days must be at least {MIN_WEBHOOK_RETENTION_DAYS}: \
+                 events are kept as long as they may be sent again"
+            );
+        }
         if settings.pool.max_connections == 0 {
             anyhow::bail!("db_max_connections must be at least 1");
         }
@@ -372,6 +393,21 @@ mod tests {
             zero.to_string(),
             "request_timeout_ms must be greater than 0"
         );
+    }
+
+    #[test]
+    fn webhook_retention_is_30_days_and_never_below_14() {
+        let resolve = |days: Option<u32>| {
+            let given = SettingsArgs {
+                webhook_retention_days: days,
+                ..Default::default()
+            };
+            Settings::resolve(SettingsArgs::default(), given)
+        };
+        assert_eq!(resolve(None).unwrap().webhook_retention_days, 30);
+        assert_eq!(resolve(Some(14)).unwrap().webhook_retention_days, 14);
+        let refused = resolve(Some(13)).unwrap_err().to_string();
+        assert!(refused.starts_with("webhook_retention_days must be at least 14"));
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! panel's (port 0 picks a free port, which is how the tests run many
 //! servers side by side), [`Application::port`] and
 //! [`Application::panel_addr`] tell which, and
-//! [`Application::run_until_stopped`] serves both until the shutdown future
-//! resolves, then drains in-flight requests within the grace period. Each
+//! [`Application::run_until_stopped`] serves both, with the webhook
+//! retention task beside them, until the shutdown future resolves, then
+//! drains in-flight requests within the grace period. Each
 //! listener serves only its own routes: the panel's answers no `/v2`
 //! request, the API's no panel page.
 
@@ -28,6 +29,7 @@ use crate::{
     },
     config::Settings,
     panel::{self, PanelState},
+    service::webhook_events,
     state::AppState,
 };
 
@@ -214,6 +216,11 @@ impl Application {
                 let _ = stopped.wait_for(|stop| *stop).await;
             }
         };
+        // Ends with the process; a batch cut short is whole or undone.
+        let retention = tokio::spawn(webhook_events::retain(
+            self.state.db.clone(),
+            self.settings.webhook_retention_days,
+        ));
         let grace = Some(self.settings.shutdown_grace);
         let panel = self.panel.map(|(acceptor, _)| {
             let routes = panel::routes(PanelState {
@@ -222,6 +229,8 @@ impl Application {
                 trusted_proxies: self.settings.admin_trusted_proxies.clone(),
                 metrics: Arc::clone(&self.state.metrics),
                 store: Arc::clone(&self.state.store),
+                webhook_secret_key: self.settings.webhook_secret_key.clone(),
+                webhook_retention_days: self.settings.webhook_retention_days,
             });
             poem::Server::new_with_acceptor(acceptor)
                 .idle_timeout(self.settings.idle_timeout)
@@ -234,10 +243,12 @@ impl Application {
                 until_stopped(),
                 grace,
             );
-        match panel {
+        let served = match panel {
             Some(panel) => tokio::try_join!(api, panel).map(|_| ()),
             None => api.await,
-        }
+        };
+        retention.abort();
+        served
     }
 }
 

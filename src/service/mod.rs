@@ -26,6 +26,7 @@ pub mod tokens;
 pub mod users;
 pub mod validate;
 pub mod webhook_endpoints;
+pub mod webhook_events;
 pub mod webhook_secrets;
 
 use sea_orm::{DbErr, SqlErr};
