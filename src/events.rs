@@ -61,8 +61,8 @@ pub fn subscribed(stored: Option<&str>, event_type: EventType) -> bool {
     stored.is_none_or(|list| list.split(',').any(|t| t == name))
 }
 
-/// A new `webhook-id`: `msg_` + 32 lower-case hex digits of 16 bytes from
-/// the OS CSPRNG.
+/// A `webhook-id` drawn at random: `msg_` + 32 lower-case hex digits of 16
+/// bytes from the OS CSPRNG.
 pub fn new_webhook_id() -> String {
     use rand::{TryRngCore, rngs::OsRng};
     let mut bytes = [0u8; 16];

@@ -1778,7 +1778,7 @@ async fn webhook_endpoints_are_managed_with_their_secret_shown_once_and_stored_s
             "--project",
             &project,
             "--url",
-            "http://10.0.0.5:9000/in",
+            "http://hooks.example.net:9000/in",
         ],
         &[],
     );

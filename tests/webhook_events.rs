@@ -22,6 +22,8 @@ on_every_backend!(
     a_conflict_a_replay_and_a_refusal_record_no_event,
     no_event_without_an_enabled_endpoint_receiving_its_type,
     a_thousand_identical_completions_on_two_instances_record_one_event,
+    an_operators_changes_on_the_command_line_record_their_events,
+    serve_warns_at_start_when_webhook_secrets_are_stored_in_clear,
 );
 
 const PS: &str = "cstm:paygate";
@@ -374,4 +376,112 @@ async fn a_thousand_identical_completions_on_two_instances_record_one_event(app:
         .collect();
     to.sort_unstable();
     assert_eq!(to, [first, second], "one delivery per endpoint");
+}
+
+/// Runs the `masterpay` binary with `--json` on the test's database.
+fn masterpay(app: &TestApp, args: &[&str]) -> Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_masterpay"))
+        .args(args)
+        .arg("--json")
+        .env("MASTERPAY_DATABASE_URL", &app.database.url)
+        .env_remove("MASTERPAY_LOG")
+        .env_remove("MASTERPAY_CONFIG")
+        .output()
+        .expect("run masterpay");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+/// The command line's (and the panel's, which calls the same service
+/// functions) creation, completion, cancellation and balance set record
+/// the events the API's do, with the same bodies.
+async fn an_operators_changes_on_the_command_line_record_their_events(app: TestApp) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await.to_string();
+    let project = app.project_id.to_string();
+    endpoint(&app, app.project_id, None).await;
+    let create = [
+        "order",
+        "create",
+        "--project",
+        &project,
+        "--user",
+        &user,
+        "--amount",
+        "7.50",
+        "--payment-system",
+        PS,
+    ];
+    let order_id = masterpay(&app, &create)["order_id"]
+        .as_str()
+        .expect("order id")
+        .to_owned();
+    let as_created = order_as_read(&app, &token, &order_id).await;
+    masterpay(&app, &["order", "complete", &order_id]);
+    let as_completed = order_as_read(&app, &token, &order_id).await;
+    let cancelled = masterpay(&app, &create)["order_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    masterpay(&app, &["order", "cancel", &cancelled]);
+    let as_cancelled = order_as_read(&app, &token, &cancelled).await;
+    masterpay(
+        &app,
+        &[
+            "balance", "set", "--user", &user, "--bonus", "4.00", "--reason", "operator",
+        ],
+    );
+    let bodies: Vec<Value> = events(&app).await.iter().map(body).collect();
+    let types: Vec<&str> = bodies.iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "order.created",
+            "order.completed",
+            "order.created",
+            "order.cancelled",
+            "balance.set",
+        ]
+    );
+    assert_eq!(
+        bodies[0]["data"],
+        with(as_created, json!({"idempotency_key": null}))
+    );
+    assert_eq!(
+        bodies[1]["data"],
+        with(
+            as_completed,
+            json!({"account": {"user_id": user.parse::<i64>().unwrap(), "server_id": 0, "main": "7.50"}})
+        )
+    );
+    assert_eq!(bodies[3]["data"], as_cancelled);
+    assert_eq!(
+        (&bodies[4]["data"]["before"], &bodies[4]["data"]["after"]),
+        (&json!("0.00"), &json!("4.00"))
+    );
+}
+
+/// Without `webhook_secret_key`, `serve` says once at start that webhook
+/// secrets are stored in clear; with one it says nothing of them.
+async fn serve_warns_at_start_when_webhook_secrets_are_stored_in_clear(app: TestApp) {
+    let warning = "webhook secrets are stored in clear";
+    let log = ("MASTERPAY_LOG", "info");
+    let mut clear = ServerProcess::start(&app.database.url, &[log]).await;
+    clear.terminate();
+    assert_eq!(clear.log().matches(warning).count(), 1, "{}", clear.log());
+    let key = [
+        log,
+        (
+            "MASTERPAY_WEBHOOK_SECRET_KEY",
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+        ),
+    ];
+    let mut sealed = ServerProcess::start(&app.database.url, &key).await;
+    sealed.terminate();
+    assert!(sealed.log().contains("stopped"), "{}", sealed.log());
+    assert!(!sealed.log().contains(warning), "{}", sealed.log());
 }

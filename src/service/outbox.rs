@@ -91,7 +91,7 @@ pub async fn record<C: ConnectionTrait>(
     Ok(())
 }
 
-/// Now by the database's clock, to the microsecond (SQLite's is this
+/// The time by the database's clock, to the microsecond (SQLite's is this
 /// host's).
 fn database_now(backend: DbBackend) -> SimpleExpr {
     match backend {

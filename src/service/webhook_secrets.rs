@@ -36,7 +36,7 @@ impl std::fmt::Debug for WebhookSecret {
 }
 
 impl WebhookSecret {
-    /// A new secret: 32 bytes from the OS CSPRNG.
+    /// A secret drawn at random: 32 bytes from the OS CSPRNG.
     pub fn generate() -> WebhookSecret {
         let mut bytes = [0u8; 32];
         fill_random(&mut bytes);
