@@ -7,7 +7,7 @@
 mod common;
 
 use chrono::{TimeDelta, Utc};
-use common::TestApp;
+use common::{ServerProcess, TestApp};
 use entity::{
     webhook_attempt::{self, AttemptOutcome},
     webhook_delivery::{self, DeliveryStatus},
@@ -31,6 +31,7 @@ on_every_backend!(
     with_long_retention: [
         the_audit_reports_an_order_whose_event_is_missing,
         retention_deletes_old_finished_deliveries_and_events_in_bounded_batches,
+        serve_runs_retention_once_at_start,
     ],
 );
 
@@ -249,4 +250,38 @@ async fn retention_deletes_old_finished_deliveries_and_events_in_bounded_batches
         .await
         .unwrap();
     assert_eq!(again, Purged::default());
+}
+
+async fn serve_runs_retention_once_at_start(app: TestApp) {
+    let to = endpoint(&app, None).await;
+    event_aged(&app, to, 20, Some(DeliveryStatus::Failed), 2).await;
+    let pending = event_aged(&app, to, 20, Some(DeliveryStatus::Pending), 1).await;
+    let recent = event_aged(&app, to, 10, Some(DeliveryStatus::Succeeded), 1).await;
+    assert_eq!(counts(&app).await, (4, 3, 3));
+    let mut server = ServerProcess::start(
+        &app.database.url,
+        &[("MASTERPAY_WEBHOOK_RETENTION_DAYS", "14")],
+    )
+    .await;
+    // Polled, bounded: the run at start deletes the failed delivery of 20
+    // days ago with its attempts and event.
+    let mut left = counts(&app).await;
+    for _ in 0..400 {
+        if left == (2, 2, 2) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        left = counts(&app).await;
+    }
+    assert_eq!(left, (2, 2, 2), "{}", server.log());
+    let kept: Vec<i64> = webhook_event::Entity::find()
+        .order_by_asc(webhook_event::Column::Id)
+        .all(&app.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(kept, [pending, recent]);
+    assert!(server.terminate().success(), "{}", server.log());
 }

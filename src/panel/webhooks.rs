@@ -74,9 +74,9 @@ impl EndpointForm {
 
     /// The settings the form asks for, or an error next to each field that
     /// is wrong (the rules are the service's).
-    fn read(&self) -> Result<EndpointSettings, FieldErrors> {
+    async fn read(&self) -> Result<EndpointSettings, FieldErrors> {
         let mut errors = FieldErrors::default();
-        let url = endpoints::check_destination(&self.url);
+        let url = endpoints::check_destination(&self.url).await;
         let url = url.map_err(|message| errors.add("url", message));
         let description = validate::check_description(&self.description);
         let description = description.map_err(|message| errors.add("description", message));
@@ -209,7 +209,7 @@ async fn create(
 ) -> Answer {
     let db = &admin.state.db;
     let p = projects::get(db, id).await?;
-    let errors = match form.read() {
+    let errors = match form.read().await {
         Err(errors) => errors,
         Ok(asked) => {
             let key = admin.state.webhook_secret_key.as_ref();
@@ -335,7 +335,7 @@ async fn edit(
     PostForm(form): PostForm<EndpointForm>,
 ) -> Answer {
     let e = endpoints::get(&admin.state.db, id).await?;
-    let errors = match form.read() {
+    let errors = match form.read().await {
         Err(errors) => errors,
         Ok(asked) => {
             let edit = endpoints::EndpointEdit {
@@ -411,20 +411,20 @@ async fn delete(
 mod tests {
     use super::*;
 
-    #[test]
-    fn forms_need_a_url_and_known_types_unless_every_type() {
+    #[tokio::test]
+    async fn forms_need_a_url_and_known_types_unless_every_type() {
         let body =
             "url=https%3A%2F%2Fa.example%2Fin&event_type=order.completed&event_type=balance.set";
         let form: EndpointForm = serde_html_form::from_str(body).unwrap();
-        let read = form.read().unwrap();
+        let read = form.read().await.unwrap();
         assert_eq!(
             read.types,
             Some(vec![EventType::OrderCompleted, EventType::BalanceSet])
         );
         let every: EndpointForm =
             serde_html_form::from_str("url=http%3A%2F%2Fa.example&every_type=on").unwrap();
-        assert_eq!(every.read().unwrap().types, None);
-        let errors = EndpointForm::default().read().unwrap_err();
+        assert_eq!(every.read().await.unwrap().types, None);
+        let errors = EndpointForm::default().read().await.unwrap_err();
         assert!(errors.of("url").is_some());
         assert!(errors.of("event_types").is_some());
         let unknown: EndpointForm =
@@ -432,6 +432,7 @@ mod tests {
         assert!(
             unknown
                 .read()
+                .await
                 .unwrap_err()
                 .of("event_types")
                 .unwrap()
