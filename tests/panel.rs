@@ -1894,6 +1894,9 @@ impl Panel {
             "/audit-log?action=project".to_owned(),
             "/audit-log.csv".to_owned(),
             "/account".to_owned(),
+            format!("/projects/{id}/webhooks"),
+            format!("/projects/{id}/events"),
+            format!("/projects/{id}/events?type=order.created&status=pending"),
         ]
     }
 }
@@ -4015,6 +4018,23 @@ async fn every_list_pages_older_with_its_filters_kept(panel: Panel) {
     let tokens = format!("/projects/{pid}/tokens");
     pages_to_the_oldest(&mut browser, &tokens, ">key100<", ">key000<").await;
 
+    // Events: 101 balance sets, and a newer event of another type.
+    let event_row = |event_type, n: usize| entity::webhook_event::ActiveModel {
+        webhook_id: Set(format!("msg_{n:032}")),
+        project_id: Set(pid),
+        event_type: Set(event_type),
+        order_id: Set(None),
+        payload: Set("{}".to_owned()),
+        created_at: Set(Utc::now()),
+        ..Default::default()
+    };
+    use entity::webhook_event::EventType;
+    insert_rows(db, 101, |n| event_row(EventType::BalanceSet, n)).await;
+    insert_rows(db, 1, |_| event_row(EventType::WebhookTest, 999)).await;
+    let events = format!("/projects/{pid}/events?type=balance.set");
+    let (newest, oldest) = (format!("msg_{:032}", 100), format!("msg_{:032}", 0));
+    pages_to_the_oldest(&mut browser, &events, &newest, &oldest).await;
+
     // Projects: the test's own, then 100 more.
     insert_rows(db, 100, |n| entity::project::ActiveModel {
         name: Set(format!("paged{n:03}")),
@@ -4044,6 +4064,7 @@ async fn a_page_that_is_not_a_row_id_is_a_bad_request(panel: Panel) {
         format!("/projects/{pid}/users?before=x"),
         format!("/projects/{pid}/tokens?before=99999999999999999999"),
         "/projects?before=%00".to_owned(),
+        format!("/projects/{pid}/events?type=balance.set&before=0x10"),
     ] {
         let page = browser.get(&list).await;
         page.assert_status(400);
