@@ -17,6 +17,7 @@ use super::{
     components::{self as c, Blank, FieldAttrs},
     form::{FieldErrors, Params},
     page,
+    session::SignedIn,
 };
 use crate::{
     domain::OrderId,
@@ -27,8 +28,6 @@ use crate::{
         webhook_events::{self, DeliveryDetail, EventFilter},
     },
 };
-
-use super::session::SignedIn;
 
 pub fn routes(route: Route) -> Route {
     route
