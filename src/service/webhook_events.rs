@@ -92,7 +92,7 @@ pub async fn get(
         .find_also_related(webhook_endpoint::Entity)
         .all(db)
         .await?;
-    let mut attempts = webhook_attempt::Entity::find()
+    let attempts = webhook_attempt::Entity::find()
         .filter(
             webhook_attempt::Column::DeliveryId
                 .is_in(deliveries.iter().map(|(delivery, _)| delivery.id)),
@@ -102,16 +102,14 @@ pub async fn get(
         .await?;
     let details = deliveries
         .into_iter()
-        .map(|(delivery, endpoint)| {
-            let (own, rest) = attempts
-                .drain(..)
-                .partition(|attempt| attempt.delivery_id == delivery.id);
-            attempts = rest;
-            DeliveryDetail {
-                delivery,
-                endpoint,
-                attempts: own,
-            }
+        .map(|(delivery, endpoint)| DeliveryDetail {
+            attempts: attempts
+                .iter()
+                .filter(|attempt| attempt.delivery_id == delivery.id)
+                .cloned()
+                .collect(),
+            delivery,
+            endpoint,
         })
         .collect();
     Ok((event, details))
