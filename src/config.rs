@@ -82,7 +82,15 @@ pub struct Settings {
     pub webhook_secret_key: Option<WebhookSecretKey>,
     /// Where outgoing webhooks may go and how the relay sends them.
     pub webhooks: WebhookSettings,
+    /// How long finished deliveries, their attempts and delivered events
+    /// are kept (`service::webhook_events::purge`); never below
+    /// [`MIN_WEBHOOK_RETENTION_DAYS`].
+    pub webhook_retention_days: u32,
 }
+
+/// The shortest `webhook_retention_days`: events stay at least as long as
+/// they may be sent again.
+pub const MIN_WEBHOOK_RETENTION_DAYS: u32 = 14;
 
 /// The 32-byte key that seals webhook secrets at rest (see
 /// `service::webhook_secrets`). Its `Debug` output is redacted.
@@ -198,6 +206,7 @@ impl Default for Settings {
             shutdown_grace: Duration::from_secs(10),
             webhook_secret_key: None,
             webhooks: WebhookSettings::default(),
+            webhook_retention_days: 30,
         }
     }
 }
@@ -290,6 +299,10 @@ pub struct SettingsArgs {
     /// [default: 1000].
     #[arg(long, env = "MASTERPAY_WEBHOOK_POLL_INTERVAL_MS")]
     pub webhook_poll_interval_ms: Option<u64>,
+    /// Days finished webhook deliveries and delivered events are kept, at
+    /// least 14 [default: 30].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_RETENTION_DAYS")]
+    pub webhook_retention_days: Option<u32>,
 }
 
 impl SettingsArgs {
@@ -363,6 +376,7 @@ impl Settings {
             webhook_relay_concurrency,
             webhook_endpoint_concurrency,
             webhook_poll_interval_ms,
+            webhook_retention_days,
         } = given.over(file);
         let d = Settings::default();
         let ms = |given: Option<u64>, default| given.map_or(default, Duration::from_millis);
@@ -434,7 +448,14 @@ impl Settings {
                     .unwrap_or(d.webhooks.endpoint_concurrency),
                 poll_interval: ms(webhook_poll_interval_ms, d.webhooks.poll_interval),
             },
+            webhook_retention_days: webhook_retention_days.unwrap_or(d.webhook_retention_days),
         };
+        if settings.webhook_retention_days < MIN_WEBHOOK_RETENTION_DAYS {
+            anyhow::bail!(
+                "webhook_retention_days must be at least {MIN_WEBHOOK_RETENTION_DAYS}: \
+                 events are kept as long as they may be sent again"
+            );
+        }
         if settings.pool.max_connections == 0 {
             anyhow::bail!("db_max_connections must be at least 1");
         }
@@ -561,6 +582,21 @@ mod tests {
             zero.to_string(),
             "request_timeout_ms must be greater than 0"
         );
+    }
+
+    #[test]
+    fn webhook_retention_is_30_days_and_never_below_14() {
+        let resolve = |days: Option<u32>| {
+            let given = SettingsArgs {
+                webhook_retention_days: days,
+                ..Default::default()
+            };
+            Settings::resolve(SettingsArgs::default(), given)
+        };
+        assert_eq!(resolve(None).unwrap().webhook_retention_days, 30);
+        assert_eq!(resolve(Some(14)).unwrap().webhook_retention_days, 14);
+        let refused = resolve(Some(13)).unwrap_err().to_string();
+        assert!(refused.starts_with("webhook_retention_days must be at least 14"));
     }
 
     #[test]

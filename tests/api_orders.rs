@@ -948,7 +948,7 @@ async fn completing_a_cancelled_order_is_order_cancelled_and_credits_nothing(app
     assert_eq!(app.main_balance(user, 0).await.to_string(), "1.00");
     assert_eq!(app.main_balance(user, server).await.to_string(), "0.00");
     assert_eq!(credit_rows(&app).await, 0);
-    let report = ledger_check::run(&app.db).await.expect("audit");
+    let report = ledger_check::run(&app.db, 30).await.expect("audit");
     assert!(report.is_clean(), "{:?}", report.findings);
 }
 
@@ -1103,7 +1103,7 @@ async fn cancel_and_complete_racing_on_two_instances_let_exactly_one_win_per_ord
         100 - completed
     );
     assert_eq!(credit_rows(&app).await, completed as i64);
-    let report = ledger_check::run(&app.db).await.expect("audit");
+    let report = ledger_check::run(&app.db, 30).await.expect("audit");
     assert!(report.is_clean(), "{:?}", report.findings);
     assert_eq!(report.completed_orders, completed as i64);
 

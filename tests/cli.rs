@@ -34,6 +34,7 @@ on_every_backend!(
     webhook_endpoints_are_managed_with_their_secret_shown_once_and_stored_sealed,
     webhook_endpoint_bad_input_is_one_line_error_and_changes_nothing,
     orders_written_with_the_command_line_while_the_api_writes_all_hold,
+    audit_reports_an_order_without_the_event_its_endpoint_was_to_receive,
 );
 
 fn masterpay(url: &str, args: &[&str]) -> Output {
@@ -2098,4 +2099,60 @@ async fn orders_written_with_the_command_line_while_the_api_writes_all_hold(app:
         assert_eq!(reply.status, 200, "round {round}: {:?}", reply.body);
     }
     assert_eq!(app.main_balance(user, 0).await.to_string(), "3.30");
+}
+
+async fn audit_reports_an_order_without_the_event_its_endpoint_was_to_receive(app: TestApp) {
+    let url = app.database.url.clone();
+    let url = url.as_str();
+    let project = app.project_id.to_string();
+    json(
+        url,
+        &[
+            "webhook",
+            "endpoint",
+            "create",
+            "--project",
+            &project,
+            "--url",
+            "https://hooks.example.com/in",
+            "--events",
+            "order.completed",
+        ],
+    );
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let order = app.order(user, None, "4.00", "cstm:paygate").await;
+    let completed = app.complete_order(&token, &order, "cstm:paygate").await;
+    assert_eq!(completed.status, 200, "{}", completed.text);
+    assert_eq!(json(url, &["audit"])["ok"], true);
+
+    app.exec("DELETE FROM webhook_deliveries").await;
+    app.exec(&format!(
+        "DELETE FROM webhook_events WHERE order_id = '{order}'"
+    ))
+    .await;
+    let failed = masterpay(url, &["audit", "--json"]);
+    assert!(!failed.status.success());
+    let report: Value = serde_json::from_slice(&failed.stdout).expect("one JSON object");
+    assert_eq!(report["ok"], false);
+    assert_eq!(
+        report["findings"],
+        serde_json::json!([format!(
+            "order {order} of project {project} has no order.completed event, though an enabled \
+             endpoint of its project received order.completed then"
+        )])
+    );
+
+    // A retention below 14 days is refused before anything runs.
+    let refused = masterpay_with_env(
+        url,
+        &["audit"],
+        &[("MASTERPAY_WEBHOOK_RETENTION_DAYS", "13")],
+    );
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("webhook_retention_days must be at least 14"),
+        "{stderr}"
+    );
 }

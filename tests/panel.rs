@@ -107,6 +107,8 @@ on_every_backend!(
         a_refused_form_is_summarized_at_the_top_with_links_to_its_fields,
         every_change_says_what_it_did_on_the_page_it_leads_to,
         the_navigation_marks_the_current_page_and_tables_scroll_in_their_wrappers,
+        webhook_endpoints_are_created_edited_toggled_and_deleted_in_the_panel,
+        events_are_listed_filtered_and_shown_with_their_deliveries_and_attempts,
     ],
     // These start a panel with settings of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1895,6 +1897,9 @@ impl Panel {
             "/audit-log?action=project".to_owned(),
             "/audit-log.csv".to_owned(),
             "/account".to_owned(),
+            format!("/projects/{id}/webhooks"),
+            format!("/projects/{id}/events"),
+            format!("/projects/{id}/events?type=order.created&status=pending"),
         ]
     }
 }
@@ -4016,6 +4021,23 @@ async fn every_list_pages_older_with_its_filters_kept(panel: Panel) {
     let tokens = format!("/projects/{pid}/tokens");
     pages_to_the_oldest(&mut browser, &tokens, ">key100<", ">key000<").await;
 
+    // Events: 101 balance sets, and a newer event of another type.
+    let event_row = |event_type, n: usize| entity::webhook_event::ActiveModel {
+        webhook_id: Set(format!("msg_{n:032}")),
+        project_id: Set(pid),
+        event_type: Set(event_type),
+        order_id: Set(None),
+        payload: Set("{}".to_owned()),
+        created_at: Set(Utc::now()),
+        ..Default::default()
+    };
+    use entity::webhook_event::EventType;
+    insert_rows(db, 101, |n| event_row(EventType::BalanceSet, n)).await;
+    insert_rows(db, 1, |_| event_row(EventType::WebhookTest, 999)).await;
+    let events = format!("/projects/{pid}/events?type=balance.set");
+    let (newest, oldest) = (format!("msg_{:032}", 100), format!("msg_{:032}", 0));
+    pages_to_the_oldest(&mut browser, &events, &newest, &oldest).await;
+
     // Projects: the test's own, then 100 more.
     insert_rows(db, 100, |n| entity::project::ActiveModel {
         name: Set(format!("paged{n:03}")),
@@ -4045,6 +4067,7 @@ async fn a_page_that_is_not_a_row_id_is_a_bad_request(panel: Panel) {
         format!("/projects/{pid}/users?before=x"),
         format!("/projects/{pid}/tokens?before=99999999999999999999"),
         "/projects?before=%00".to_owned(),
+        format!("/projects/{pid}/events?type=balance.set&before=0x10"),
     ] {
         let page = browser.get(&list).await;
         page.assert_status(400);
@@ -4583,4 +4606,310 @@ async fn the_navigation_marks_the_current_page_and_tables_scroll_in_their_wrappe
             .count();
         assert_eq!(tables, wrapped, "{page}: a table outside its wrapper");
     }
+}
+
+// ---- webhook endpoints and events ----
+
+/// The signing secret an endpoint's page shows, when it shows one.
+fn shown_secret(page: &Page) -> Option<String> {
+    let re = Regex::new(r#"id="webhook-secret"[^>]*>\s*(whsec_[A-Za-z0-9+/=]+)\s*<"#).unwrap();
+    re.captures(&page.text).map(|c| c[1].to_owned())
+}
+
+async fn endpoint_rows(panel: &Panel) -> Vec<entity::webhook_endpoint::Model> {
+    entity::webhook_endpoint::Entity::find()
+        .all(&panel.app.db)
+        .await
+        .expect("endpoints")
+}
+
+async fn webhook_endpoints_are_created_edited_toggled_and_deleted_in_the_panel(panel: Panel) {
+    let mut browser = panel.signed_in().await;
+    let list = format!("/projects/{}/webhooks", panel.app.project_id);
+    let refused = browser
+        .submit(
+            &list,
+            &list,
+            &[("url", "ftp://hooks.example.com/in"), ("every_type", "on")],
+        )
+        .await;
+    refused.assert_status(422);
+    assert!(
+        refused.field_error("url").unwrap().contains("http://"),
+        "{}",
+        refused.text
+    );
+    let refused = browser
+        .submit(&list, &list, &[("url", "https://hooks.example.com/in")])
+        .await;
+    refused.assert_status(422);
+    assert!(
+        refused.field_error("event_types").is_some(),
+        "{}",
+        refused.text
+    );
+    assert!(endpoint_rows(&panel).await.is_empty());
+
+    let created = browser
+        .submit(
+            &list,
+            &list,
+            &[
+                ("url", "https://hooks.example.com/in"),
+                ("description", "shop backend"),
+                ("event_type", "order.completed"),
+                ("event_type", "order.cancelled"),
+            ],
+        )
+        .await;
+    created.assert_status(200);
+    let rows = endpoint_rows(&panel).await;
+    assert_eq!(rows.len(), 1);
+    let e = &rows[0];
+    assert_eq!(
+        e.event_types.as_deref(),
+        Some("order.completed,order.cancelled")
+    );
+    assert_eq!(e.description, "shop backend");
+    let path = format!("/webhooks/{}", e.id);
+    assert!(
+        created.text.contains(&format!(r#"data-address="{path}""#)),
+        "{}",
+        created.text
+    );
+    let secret = shown_secret(&created).unwrap_or_else(|| panic!("no secret: {}", created.text));
+    assert_eq!(created.text.matches(&secret).count(), 1, "shown once");
+    // Never again: not on its page, not on the list, not in the audit log.
+    for page in [&path, &list] {
+        let again = browser.get(page).await;
+        again.assert_status(200);
+        assert!(!again.text.contains(&secret), "{page}: {}", again.text);
+        assert!(shown_secret(&again).is_none(), "{page}");
+    }
+    assert!(!panel.panel_tables_text().await.contains(&secret));
+    let object = e.id.to_string();
+    let as_created = json!({
+        "project_id": panel.app.project_id,
+        "url": "https://hooks.example.com/in",
+        "description": "shop backend",
+        "event_types": "order.completed,order.cancelled",
+        "enabled": true,
+        "disabled_reason": null,
+    });
+    panel.check_row(
+        &panel.audit_of("webhook_endpoint.create", &object).await,
+        None,
+        Some(as_created.clone()),
+    );
+
+    let edited = browser
+        .submit(
+            &path,
+            &format!("{path}/edit"),
+            &[
+                ("url", "https://hooks.example.com/v2"),
+                ("every_type", "on"),
+            ],
+        )
+        .await;
+    edited.assert_redirect(&path);
+    let as_edited = json!({
+        "project_id": panel.app.project_id,
+        "url": "https://hooks.example.com/v2",
+        "description": "",
+        "event_types": null,
+        "enabled": true,
+        "disabled_reason": null,
+    });
+    panel.check_row(
+        &panel.audit_of("webhook_endpoint.edit", &object).await,
+        Some(as_created),
+        Some(as_edited.clone()),
+    );
+
+    browser
+        .submit(&path, &format!("{path}/active"), &[("active", "false")])
+        .await
+        .assert_redirect(&path);
+    let mut as_disabled = as_edited.clone();
+    as_disabled["enabled"] = json!(false);
+    as_disabled["disabled_reason"] = json!("disabled by an administrator");
+    panel.check_row(
+        &panel.audit_of("webhook_endpoint.disable", &object).await,
+        Some(as_edited.clone()),
+        Some(as_disabled.clone()),
+    );
+    for page in [&path, &list] {
+        let shown = browser.get(page).await;
+        assert!(
+            shown.text.contains("disabled by an administrator"),
+            "{page}: {}",
+            shown.text
+        );
+    }
+    browser
+        .submit(&path, &format!("{path}/active"), &[("active", "true")])
+        .await
+        .assert_redirect(&path);
+    panel.check_row(
+        &panel.audit_of("webhook_endpoint.enable", &object).await,
+        Some(as_disabled),
+        Some(as_edited.clone()),
+    );
+
+    let kept = browser
+        .submit(
+            &path,
+            &format!("{path}/delete"),
+            &[("confirm_name", "https://hooks.example.com/in")],
+        )
+        .await;
+    kept.assert_status(422);
+    assert!(kept.field_error("confirm_name").is_some(), "{}", kept.text);
+    assert_eq!(endpoint_rows(&panel).await.len(), 1);
+    browser
+        .submit(
+            &path,
+            &format!("{path}/delete"),
+            &[("confirm_name", "https://hooks.example.com/v2")],
+        )
+        .await
+        .assert_redirect(&list);
+    assert!(endpoint_rows(&panel).await.is_empty());
+    panel.check_row(
+        &panel.audit_of("webhook_endpoint.delete", &object).await,
+        Some(as_edited),
+        None,
+    );
+}
+
+/// The ids of the events a list page links to, in its order.
+fn listed_events(page: &Page) -> Vec<i64> {
+    let re = Regex::new(r#"<td class="num"><a href="/events/(\d+)""#).unwrap();
+    re.captures_iter(&page.text)
+        .map(|c| c[1].parse().unwrap())
+        .collect()
+}
+
+async fn events_are_listed_filtered_and_shown_with_their_deliveries_and_attempts(panel: Panel) {
+    use entity::{webhook_attempt, webhook_delivery, webhook_event};
+    let app = &panel.app;
+    let endpoint = masterpay::service::webhook_endpoints::create(
+        &app.db,
+        None,
+        &Default::default(),
+        &Actor::CommandLine,
+        app.project_id,
+        "https://receiver.example.com/events",
+        None,
+        None,
+    )
+    .await
+    .unwrap()
+    .0;
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let first = app.order(user, None, "1.00", "cstm:paygate").await;
+    let second = app.order(user, None, "2.00", "cstm:paygate").await;
+    assert_eq!(
+        app.complete_order(&token, &first, "cstm:paygate")
+            .await
+            .status,
+        200
+    );
+    let events = webhook_event::Entity::find()
+        .order_by_asc(webhook_event::Column::Id)
+        .all(&app.db)
+        .await
+        .unwrap();
+    let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+    assert_eq!(ids.len(), 3, "{events:?}");
+    let (created_first, created_second, completed) = (ids[0], ids[1], ids[2]);
+
+    // The relay's record of one delivery: a 500, then a success.
+    let delivery = webhook_delivery::Entity::find()
+        .filter(webhook_delivery::Column::EventId.eq(completed))
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    let at = Utc::now();
+    for (status, excerpt, ms) in [
+        (500, "busy-retry-later", 1250),
+        (200, "ok-from-receiver", 37),
+    ] {
+        webhook_attempt::ActiveModel {
+            delivery_id: Set(delivery.id),
+            attempted_at: Set(at),
+            duration_ms: Set(ms),
+            response_status: Set(Some(status)),
+            outcome: Set(if status == 200 {
+                webhook_attempt::AttemptOutcome::Succeeded
+            } else {
+                webhook_attempt::AttemptOutcome::HttpError
+            }),
+            response_excerpt: Set(excerpt.to_owned()),
+            next_attempt_at: Set(None),
+            ..Default::default()
+        }
+        .insert(&app.db)
+        .await
+        .unwrap();
+    }
+    let mut done: webhook_delivery::ActiveModel = delivery.into();
+    done.status = Set(webhook_delivery::DeliveryStatus::Succeeded);
+    done.attempts = Set(2);
+    done.next_attempt_at = Set(None);
+    done.last_attempt_at = Set(Some(at));
+    done.update(&app.db).await.unwrap();
+
+    let mut browser = panel.signed_in().await;
+    let list = format!("/projects/{}/events", app.project_id);
+    for (query, expected) in [
+        ("", vec![completed, created_second, created_first]),
+        ("?type=order.completed", vec![completed]),
+        ("?type=order.created", vec![created_second, created_first]),
+        ("?status=succeeded", vec![completed]),
+        ("?status=pending", vec![created_second, created_first]),
+        ("?status=failed", vec![]),
+        (&format!("?order_id={second}"), vec![created_second]),
+        (&format!("?type=order.completed&order_id={second}"), vec![]),
+    ] {
+        let page = browser.get(&format!("{list}{query}")).await;
+        page.assert_status(200);
+        assert_eq!(listed_events(&page), expected, "{query}: {}", page.text);
+    }
+    let refused = browser.get(&format!("{list}?type=order.lost")).await;
+    refused.assert_status(422);
+    assert!(refused.field_error("type").is_some(), "{}", refused.text);
+    assert!(listed_events(&refused).is_empty());
+
+    let shown = browser.get(&format!("/events/{completed}")).await;
+    shown.assert_status(200);
+    let event = events.iter().find(|e| e.id == completed).unwrap();
+    for expected in [
+        event.webhook_id.as_str(),
+        first.as_str(),
+        "https://receiver.example.com/events",
+        "busy-retry-later",
+        "1250 ms",
+        "ok-from-receiver",
+        "37 ms",
+        "<td class=\"num\">500</td>",
+        "<td class=\"num\">200</td>",
+        "http_error",
+        "succeeded",
+        &format!("/webhooks/{}", endpoint.id),
+    ] {
+        assert!(shown.text.contains(expected), "{expected}: {}", shown.text);
+    }
+    // The body exactly as sent, escaped.
+    let escaped = event.payload.replace('&', "&amp;").replace('"', "&quot;");
+    assert!(shown.text.contains(&escaped), "{}", shown.text);
+    let pending = browser.get(&format!("/events/{created_first}")).await;
+    assert!(
+        pending.text.contains("Not attempted yet."),
+        "{}",
+        pending.text
+    );
 }

@@ -4,7 +4,8 @@
 //! panel's and the Prometheus metrics' (port 0 picks a free port, which is
 //! how the tests run many servers side by side), [`Application::port`],
 //! [`Application::panel_addr`] and [`Application::metrics_addr`] tell which,
-//! and [`Application::run_until_stopped`] serves them until the shutdown
+//! and [`Application::run_until_stopped`] serves them, with the webhook
+//! relay and the webhook retention task beside them, until the shutdown
 //! future resolves, then drains in-flight requests within the grace period.
 //! Each listener serves only its own routes: the panel's answers no `/v2`
 //! request, the API's no panel page and no metrics. The metrics have no
@@ -31,7 +32,10 @@ use crate::{
     config::Settings,
     panel::{self, PanelState},
     relay::Relay,
-    service::webhook_destination::Resolver,
+    service::{
+        webhook_destination::{DestinationPolicy, Destinations, Resolver},
+        webhook_events,
+    },
     state::AppState,
     store::Readiness,
 };
@@ -253,7 +257,16 @@ impl Application {
                 let _ = stopped.wait_for(|stop| *stop).await;
             }
         };
+        // Ends with the process; a batch cut short is whole or undone.
+        let retention = tokio::spawn(webhook_events::retain(
+            self.state.db.clone(),
+            self.settings.webhook_retention_days,
+        ));
         let grace = Some(self.settings.shutdown_grace);
+        let webhook_destinations = Destinations {
+            policy: DestinationPolicy::of(&self.settings.webhooks),
+            lookup: self.webhook_resolver.clone(),
+        };
         let relay = Relay::new(
             Arc::clone(&self.state.store),
             &self.settings,
@@ -269,6 +282,9 @@ impl Application {
                 trusted_proxies: self.settings.admin_trusted_proxies.clone(),
                 metrics: Arc::clone(&self.state.metrics),
                 store: Arc::clone(&self.state.store),
+                webhook_secret_key: self.settings.webhook_secret_key.clone(),
+                webhook_retention_days: self.settings.webhook_retention_days,
+                webhook_destinations,
             });
             poem::Server::new_with_acceptor(acceptor)
                 .idle_timeout(self.settings.idle_timeout)
@@ -294,6 +310,7 @@ impl Application {
             tokio::try_join!(api, unless_off(panel), unless_off(metrics)).map(|_| ())
         };
         let (served, ()) = tokio::join!(servers, relay);
+        retention.abort();
         served
     }
 }

@@ -170,7 +170,7 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::Admin(cmd) => admin::run(cmd, &db, &settings, out).await,
         Command::Webhook(cmd) => webhook::run(cmd, &db, &settings, out).await,
         Command::Demo => demo::seed(&db, &*store_of(&db, &settings)?, out, None, None).await,
-        Command::Audit => audit::run(&db, out).await,
+        Command::Audit => audit::run(&db, &settings, out).await,
     }
 }
 

@@ -316,9 +316,9 @@ pub fn toggle_section(
     }
 }
 
-/// The section that deletes `what`, named `name`, once the name is typed
-/// (`confirm_name`, sent back as `typed` with its error); `warning` says
-/// what deleting does.
+/// The section that deletes `what`, known by `name` (a token's name, an
+/// endpoint's URL), once that is typed (`confirm_name`, sent back as
+/// `typed` with its error); `warning` says what deleting does.
 pub fn delete_section(
     admin: &SignedIn,
     (action, what, name): (&str, &str, &str),
@@ -326,7 +326,7 @@ pub fn delete_section(
     typed: &str,
     errors: &FieldErrors,
 ) -> Markup {
-    let label = html! { "Type the " (what) "'s name, " code { (name) } ", to confirm" };
+    let label = html! { "Type " code { (name) } " to confirm" };
     html! {
         section {
             h2 { "Delete" }

@@ -237,7 +237,8 @@ async fn export(admin: SignedIn, params: Params) -> Answer {
 
 #[handler]
 async fn run_audit(admin: SignedIn, _form: PostForm) -> Answer {
-    ledger_check::run_recorded(&admin.state.db, &admin.actor()).await?;
+    let days = admin.state.webhook_retention_days;
+    ledger_check::run_recorded(&admin.state.db, &admin.actor(), days).await?;
     Ok(page::done(&admin, "/ledger/audit", "Ledger audit run."))
 }
 

@@ -18,6 +18,7 @@ mod admins;
 mod audit_log;
 mod components;
 mod csv_export;
+mod events;
 mod form;
 mod ledger;
 mod orders;
@@ -28,6 +29,7 @@ mod session;
 mod sign_in;
 mod tokens;
 mod users;
+mod webhooks;
 
 use std::{sync::Arc, time::Instant};
 
@@ -51,6 +53,13 @@ pub struct PanelState {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The store an operator's completion goes through, as the API's does.
     pub store: std::sync::Arc<dyn crate::store::Store>,
+    /// The key new webhook secrets are sealed with (`None`: kept in clear).
+    pub webhook_secret_key: Option<crate::config::WebhookSecretKey>,
+    /// `webhook_retention_days`, which the ledger audit's events check
+    /// reads.
+    pub webhook_retention_days: u32,
+    /// Where webhook endpoints may lead, checked when one is set.
+    pub webhook_destinations: crate::service::webhook_destination::Destinations,
 }
 
 impl PanelState {
@@ -169,6 +178,8 @@ pub fn routes(state: PanelState) -> impl Endpoint {
         orders::routes,
         ledger::routes,
         audit_log::routes,
+        webhooks::routes,
+        events::routes,
     ]
     .into_iter()
     .fold(Route::new(), |route, add| add(route));

@@ -47,7 +47,13 @@ const NAVIGATION: [(&str, &str, &[&str]); 6] = [
     (
         "/projects",
         "Projects",
-        &["/projects/", "/tokens/", "/users/"],
+        &[
+            "/projects/",
+            "/tokens/",
+            "/users/",
+            "/webhooks/",
+            "/events/",
+        ],
     ),
     ("/orders", "Orders", &["/orders/"]),
     ("/ledger", "Ledger", &["/ledger/"]),

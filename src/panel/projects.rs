@@ -101,6 +101,8 @@ fn project_page(admin: &SignedIn, p: &project::Model, name: &str, errors: &Field
             div.actions {
                 a.button href={ "/projects/" (p.id) "/tokens" } { "Tokens" }
                 a.button href={ "/projects/" (p.id) "/users" } { "Users and servers" }
+                a.button href={ "/projects/" (p.id) "/webhooks" } { "Webhook endpoints" }
+                a.button.secondary href={ "/projects/" (p.id) "/events" } { "Events" }
                 a.button.secondary href={ "/orders?project=" (p.id) } { "Orders" }
                 a.button.secondary href={ "/ledger?project=" (p.id) } { "Ledger" }
             }

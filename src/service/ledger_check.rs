@@ -13,6 +13,16 @@
 //!    `completed_at` nor `cancelled_at`, a completed one only
 //!    `completed_at`, a cancelled one only `cancelled_at`.
 //!
+//! 5. every order completed (cancelled) while an enabled endpoint of its
+//!    project received `order.completed` (`order.cancelled`) has that
+//!    event. The tables keep an endpoint's current settings only, so an
+//!    endpoint is judged subscribed from its last change (`updated_at`) on,
+//!    when its settings were those it has; an order of before that change
+//!    (an endpoint disabled and enabled again, its types edited) is not
+//!    checked against it, nor one older than the retention window less an
+//!    hour (retention may delete its event), nor one of a disabled or
+//!    deleted endpoint.
+//!
 //! Sums are computed by the database (GROUP BY), so the audit streams nothing
 //! large into memory.
 
@@ -22,8 +32,15 @@ use entity::admin_audit_entry;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement};
 use serde::{Deserialize, Serialize};
 
-use super::admin_audit::{self, Actor, AuditFilter, AuditedChange, Change};
-use crate::{money::signed_cents, store::database};
+use super::{
+    admin_audit::{self, Actor, AuditFilter, AuditedChange, Change},
+    webhook_events,
+};
+use crate::{
+    events::{self, EventType},
+    money::signed_cents,
+    store::database,
+};
 
 /// One violated invariant, printable for operators.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,8 +75,9 @@ async fn scalar(db: &DatabaseConnection, sql: &str) -> Result<i64, DbErr> {
     row.try_get_by_index::<i64>(0)
 }
 
-/// Runs every check; see the module docs.
-pub async fn run(db: &DatabaseConnection) -> Result<AuditReport, DbErr> {
+/// Runs every check; see the module docs. `retention_days` is
+/// `webhook_retention_days`.
+pub async fn run(db: &DatabaseConnection, retention_days: u32) -> Result<AuditReport, DbErr> {
     let mut report = AuditReport::default();
 
     // 1. Balances against the sums of their log rows, both directions.
@@ -182,6 +200,9 @@ pub async fn run(db: &DatabaseConnection) -> Result<AuditReport, DbErr> {
         )));
     }
 
+    // 5. Orders without the event their endpoints were to receive.
+    missing_events(db, retention_days, &mut report).await?;
+
     report.completed_orders = scalar(
         db,
         "SELECT COUNT(*) FROM payment_orders WHERE status = 'completed'",
@@ -194,6 +215,44 @@ pub async fn run(db: &DatabaseConnection) -> Result<AuditReport, DbErr> {
     .await?;
     report.log_rows = scalar(db, "SELECT COUNT(*) FROM operation_log").await?;
     Ok(report)
+}
+
+/// Check 5: for each project and type, the orders since the earliest time
+/// an enabled endpoint is known to have received the type.
+async fn missing_events(
+    db: &DatabaseConnection,
+    retention_days: u32,
+    report: &mut AuditReport,
+) -> Result<(), DbErr> {
+    use entity::webhook_endpoint::{Column, Entity};
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let window = webhook_events::retention_cutoff(retention_days) + chrono::TimeDelta::hours(1);
+    let mut since: BTreeMap<(i64, String), (chrono::DateTime<chrono::Utc>, EventType)> =
+        BTreeMap::new();
+    for endpoint in Entity::find()
+        .filter(Column::Enabled.eq(true))
+        .all(db)
+        .await?
+    {
+        for event_type in [EventType::OrderCompleted, EventType::OrderCancelled] {
+            if !events::subscribed(endpoint.event_types.as_deref(), event_type) {
+                continue;
+            }
+            let from = endpoint.updated_at.max(window);
+            let key = (endpoint.project_id, events::type_name(event_type));
+            let earliest = since.entry(key).or_insert((from, event_type));
+            earliest.0 = earliest.0.min(from);
+        }
+    }
+    for ((project_id, name), (from, event_type)) in since {
+        for order in webhook_events::orders_missing_event(db, project_id, event_type, from).await? {
+            report.findings.push(Finding(format!(
+                "order {order} of project {project_id} has no {name} event, though an enabled \
+                 endpoint of its project received {name} then"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// How many mismatch lines the audit log keeps of one run; the count is
@@ -271,8 +330,12 @@ impl RecordedAudit {
 /// [`run`] for `actor`, recorded in the audit log as one `audit.run` row
 /// holding its [`RecordedAudit`]. The audit reads outside any transaction;
 /// the row is written after it, mismatches or not.
-pub async fn run_recorded(db: &DatabaseConnection, actor: &Actor) -> Result<AuditReport, DbErr> {
-    let report = run(db).await?;
+pub async fn run_recorded(
+    db: &DatabaseConnection,
+    actor: &Actor,
+    retention_days: u32,
+) -> Result<AuditReport, DbErr> {
+    let report = run(db, retention_days).await?;
     let summary = serde_json::to_value(RecordedAudit::of(&report))
         .map_err(|err| DbErr::Custom(format!("audit summary: {err}")))?;
     let txn = AuditedChange::begin(db, actor).await?;

@@ -28,6 +28,7 @@ pub mod validate;
 pub mod webhook_delivery;
 pub mod webhook_destination;
 pub mod webhook_endpoints;
+pub mod webhook_events;
 pub mod webhook_redelivery;
 pub mod webhook_secrets;
 pub mod webhook_signature;

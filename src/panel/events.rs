@@ -1,0 +1,199 @@
+//! The outgoing events of a project: a list filtered by type, delivery
+//! state and order, paged newest first, and an event's page with the exact
+//! body sent, each delivery and each of its attempts (when, how long, what
+//! answered), as the relay recorded them.
+
+use entity::{
+    project,
+    webhook_delivery::{DeliveryStatus, Model as Delivery},
+    webhook_event,
+};
+use maud::{Markup, html};
+use poem::{Route, get, handler, web::Path};
+use sea_orm::{ActiveEnum, Iterable};
+
+use super::{
+    Answer,
+    components::{self as c, Blank, FieldAttrs},
+    form::{FieldErrors, Params},
+    page,
+    session::SignedIn,
+};
+use crate::{
+    domain::OrderId,
+    events::{self, EventType},
+    service::{
+        keyset::Listed,
+        projects,
+        webhook_events::{self, DeliveryDetail, EventFilter},
+    },
+};
+
+pub fn routes(route: Route) -> Route {
+    route
+        .at("/projects/:id/events", get(list))
+        .at("/events/:id", get(show))
+}
+
+/// Events a page lists at most, newest first.
+const PAGE_SIZE: u64 = 100;
+
+/// The filters a list's links keep.
+const FILTERS: [&str; 3] = ["type", "status", "order_id"];
+
+/// The list's filters as the query string gives them, or their errors.
+fn parse_filter(params: &Params) -> Result<EventFilter, FieldErrors> {
+    let mut errors = FieldErrors::default();
+    let event_type = params.parsed("type", &mut errors, |text| {
+        EventType::try_from_value(&text.to_owned()).map_err(|_| "no such event type".to_owned())
+    });
+    let status = params.parsed("status", &mut errors, |text| {
+        DeliveryStatus::try_from_value(&text.to_owned())
+            .map_err(|_| "no such delivery state".to_owned())
+    });
+    let order_id = params.parsed("order_id", &mut errors, |text| {
+        text.parse::<OrderId>()
+            .map(|id| id.to_string())
+            .map_err(|err| err.to_string())
+    });
+    errors.or(EventFilter {
+        event_type,
+        status,
+        order_id,
+    })
+}
+
+fn status_badge(status: DeliveryStatus) -> Markup {
+    let kind = match status {
+        DeliveryStatus::Pending => "warn",
+        DeliveryStatus::Succeeded => "",
+        DeliveryStatus::Failed => "off",
+    };
+    c::badge(&status.to_value(), kind)
+}
+
+fn list_page(
+    admin: &SignedIn,
+    (params, errors): (&Params, &FieldErrors),
+    p: &project::Model,
+    all: &Listed<webhook_event::Model>,
+) -> Markup {
+    let path = format!("/projects/{}/events", p.id);
+    let types = EventType::iter().map(|t| (events::type_name(t), events::type_name(t)));
+    let states = DeliveryStatus::iter().map(|s| (s.to_value(), s.to_value()));
+    page::frame(
+        admin,
+        &format!("Events of {}", p.name),
+        html! {
+            p {
+                a href={ "/projects/" (p.id) } { "Project " (p.name) } " · "
+                a href={ "/projects/" (p.id) "/webhooks" } { "Its webhook endpoints" }
+            }
+            form.filters method="get" action=(path) {
+                (c::select_field(("Type", "type"), errors, Blank::Any("any type"), types, params.get("type")))
+                (c::select_field(("A delivery", "status"), errors, Blank::Any("in any state"), states, params.get("status")))
+                (c::text_field("Order id", "order_id", params.get("order_id"), errors, FieldAttrs::OPTIONAL))
+                div.actions {
+                    button type="submit" { "Filter" }
+                    a.button.secondary href=(path) { "Clear" }
+                }
+            }
+            div.table-wrap { table {
+                thead { tr { th.num { "Id" } th { "Type" } th { "Order" } th { "webhook-id" } th { "Recorded" } } }
+                tbody {
+                    @for e in &all.rows {
+                        tr {
+                            td.num { a href={ "/events/" (e.id) } { (e.id) } }
+                            td { a href={ "/events/" (e.id) } { (events::type_name(e.event_type)) } }
+                            td { @if let Some(order) = &e.order_id { a href=(c::order_path(p.id, order)) { (order) } } }
+                            td { code { (e.webhook_id) } }
+                            td { (c::when(&e.created_at)) }
+                        }
+                    }
+                    @if all.rows.is_empty() { tr { td colspan="5" .muted { "No event matches." } } }
+                }
+            } }
+            (c::paging(&path, params, &FILTERS, all.older))
+            p.muted { "Events are recorded only while an enabled endpoint of the project receives their type." }
+        },
+    )
+}
+
+#[handler]
+async fn list(admin: SignedIn, Path(id): Path<i64>, params: Params) -> Answer {
+    let db = &admin.state.db;
+    let p = projects::get(db, id).await?;
+    let page = params.page(PAGE_SIZE)?;
+    let filter = parse_filter(&params);
+    let all = match &filter {
+        Ok(filter) => webhook_events::page(db, id, filter, page).await?,
+        Err(_) => Listed::default(),
+    };
+    let none = FieldErrors::default();
+    let errors = filter.as_ref().err().unwrap_or(&none);
+    let markup = list_page(&admin, (&params, errors), &p, &all);
+    Ok(page::ok_unless(filter.is_err(), markup))
+}
+
+fn delivery_section(d: &DeliveryDetail) -> Markup {
+    let delivery: &Delivery = &d.delivery;
+    html! {
+        section {
+            h2 { "Delivery " (delivery.id) " · " (status_badge(delivery.status)) }
+            (c::details(&[
+                ("Endpoint", html! {
+                    @match &d.endpoint {
+                        Some(e) => { a href={ "/webhooks/" (e.id) } { (e.url) } }
+                        None => { span.muted { "deleted" } }
+                    }
+                }),
+                ("Attempts", html! { (delivery.attempts) }),
+                ("Last attempt", html! { (c::when_or(delivery.last_attempt_at.as_ref(), "none yet")) }),
+                ("Next attempt", html! { (c::when_or(delivery.next_attempt_at.as_ref(), "none")) }),
+            ]))
+            div.table-wrap { table {
+                thead { tr { th { "Attempted" } th.num { "Duration" } th { "Outcome" } th.num { "Status" } th { "Answer (excerpt)" } th { "Then due" } } }
+                tbody {
+                    @for a in &d.attempts {
+                        tr {
+                            td { (c::when(&a.attempted_at)) }
+                            td.num { (a.duration_ms) " ms" }
+                            td { (a.outcome.to_value()) }
+                            td.num { @if let Some(status) = a.response_status { (status) } }
+                            td { code { (a.response_excerpt) } }
+                            td { (c::when_or(a.next_attempt_at.as_ref(), "—")) }
+                        }
+                    }
+                    @if d.attempts.is_empty() { tr { td colspan="6" .muted { "Not attempted yet." } } }
+                }
+            } }
+        }
+    }
+}
+
+#[handler]
+async fn show(admin: SignedIn, Path(id): Path<i64>) -> Answer {
+    let db = &admin.state.db;
+    let (e, deliveries) = webhook_events::get(db, id).await?;
+    let p = projects::get(db, e.project_id).await?;
+    let markup = page::frame(
+        &admin,
+        &format!("Event {}", e.id),
+        html! {
+            p { a href={ "/projects/" (p.id) "/events" } { "Events of " (p.name) } }
+            (c::details(&[
+                ("Type", html! { (events::type_name(e.event_type)) }),
+                ("webhook-id", html! { code { (e.webhook_id) } }),
+                ("Order", html! { @if let Some(order) = &e.order_id { a href=(c::order_path(p.id, order)) { (order) } } }),
+                ("Recorded", html! { (c::when(&e.created_at)) }),
+            ]))
+            section {
+                h2 { "Body sent" }
+                pre { code { (e.payload) } }
+            }
+            @for d in &deliveries { (delivery_section(d)) }
+            @if deliveries.is_empty() { p.muted { "No delivery is left: its endpoints were deleted." } }
+        },
+    );
+    Ok(page::ok(markup))
+}

@@ -1,0 +1,462 @@
+//! The webhook endpoints of a project: list, create (the address, the
+//! event types as checkboxes, a description), edit, disable and enable,
+//! delete. A disabled endpoint shows why it stopped receiving.
+//!
+//! An endpoint's signing secret exists in clear only in the answer to its
+//! creation: that POST's own answer is the endpoint's page with the secret
+//! (`no-store`, as every panel answer), as a token's value is shown, and a
+//! reload is a GET of that page, which never shows it.
+
+use entity::{project, webhook_endpoint};
+use maud::{Markup, html};
+use poem::{Route, get, handler, post, web::Path};
+use sea_orm::Iterable;
+use serde::Deserialize;
+
+use super::{
+    Answer,
+    components::{self as c, FieldAttrs},
+    form::{FieldErrors, Toggle},
+    page,
+    session::{PostForm, SignedIn},
+};
+use crate::{
+    events::{self, EventType},
+    service::{
+        projects, validate, webhook_destination::Destinations, webhook_endpoints as endpoints,
+    },
+};
+
+pub fn routes(route: Route) -> Route {
+    route
+        .at("/projects/:id/webhooks", get(list).post(create))
+        .at("/webhooks/:id", get(show))
+        .at("/webhooks/:id/edit", post(edit))
+        .at("/webhooks/:id/active", post(set_active))
+        .at("/webhooks/:id/delete", post(delete))
+}
+
+/// The create and edit forms, as sent and as shown.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct EndpointForm {
+    url: String,
+    description: String,
+    /// The types checked, one value per checkbox.
+    event_type: Vec<String>,
+    /// Checked: every type, those added later too.
+    every_type: String,
+}
+
+/// What a correct form asks for.
+#[derive(Debug)]
+struct EndpointSettings {
+    url: String,
+    /// `None`: every type.
+    types: Option<Vec<EventType>>,
+    description: String,
+}
+
+impl EndpointForm {
+    fn of(endpoint: &webhook_endpoint::Model) -> EndpointForm {
+        let types = endpoint.event_types.as_deref();
+        EndpointForm {
+            url: endpoint.url.clone(),
+            description: endpoint.description.clone(),
+            event_type: types
+                .map(|names| names.split(',').map(str::to_owned).collect())
+                .unwrap_or_default(),
+            every_type: if types.is_none() {
+                "on".to_owned()
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    /// The settings the form asks for, or an error next to each field that
+    /// is wrong (the rules are the service's).
+    async fn read(&self, destinations: &Destinations) -> Result<EndpointSettings, FieldErrors> {
+        let mut errors = FieldErrors::default();
+        let url = endpoints::check_destination(&self.url, destinations).await;
+        let url = url.map_err(|message| errors.add("url", message));
+        let description = validate::check_description(&self.description);
+        let description = description.map_err(|message| errors.add("description", message));
+        let types = if self.every_type.is_empty() {
+            events::parse_types(&self.event_type.join(","))
+                .map(Some)
+                .map_err(|message| errors.add("event_types", message))
+        } else {
+            Ok(None)
+        };
+        match (url, description, types) {
+            (Ok(url), Ok(description), Ok(types)) if errors.is_empty() => Ok(EndpointSettings {
+                url,
+                types,
+                description: description.unwrap_or_default(),
+            }),
+            _ => Err(errors),
+        }
+    }
+}
+
+fn types_badges(stored: Option<&str>) -> Markup {
+    html! {
+        @match stored {
+            None => { (c::badge("every type", "")) }
+            Some(names) => { @for name in names.split(',') { (c::badge(name, "")) " " } }
+        }
+    }
+}
+
+fn state(endpoint: &webhook_endpoint::Model) -> Markup {
+    html! {
+        (c::state_badge(endpoint.enabled))
+        @if let Some(reason) = &endpoint.disabled_reason { " " span.muted { (reason) } }
+    }
+}
+
+/// The address, description and type checkboxes of the create and edit
+/// forms.
+fn endpoint_fields(form: &EndpointForm, errors: &FieldErrors) -> Markup {
+    html! {
+        (c::text_field("URL (http:// or https://)", "url", &form.url, errors, FieldAttrs::TEXT.placeholder("https://shop.example/masterpay-events")))
+        (c::text_field("Description (optional)", "description", &form.description, errors, FieldAttrs::OPTIONAL))
+        fieldset id=[errors.id("event_types")] aria-invalid=[errors.invalid("event_types")] aria-describedby=[errors.described_by("event_types")] {
+            legend { "Events it receives" }
+            label {
+                input type="checkbox" name="every_type" value="on" checked[!form.every_type.is_empty()];
+                " Every type, those added later too"
+            }
+            @for t in EventType::iter() {
+                @let name = events::type_name(t);
+                label {
+                    input type="checkbox" name="event_type" value=(name)
+                        checked[form.event_type.contains(&name)];
+                    " " code { (name) }
+                }
+            }
+            (errors.show("event_types"))
+        }
+    }
+}
+
+fn list_page(
+    admin: &SignedIn,
+    p: &project::Model,
+    all: &[webhook_endpoint::Model],
+    form: &EndpointForm,
+    errors: &FieldErrors,
+) -> Markup {
+    let path = format!("/projects/{}/webhooks", p.id);
+    page::frame(
+        admin,
+        &format!("Webhook endpoints of {}", p.name),
+        html! {
+            p {
+                a href={ "/projects/" (p.id) } { "Project " (p.name) } " · "
+                a href={ "/projects/" (p.id) "/events" } { "Its events" }
+            }
+            div.table-wrap { table {
+                thead { tr { th.num { "Id" } th { "URL" } th { "Events" } th { "State" } th { "Description" } th { "Created" } } }
+                tbody {
+                    @for e in all {
+                        tr {
+                            td.num { a href={ "/webhooks/" (e.id) } { (e.id) } }
+                            td { a href={ "/webhooks/" (e.id) } { (e.url) } }
+                            td { (types_badges(e.event_types.as_deref())) }
+                            td { (state(e)) }
+                            td { (e.description) }
+                            td { (c::when(&e.created_at)) }
+                        }
+                    }
+                    @if all.is_empty() { tr { td colspan="6" .muted { "No endpoint yet: no event is recorded for this project." } } }
+                }
+            } }
+            section {
+                h2 { "New endpoint" }
+                form method="post" action=(path) {
+                    (page::csrf(admin))
+                    (endpoint_fields(form, errors))
+                    p.muted { "Its signing secret is shown once, on the next page." }
+                    button type="submit" { "Create endpoint" }
+                }
+            }
+        },
+    )
+}
+
+#[handler]
+async fn list(admin: SignedIn, Path(id): Path<i64>) -> Answer {
+    let p = projects::get(&admin.state.db, id).await?;
+    let all = endpoints::list(&admin.state.db, Some(id)).await?;
+    let form = EndpointForm {
+        every_type: "on".to_owned(),
+        ..EndpointForm::default()
+    };
+    Ok(page::ok(list_page(
+        &admin,
+        &p,
+        &all,
+        &form,
+        &FieldErrors::default(),
+    )))
+}
+
+#[handler]
+async fn create(
+    admin: SignedIn,
+    Path(id): Path<i64>,
+    PostForm(form): PostForm<EndpointForm>,
+) -> Answer {
+    let db = &admin.state.db;
+    let p = projects::get(db, id).await?;
+    let errors = match form.read(&admin.state.webhook_destinations).await {
+        Err(errors) => errors,
+        Ok(asked) => {
+            let key = admin.state.webhook_secret_key.as_ref();
+            let types = asked.types.as_deref();
+            let description = Some(asked.description.as_str());
+            let destinations = &admin.state.webhook_destinations;
+            let actor = admin.actor();
+            match endpoints::create(
+                db,
+                key,
+                destinations,
+                &actor,
+                id,
+                &asked.url,
+                types,
+                description,
+            )
+            .await
+            {
+                Ok((endpoint, secret)) => {
+                    let admin = admin.told(format!("Webhook endpoint {} created.", endpoint.id));
+                    return endpoint_answer(&admin, &endpoint, Some(secret.expose()), None).await;
+                }
+                Err(err) => FieldErrors::refused(err)?,
+            }
+        }
+    };
+    let all = endpoints::list(db, Some(id)).await?;
+    Ok(page::invalid(list_page(&admin, &p, &all, &form, &errors)))
+}
+
+/// The forms of an endpoint's page sent back with their errors.
+struct Refused<'a> {
+    edit: &'a EndpointForm,
+    confirm_name: &'a str,
+    errors: &'a FieldErrors,
+}
+
+fn endpoint_page(
+    admin: &SignedIn,
+    (e, p): (&webhook_endpoint::Model, &project::Model),
+    secret: Option<&str>,
+    forms: &Refused<'_>,
+) -> Markup {
+    let base = format!("/webhooks/{}", e.id);
+    page::frame(
+        admin,
+        &format!("Webhook endpoint {}", e.id),
+        html! {
+            p {
+                a href={ "/projects/" (p.id) "/webhooks" } { "Webhook endpoints of " (p.name) } " · "
+                a href={ "/projects/" (p.id) "/events" } { "Events of " (p.name) }
+            }
+            @match secret {
+                Some(secret) => {
+                    (c::reveal(&base, (html! { "The endpoint's signing secret" }, "webhook-secret", secret), html! {
+                        "Copy it now into the receiving service's settings: it will not be shown again, not even on this page after a reload."
+                    }))
+                }
+                None => { p.muted { "The signing secret was shown once, when the endpoint was created, and cannot be shown again." } }
+            }
+            section {
+                h2 { "Details" }
+                (c::details(&[
+                    ("Id", html! { (e.id) }),
+                    ("URL", html! { code { (e.url) } }),
+                    ("Events", types_badges(e.event_types.as_deref())),
+                    ("State", state(e)),
+                    ("Failing since", html! { (c::when_or(e.failing_since.as_ref(), "not failing")) }),
+                    ("Description", html! { (e.description) }),
+                    ("Created", html! { (c::when(&e.created_at)) }),
+                    ("Changed", html! { (c::when(&e.updated_at)) }),
+                ]))
+            }
+            section {
+                h2 { "Edit" }
+                form method="post" action={ (base) "/edit" } {
+                    (page::csrf(admin))
+                    (endpoint_fields(forms.edit, forms.errors))
+                    button type="submit" { "Save changes" }
+                }
+            }
+            (c::toggle_section(
+                admin,
+                (&format!("{base}/active"), "endpoint"),
+                e.enabled,
+                (
+                    "A disabled endpoint receives nothing: no event is recorded for it from then on, and its pending deliveries are not sent.",
+                    "The endpoint is disabled: no event is recorded for it. Enabling it records its events again from then on.",
+                ),
+                &format!("Disable endpoint {}? It stops receiving events at once.", e.id),
+            ))
+            (c::delete_section(
+                admin,
+                (&format!("{base}/delete"), "endpoint", &e.url),
+                "Deleting the endpoint deletes its deliveries and their attempts; the project's events stay. This cannot be undone.",
+                forms.confirm_name,
+                forms.errors,
+            ))
+        },
+    )
+}
+
+/// The endpoint's page, with its new `secret` the one time it is shown, or
+/// with `refused` forms (422).
+async fn endpoint_answer(
+    admin: &SignedIn,
+    e: &webhook_endpoint::Model,
+    secret: Option<&str>,
+    refused: Option<Refused<'_>>,
+) -> Answer {
+    let p = projects::get(&admin.state.db, e.project_id).await?;
+    let (shown, none) = (EndpointForm::of(e), FieldErrors::default());
+    let is_refused = refused.is_some();
+    let forms = refused.unwrap_or(Refused {
+        edit: &shown,
+        confirm_name: "",
+        errors: &none,
+    });
+    let markup = endpoint_page(admin, (e, &p), secret, &forms);
+    Ok(page::ok_unless(is_refused, markup))
+}
+
+#[handler]
+async fn show(admin: SignedIn, Path(id): Path<i64>) -> Answer {
+    let e = endpoints::get(&admin.state.db, id).await?;
+    endpoint_answer(&admin, &e, None, None).await
+}
+
+#[handler]
+async fn edit(
+    admin: SignedIn,
+    Path(id): Path<i64>,
+    PostForm(form): PostForm<EndpointForm>,
+) -> Answer {
+    let e = endpoints::get(&admin.state.db, id).await?;
+    let errors = match form.read(&admin.state.webhook_destinations).await {
+        Err(errors) => errors,
+        Ok(asked) => {
+            let edit = endpoints::EndpointEdit {
+                url: Some(&asked.url),
+                types: Some(asked.types.as_deref()),
+                description: Some(&asked.description),
+            };
+            let destinations = &admin.state.webhook_destinations;
+            match endpoints::edit(&admin.state.db, destinations, &admin.actor(), id, edit).await {
+                Ok(_) => {
+                    let message = format!("Webhook endpoint {id} saved.");
+                    return Ok(page::done(&admin, &format!("/webhooks/{id}"), &message));
+                }
+                Err(err) => FieldErrors::refused(err)?,
+            }
+        }
+    };
+    let forms = Refused {
+        edit: &form,
+        confirm_name: "",
+        errors: &errors,
+    };
+    endpoint_answer(&admin, &e, None, Some(forms)).await
+}
+
+#[handler]
+async fn set_active(
+    admin: SignedIn,
+    Path(id): Path<i64>,
+    PostForm(Toggle { active }): PostForm<Toggle>,
+) -> Answer {
+    endpoints::set_enabled(&admin.state.db, &admin.actor(), id, active).await?;
+    let done = if active { "enabled" } else { "disabled" };
+    let message = format!("Webhook endpoint {id} {done}.");
+    Ok(page::done(&admin, &format!("/webhooks/{id}"), &message))
+}
+
+/// The delete form: the endpoint's URL, typed to confirm.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct DeleteForm {
+    confirm_name: String,
+}
+
+#[handler]
+async fn delete(
+    admin: SignedIn,
+    Path(id): Path<i64>,
+    PostForm(form): PostForm<DeleteForm>,
+) -> Answer {
+    let e = endpoints::get(&admin.state.db, id).await?;
+    if form.confirm_name.trim() != e.url {
+        let errors = FieldErrors::one(
+            "confirm_name",
+            "this is not the endpoint's URL: type it exactly to delete the endpoint",
+        );
+        let forms = Refused {
+            edit: &EndpointForm::of(&e),
+            confirm_name: &form.confirm_name,
+            errors: &errors,
+        };
+        return endpoint_answer(&admin, &e, None, Some(forms)).await;
+    }
+    endpoints::delete(&admin.state.db, &admin.actor(), id).await?;
+    let to = format!("/projects/{}/webhooks", e.project_id);
+    Ok(page::done(
+        &admin,
+        &to,
+        &format!("Webhook endpoint {id} deleted."),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn forms_need_a_url_and_known_types_unless_every_type() {
+        let body =
+            "url=https%3A%2F%2Fa.example%2Fin&event_type=order.completed&event_type=balance.set";
+        let form: EndpointForm = serde_html_form::from_str(body).unwrap();
+        let read = form.read(&Destinations::default()).await.unwrap();
+        assert_eq!(
+            read.types,
+            Some(vec![EventType::OrderCompleted, EventType::BalanceSet])
+        );
+        let every: EndpointForm =
+            serde_html_form::from_str("url=http%3A%2F%2Fa.example&every_type=on").unwrap();
+        assert_eq!(
+            every.read(&Destinations::default()).await.unwrap().types,
+            None
+        );
+        let errors = EndpointForm::default()
+            .read(&Destinations::default())
+            .await
+            .unwrap_err();
+        assert!(errors.of("url").is_some());
+        assert!(errors.of("event_types").is_some());
+        let unknown: EndpointForm =
+            serde_html_form::from_str("url=http%3A%2F%2Fa.example&event_type=order.lost").unwrap();
+        assert!(
+            unknown
+                .read(&Destinations::default())
+                .await
+                .unwrap_err()
+                .of("event_types")
+                .unwrap()
+                .contains("order.lost")
+        );
+    }
+}
