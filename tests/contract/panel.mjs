@@ -637,6 +637,44 @@ try {
     fail(`the export of ${exportLink} has ${cells.length} rows, ${strays.length} of them not the filter's: ${strays.slice(0, 3).join(" | ")}`);
   }
   step(`CSV export of ${exportLink}: the header and ${cells.length} rows, each the user's, pending`);
+
+  // ---------------------------------------------------------------- a webhook endpoint and its events
+  // An endpoint made through the project's form shows its secret once; a
+  // balance set then records a balance.set event for it, listed with its
+  // delivery. The endpoint is disabled at the end, so that nothing else of
+  // the walk is sent to it.
+  const hooks = `/projects/${projectId}/webhooks`;
+  await visit(hooks, "webhooks-empty");
+  await submit(
+    `form[action="${hooks}"]`,
+    { url: "https://hooks.example.com/masterpay-events", description: `panel walk ${tag}`, event_type: "balance.set" },
+    "Create endpoint",
+    "create a webhook endpoint",
+  );
+  const secret = (await mainText()).match(/whsec_[A-Za-z0-9+/=]{40,}/)?.[0];
+  if (!secret) fail("the endpoint's secret is not shown after its creation");
+  await shot("webhook-created");
+  const endpointId = (await page.locator('main a[href^="/webhooks/"]').first().getAttribute("href")).split("/")[2];
+  await visit(`/webhooks/${endpointId}`, "webhook");
+  if ((await mainText()).includes(secret)) fail("the endpoint's page shows its secret again");
+  step(`endpoint ${endpointId} made; its secret shown once`);
+  await visit(`/users/${userId}`, "user-before-event");
+  await submit(
+    `form[action="/users/${userId}/balance"]`,
+    { server: "0", main: "26.00", bonus: "3.00", reason: `event check (panel walk ${tag})` },
+    "Set balance",
+    "set the balance again, for an event",
+  );
+  await visit(`/projects/${projectId}/events`, "events");
+  await follow("balance.set", "event", /^\/events\/\d+$/);
+  await expectText("balance.set", "the event's page");
+  if (!(await mainText()).includes('"after"')) fail("the event's page does not show its body");
+  await visit(`/webhooks/${endpointId}`, "webhook-disable");
+  asked = confirmations.length;
+  await submit(`form[action="/webhooks/${endpointId}/active"]`, {}, "Disable endpoint", "disable the endpoint");
+  expectConfirmed(asked, "disabling the endpoint");
+  await page.locator("main .badge.off", { hasText: "disabled" }).first().waitFor();
+  step("the balance.set event is listed and shown with its body; the endpoint disabled");
 } catch (err) {
   failed = true;
   console.error(`panel: FAILED: ${err.message}`);
