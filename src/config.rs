@@ -21,8 +21,11 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://masterpay.db";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Default listen address of the administration panel: this host only.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8081";
-/// The `admin_listen` value that turns the panel off.
-pub const ADMIN_LISTEN_OFF: &str = "off";
+/// Default listen address of the Prometheus metrics: this host only.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9090";
+/// The `admin_listen` or `metrics_listen` value that turns its listener
+/// off.
+pub const LISTEN_OFF: &str = "off";
 /// Default largest request body, the 64 KiB openapi/v2.yaml publishes: a
 /// completion body is a few hundred bytes.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
@@ -62,6 +65,9 @@ pub struct Settings {
     /// Proxies whose `X-Forwarded-For` names the panel's clients (the
     /// address sign-in limits count and the audit log keeps).
     pub admin_trusted_proxies: Vec<IpAddr>,
+    /// The Prometheus metrics' own listener (`/metrics`, without
+    /// authentication); `None` when it is off.
+    pub metrics_listen: Option<String>,
     pub pool: PoolSettings,
     /// Upper bound for answering one request (503 SERVICE_UNAVAILABLE after).
     pub request_timeout: Duration,
@@ -184,6 +190,7 @@ impl Default for Settings {
             admin_listen: Some(DEFAULT_ADMIN_LISTEN.to_owned()),
             admin_cookie_secure: false,
             admin_trusted_proxies: Vec::new(),
+            metrics_listen: Some(DEFAULT_METRICS_LISTEN.to_owned()),
             pool: PoolSettings::default(),
             request_timeout: Duration::from_millis(2500),
             idle_timeout: Duration::from_secs(30),
@@ -219,6 +226,9 @@ pub struct SettingsArgs {
     /// separated; their X-Forwarded-For names the client [default: none].
     #[arg(long, env = "MASTERPAY_ADMIN_TRUSTED_PROXIES", value_delimiter = ',')]
     pub admin_trusted_proxies: Option<Vec<String>>,
+    /// Address of the Prometheus metrics (`/metrics`), or `off` [default: 127.0.0.1:9090].
+    #[arg(long, env = "MASTERPAY_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// Largest number of database connections per instance [default: 16].
     #[arg(long, env = "MASTERPAY_DB_MAX_CONNECTIONS")]
     pub db_max_connections: Option<u32>,
@@ -335,6 +345,7 @@ impl Settings {
             admin_listen,
             admin_cookie_secure,
             admin_trusted_proxies,
+            metrics_listen,
             db_max_connections,
             db_acquire_timeout_ms,
             db_statement_timeout_ms,
@@ -358,11 +369,7 @@ impl Settings {
         let settings = Settings {
             database_url: database_url.unwrap_or(d.database_url),
             listen: listen.unwrap_or(d.listen),
-            admin_listen: match admin_listen {
-                Some(off) if off.trim().eq_ignore_ascii_case(ADMIN_LISTEN_OFF) => None,
-                Some(address) => Some(address),
-                None => d.admin_listen,
-            },
+            admin_listen: listener(admin_listen, d.admin_listen),
             admin_cookie_secure: admin_cookie_secure.unwrap_or(d.admin_cookie_secure),
             admin_trusted_proxies: match admin_trusted_proxies {
                 Some(proxies) => proxies
@@ -377,6 +384,7 @@ impl Settings {
                     .collect::<anyhow::Result<_>>()?,
                 None => d.admin_trusted_proxies,
             },
+            metrics_listen: listener(metrics_listen, d.metrics_listen),
             pool: PoolSettings {
                 max_connections: db_max_connections.unwrap_or(d.pool.max_connections),
                 acquire_timeout: ms(db_acquire_timeout_ms, d.pool.acquire_timeout),
@@ -471,6 +479,15 @@ impl Settings {
             );
         }
         Ok(settings)
+    }
+}
+
+/// A listener's address as given (`off`: none), else `default`.
+fn listener(given: Option<String>, default: Option<String>) -> Option<String> {
+    match given {
+        Some(off) if off.trim().eq_ignore_ascii_case(LISTEN_OFF) => None,
+        Some(address) => Some(address),
+        None => default,
     }
 }
 
@@ -656,5 +673,33 @@ mod tests {
             ..Default::default()
         };
         assert!(Settings::resolve(file("admin_listen = \"off\""), given).is_ok());
+    }
+
+    #[test]
+    fn metrics_listen_on_loopback_by_default_anywhere_when_given_or_off() {
+        let resolve = |toml_text: &str| Settings::resolve(file(toml_text), SettingsArgs::default());
+        assert_eq!(
+            resolve("").unwrap().metrics_listen.as_deref(),
+            Some(DEFAULT_METRICS_LISTEN)
+        );
+        assert_eq!(
+            resolve("metrics_listen = \"10.0.0.5:9100\"")
+                .unwrap()
+                .metrics_listen
+                .as_deref(),
+            Some("10.0.0.5:9100")
+        );
+        assert_eq!(
+            resolve("metrics_listen = \" OFF \"")
+                .unwrap()
+                .metrics_listen,
+            None
+        );
+        let given = SettingsArgs {
+            metrics_listen: Some("off".into()),
+            ..Default::default()
+        };
+        let file = file("metrics_listen = \"127.0.0.1:9100\"");
+        assert_eq!(Settings::resolve(file, given).unwrap().metrics_listen, None);
     }
 }

@@ -6,9 +6,9 @@
 //!
 //! - [`cli`]: the `masterpay` command line, one module per command; every
 //!   command calls [`service`] exactly as the API does.
-//! - [`app`]: assembles the poem routes (v2 API, health, OpenAPI, Swagger UI)
-//!   and the administration panel's, and runs both listeners and the
-//!   webhook [`relay`] with graceful shutdown.
+//! - [`app`]: assembles the poem routes (v2 API, health, OpenAPI, Swagger UI),
+//!   the administration panel's and the metrics', and runs their listeners
+//!   and the webhook [`relay`] with graceful shutdown.
 //! - [`relay`]: sends the recorded webhook events to integrators'
 //!   endpoints (outgoing HTTP only), by the rules of [`service`].
 //! - [`panel`]: the administration panel's HTML pages, on a listener of

@@ -1,4 +1,5 @@
-//! Prometheus metrics, served as text at `/metrics`.
+//! Prometheus metrics, served as text at `/metrics` on a listener of their
+//! own (`metrics_listen`), not the API's.
 //!
 //! Labels are bounded: `endpoint` is a route template (never a raw path, so a
 //! scanner cannot blow up the series count), `status` the numeric code,
@@ -313,7 +314,6 @@ pub fn endpoint_label(path: &str) -> &'static str {
         "/v2/master-account/operations" => "/v2/master-account/operations",
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",
-        "/metrics" => "/metrics",
         "/openapi.json" => "/openapi.json",
         "/openapi.yaml" => "/openapi.yaml",
         p if p == "/docs" || p.starts_with("/docs/") => "/docs",

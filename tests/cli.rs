@@ -44,6 +44,7 @@ fn masterpay(url: &str, args: &[&str]) -> Output {
         // prints the panel's default address.
         .env_remove("MASTERPAY_CONFIG")
         .env_remove("MASTERPAY_ADMIN_LISTEN")
+        .env_remove("MASTERPAY_METRICS_LISTEN")
         .output()
         .expect("run masterpay")
 }
@@ -1623,6 +1624,8 @@ async fn serve_demo_prints_a_sign_in_link_that_opens_the_panel(app: TestApp) {
             &format!("127.0.0.1:{api}"),
             "--admin-listen",
             &format!("127.0.0.1:{panel}"),
+            "--metrics-listen",
+            "off",
         ])
         .env("MASTERPAY_DATABASE_URL", &app.database.url)
         .env("MASTERPAY_LOG", "warn")

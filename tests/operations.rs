@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Backend, ServerProcess, TcpProxy, TestApp};
+use common::{Backend, Reply, ServerProcess, TcpProxy, TestApp};
 use masterpay::{app::Application, config::Settings, store::database};
 use reqwest::Url;
 use serde_json::{Value, json};
@@ -22,6 +22,8 @@ on_every_backend!(
     every_access_log_line_is_written_before_the_server_exits,
     the_schema_goes_down_and_up_again_and_holds_the_rules,
     entity_relations_are_the_foreign_keys_of_the_schema,
+    readyz_says_why_while_the_database_refuses_writes_and_recovers_by_itself,
+    metrics_have_a_listener_of_their_own_and_off_starts_none,
 );
 
 // An embedded file cannot become unreachable, and SQLite has no row locks
@@ -453,6 +455,7 @@ async fn database_outage_fails_fast_with_json_and_recovers_by_itself(app: TestAp
         database_url: via_proxy.to_string(),
         listen: "127.0.0.1:0".into(),
         admin_listen: None,
+        metrics_listen: None,
         ..Settings::default()
     };
     let db = database::connect(&settings.database_url, &settings.pool)
@@ -515,15 +518,22 @@ async fn database_outage_fails_fast_with_json_and_recovers_by_itself(app: TestAp
         }
     }
     assert!(recovered, "the service did not recover by itself");
-    assert_eq!(
-        client
+    // /readyz keeps its answer for a second: it turns 200 within a few.
+    let mut ready = false;
+    for _ in 0..400 {
+        let status = client
             .get(format!("{base}/readyz"))
             .send()
             .await
             .unwrap()
-            .status(),
-        200
-    );
+            .status();
+        if status == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(ready, "/readyz did not recover by itself");
     assert_eq!(complete().await.unwrap().status(), 200);
     assert_eq!(complete().await.unwrap().status(), 409);
     assert_eq!(
@@ -533,6 +543,345 @@ async fn database_outage_fails_fast_with_json_and_recovers_by_itself(app: TestAp
     );
     let _ = stop.send(());
     let _ = handle.await;
+}
+
+/// While the database refuses writes, /readyz answers 503 with the reason
+/// and a completion a retryable JSON 503 that changes nothing; once it
+/// accepts them again, both recover by themselves. How each backend is made
+/// to refuse them is in [`Refusal`].
+async fn readyz_says_why_while_the_database_refuses_writes_and_recovers_by_itself(app: TestApp) {
+    let refusal = match app.backend {
+        Backend::Postgres => Refusal::ReadOnlyDatabase,
+        Backend::MySql => Refusal::ReadOnlySessions,
+        Backend::Sqlite => Refusal::ImmutableFile,
+    };
+    readyz_while_writes_are_refused(app, refusal).await;
+}
+
+/// [`readyz_says_why_while_the_database_refuses_writes_and_recovers_by_itself`]
+/// on MariaDB in `read_only` mode, the setting a failover tool sets: on a
+/// server of the test's own (the setting is global), the service connecting
+/// as a user that `read_only` binds (no `READ_ONLY ADMIN`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_mysql_url, ignore = "MASTERPAY_TEST_MYSQL_URL is not set")]
+async fn readyz_says_why_while_mariadb_is_in_read_only_mode() {
+    let server = OwnMariaDb::start().await;
+    let database = common::TestDatabase::on_own_server(Backend::MySql, server.service_url());
+    let app = TestApp::spawn_on(database, |_| {}).await;
+    let root_url = server.root_url();
+    readyz_while_writes_are_refused(app, Refusal::ServerReadOnly { root_url }).await;
+}
+
+async fn readyz_while_writes_are_refused(app: TestApp, refusal: Refusal) {
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    let first = app.order(user, None, "1", "cstm:paygate").await;
+    let second = app.order(user, None, "2", "cstm:paygate").await;
+    assert_eq!(
+        app.complete_order(&token, &first, "cstm:paygate")
+            .await
+            .status,
+        200
+    );
+    let ready = readyz(&app).await;
+    assert_eq!(
+        (ready.status, &ready.body),
+        (200, &json!({"status": "ready"}))
+    );
+
+    let refusal = refusal.start(&app).await;
+    let refused = app.complete_order(&token, &second, "cstm:paygate").await;
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    assert!(refused.content_type.starts_with("application/json"));
+    assert_eq!(refused.body["success"], false, "{}", refused.text);
+    // SERVICE_UNAVAILABLE when the token's read met a connection that the
+    // PostgreSQL server ended.
+    assert!(
+        ["PAYMENT_PROCESSING_ERROR", "SERVICE_UNAVAILABLE"].contains(&refused.code()),
+        "{}",
+        refused.text
+    );
+    let not_ready = readyz_until(&app, |r| r.status == 503).await;
+    assert_eq!(
+        not_ready.body,
+        json!({"status": "not_ready", "reason": "database is read-only"}),
+        "{}",
+        not_ready.text
+    );
+    assert!(not_ready.content_type.starts_with("application/json"));
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "1.00");
+    let order = app
+        .read_order(Some(&token), &format!("order_id={second}"))
+        .await;
+    assert_eq!(order.body["status"], "pending", "{}", order.text);
+
+    refusal.end().await;
+    let ready = readyz_until(&app, |r| r.status == 200).await;
+    assert_eq!(ready.body, json!({"status": "ready"}));
+    let completed = app.complete_order(&token, &second, "cstm:paygate").await;
+    assert_eq!(completed.status, 200, "{}", completed.text);
+    assert_eq!(app.main_balance(user, 0).await.to_string(), "3.00");
+}
+
+async fn readyz(app: &TestApp) -> Reply {
+    app.send(app.client.get(app.url("/readyz"))).await
+}
+
+/// Asks /readyz until `done` holds, at most 400 times 50 ms apart: its
+/// answer is kept for a second, so a change shows within a few.
+async fn readyz_until(app: &TestApp, done: impl Fn(&Reply) -> bool) -> Reply {
+    let mut reply = readyz(app).await;
+    for _ in 0..400 {
+        if done(&reply) {
+            return reply;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        reply = readyz(app).await;
+    }
+    panic!(
+        "/readyz never answered as expected: {} {}",
+        reply.status, reply.text
+    );
+}
+
+/// How a test makes the database refuse the service's writes, without
+/// touching the shared servers' global settings.
+enum Refusal {
+    /// PostgreSQL: the test database set read-only for the sessions to come
+    /// (`ALTER DATABASE ... SET default_transaction_read_only`) and the
+    /// service's sessions ended, as a failover that leaves it on a
+    /// read-only node does; ended by `RESET`.
+    ReadOnlyDatabase,
+    /// MariaDB: `read_only` is global, so not on the shared server: the
+    /// service's pooled sessions are made read-only instead (`SET SESSION
+    /// TRANSACTION READ ONLY`), whose writes the server refuses (1792). It
+    /// ends by itself: the service closes each session on which a write was
+    /// refused and opens writable ones.
+    ReadOnlySessions,
+    /// MariaDB in `read_only` mode (1290), on a server of the test's own,
+    /// whose root is `root_url`; ended by turning it off.
+    ServerReadOnly { root_url: String },
+    /// SQLite: the database file and its write-ahead log made immutable
+    /// (`chattr +i`, which binds root too; the tests run as root, for whom
+    /// permissions do not): the next write fails with an I/O error, and the
+    /// file opens read-only. Ended by `chattr -i`.
+    ImmutableFile,
+}
+
+/// A [`Refusal`] in force, until [`Refused::end`].
+enum Refused {
+    ReadOnlyDatabase {
+        admin: sea_orm::DatabaseConnection,
+        name: String,
+    },
+    ReadOnlySessions,
+    ServerReadOnly(sea_orm::DatabaseConnection),
+    ImmutableFile(ImmutableFiles),
+}
+
+impl Refusal {
+    async fn start(self, app: &TestApp) -> Refused {
+        use sea_orm::ConnectionTrait;
+        match self {
+            Refusal::ReadOnlyDatabase => {
+                let admin_url = std::env::var("MASTERPAY_TEST_POSTGRES_URL").unwrap();
+                let admin = sea_orm::Database::connect(admin_url.as_str())
+                    .await
+                    .unwrap();
+                let url = Url::parse(&app.database.url).unwrap();
+                let name = url.path().trim_start_matches('/').to_owned();
+                for sql in [
+                    format!("ALTER DATABASE {name} SET default_transaction_read_only = on"),
+                    format!(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+                    ),
+                ] {
+                    admin.execute_unprepared(&sql).await.unwrap();
+                }
+                Refused::ReadOnlyDatabase { admin, name }
+            }
+            Refusal::ReadOnlySessions => {
+                // Every session of the pool read-only (all held at once, so
+                // none is missed), and at least three of them, so that the
+                // completion's and /readyz's checks meet one.
+                let pool = app.db.get_mysql_connection_pool();
+                let mut sessions = Vec::new();
+                while sessions.len() < (pool.size() as usize).max(3) {
+                    sessions.push(pool.acquire().await.unwrap());
+                }
+                for conn in &mut sessions {
+                    sea_orm::sqlx::query("SET SESSION TRANSACTION READ ONLY")
+                        .execute(&mut **conn)
+                        .await
+                        .unwrap();
+                }
+                // A connection goes back to its pool in a task of its own:
+                // until all are back, a request would open a writable one.
+                let held = sessions.len();
+                drop(sessions);
+                let mut back = false;
+                for _ in 0..400 {
+                    if pool.num_idle() >= held {
+                        back = true;
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                assert!(back, "the read-only sessions did not go back to the pool");
+                Refused::ReadOnlySessions
+            }
+            Refusal::ServerReadOnly { root_url } => {
+                let root = sea_orm::Database::connect(root_url.as_str()).await.unwrap();
+                root.execute_unprepared("SET GLOBAL read_only = 1")
+                    .await
+                    .unwrap();
+                Refused::ServerReadOnly(root)
+            }
+            Refusal::ImmutableFile => {
+                let path = app.database.url.trim_start_matches("sqlite://").to_owned();
+                Refused::ImmutableFile(ImmutableFiles::set(vec![
+                    path.clone().into(),
+                    format!("{path}-wal").into(),
+                ]))
+            }
+        }
+    }
+}
+
+impl Refused {
+    async fn end(self) {
+        use sea_orm::ConnectionTrait;
+        match self {
+            Refused::ReadOnlyDatabase { admin, name } => {
+                let sql = format!("ALTER DATABASE {name} RESET default_transaction_read_only");
+                admin.execute_unprepared(&sql).await.unwrap();
+                admin.close().await.unwrap();
+            }
+            Refused::ReadOnlySessions => {}
+            Refused::ServerReadOnly(root) => {
+                root.execute_unprepared("SET GLOBAL read_only = 0")
+                    .await
+                    .unwrap();
+                root.close().await.unwrap();
+            }
+            Refused::ImmutableFile(files) => drop(files),
+        }
+    }
+}
+
+/// A MariaDB server of the test's own, on a free port, with a fresh data
+/// directory (about 5 s to make and start); killed when dropped. Its
+/// database `masterpay` belongs to the user `masterpay`, who has every
+/// privilege on it and none on the server.
+struct OwnMariaDb {
+    child: std::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl OwnMariaDb {
+    async fn start() -> OwnMariaDb {
+        use sea_orm::ConnectionTrait;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let installed = Command::new("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .args([
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--user=root",
+            ])
+            .output()
+            .expect("run mariadb-install-db");
+        assert!(
+            installed.status.success(),
+            "mariadb-install-db: {}",
+            String::from_utf8_lossy(&installed.stderr)
+        );
+        let port = common::free_port();
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let child = Command::new("mariadbd")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", dir.path().join("socket").display()))
+            .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .arg(format!("--port={port}"))
+            .args(["--bind-address=127.0.0.1", "--user=root", "--skip-log-bin"])
+            .arg("--innodb-buffer-pool-size=16M")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("run mariadbd");
+        let mut server = OwnMariaDb { child, port, dir };
+        let mut root = None;
+        for _ in 0..400 {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("mariadbd exited with {status}: {}", server.log());
+            }
+            if let Ok(conn) = sea_orm::Database::connect(server.root_url().as_str()).await {
+                root = Some(conn);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let root = root.unwrap_or_else(|| panic!("mariadbd never answered: {}", server.log()));
+        for sql in [
+            "CREATE DATABASE masterpay",
+            "CREATE USER 'masterpay'@'%'",
+            "GRANT ALL ON masterpay.* TO 'masterpay'@'%'",
+        ] {
+            root.execute_unprepared(sql).await.unwrap();
+        }
+        root.close().await.unwrap();
+        server
+    }
+
+    fn root_url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/mysql", self.port)
+    }
+
+    fn service_url(&self) -> String {
+        format!("mysql://masterpay@127.0.0.1:{}/masterpay", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for OwnMariaDb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Files made immutable (`chattr +i`) until this is dropped.
+struct ImmutableFiles(Vec<std::path::PathBuf>);
+
+impl ImmutableFiles {
+    fn set(paths: Vec<std::path::PathBuf>) -> ImmutableFiles {
+        let files = ImmutableFiles(paths);
+        let out = Command::new("chattr")
+            .arg("+i")
+            .args(&files.0)
+            .output()
+            .expect("run chattr");
+        assert!(
+            out.status.success(),
+            "chattr +i (needs root and ext4): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        files
+    }
+}
+
+impl Drop for ImmutableFiles {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").args(&self.0).status();
+    }
 }
 
 async fn token_values_never_appear_in_logs_even_at_trace_level(app: TestApp) {
@@ -696,7 +1045,8 @@ async fn metrics_count_requests_and_completions_by_outcome(app: TestApp) {
             .bearer_auth(&token),
     )
     .await;
-    let text = app.send(app.client.get(app.url("/metrics"))).await.text;
+    let metrics = format!("{}/metrics", app.metrics_base.as_deref().unwrap());
+    let text = app.send(app.client.get(metrics)).await.text;
     for line in [
         r#"masterpay_order_completions_total{outcome="completed"} 1"#,
         r#"masterpay_order_completions_total{outcome="already_completed"} 1"#,
@@ -719,6 +1069,110 @@ async fn metrics_count_requests_and_completions_by_outcome(app: TestApp) {
         text.contains(&format!("masterpay_db_pool_max_connections {max}")),
         "{text}"
     );
+}
+
+/// `/metrics` is served on a listener of its own (`metrics_listen`), which
+/// serves nothing else; the API's listener answers it with its JSON 404, as
+/// any unknown path. With `metrics_listen = off` the server listens on the
+/// API's address alone.
+async fn metrics_have_a_listener_of_their_own_and_off_starts_none(app: TestApp) {
+    let metrics = app
+        .metrics_base
+        .clone()
+        .expect("the tests' metrics listener");
+    app.send(app.client.get(app.url("/metrics")))
+        .await
+        .assert_error(404, "NOT_FOUND");
+    let scraped = app.send(app.client.get(format!("{metrics}/metrics"))).await;
+    assert_eq!(scraped.status, 200);
+    assert!(
+        scraped.content_type.starts_with("text/plain"),
+        "{}",
+        scraped.content_type
+    );
+    assert!(
+        scraped.text.contains(
+            r#"masterpay_http_requests_total{endpoint="other",method="GET",status="404"} 1"#
+        ),
+        "{}",
+        scraped.text
+    );
+    for path in [
+        "/readyz",
+        "/healthz",
+        "/v2/master-account/balance",
+        "/docs/",
+    ] {
+        let other = app.send(app.client.get(format!("{metrics}{path}"))).await;
+        assert_eq!(other.status, 404, "{path}: {}", other.text);
+    }
+
+    // The binary, with the setting from its environment.
+    let port = common::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let server = ServerProcess::start(
+        &app.database.url,
+        &[("MASTERPAY_METRICS_LISTEN", address.as_str())],
+    )
+    .await;
+    let scraped = app
+        .send(app.client.get(format!("http://{address}/metrics")))
+        .await;
+    assert_eq!(scraped.status, 200);
+    assert!(
+        scraped.text.contains(r#"endpoint="/readyz""#),
+        "{}",
+        scraped.text
+    );
+    let api_port: u16 = server.base.rsplit(':').next().unwrap().parse().unwrap();
+    let mut ports = listening_ports(server.child.id());
+    ports.sort_unstable();
+    let mut expected = vec![api_port, port];
+    expected.sort_unstable();
+    assert_eq!(ports, expected);
+    drop(server);
+
+    let server =
+        ServerProcess::start(&app.database.url, &[("MASTERPAY_METRICS_LISTEN", "off")]).await;
+    let api_port: u16 = server.base.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(listening_ports(server.child.id()), [api_port]);
+    assert!(
+        !server.log().contains("metrics listening"),
+        "{}",
+        server.log()
+    );
+}
+
+/// The TCP ports process `pid` listens on: its sockets (`/proc/PID/fd`)
+/// that `/proc/net/tcp` and `tcp6` list in the LISTEN state.
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the process's descriptors")
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            let inode = target.strip_prefix("socket:[")?.strip_suffix(']')?;
+            Some(inode.to_owned())
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local address, state (0A: LISTEN), inode.
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            if *state == "0A" && inodes.iter().any(|own| own == inode) {
+                let port = local.rsplit(':').next().unwrap();
+                ports.push(u16::from_str_radix(port, 16).unwrap());
+            }
+        }
+    }
+    ports
 }
 
 async fn flags_beat_environment_and_environment_beats_the_config_file(app: TestApp) {
@@ -744,6 +1198,7 @@ async fn flags_beat_environment_and_environment_beats_the_config_file(app: TestA
             .env_remove("MASTERPAY_DATABASE_URL")
             .env_remove("MASTERPAY_LISTEN")
             .env("MASTERPAY_ADMIN_LISTEN", "off")
+            .env("MASTERPAY_METRICS_LISTEN", "off")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
         for (k, v) in extra_env {

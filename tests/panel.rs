@@ -936,7 +936,7 @@ async fn sign_in_attempts_sent_at_once_share_the_limit(panel: Panel) {
     assert_eq!(panel.sessions().await, 0);
 }
 
-/// Every sign-in attempt is counted by outcome at the API's `/metrics`, so
+/// Every sign-in attempt is counted by outcome in the service's metrics, so
 /// that password guessing can be alerted on.
 async fn sign_in_outcomes_are_counted_in_the_metrics(panel: Panel) {
     panel
@@ -966,12 +966,15 @@ async fn sign_in_outcomes_are_counted_in_the_metrics(panel: Panel) {
             .await
             .assert_status(expected);
     }
-    let metrics = reqwest::get(panel.app.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = reqwest::get(format!(
+        "{}/metrics",
+        panel.app.metrics_base.as_deref().unwrap()
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
     for (outcome, count) in [
         ("signed_in", 1),
         ("refused", 5),
@@ -4091,6 +4094,7 @@ async fn the_orders_export_streams_every_filtered_order_in_bounded_memory(panel:
     let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_masterpay"))
         .args(["serve", "--listen", &format!("127.0.0.1:{api}")])
         .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+        .args(["--metrics-listen", "off"])
         .env("MASTERPAY_DATABASE_URL", &app.database.url)
         .env("MASTERPAY_LOG", "warn")
         .stdout(std::process::Stdio::null())

@@ -1,18 +1,20 @@
 //! Assembles the poem application and runs it.
 //!
-//! [`Application::build`] binds the API's listener and the administration
-//! panel's (port 0 picks a free port, which is how the tests run many
-//! servers side by side), [`Application::port`] and
-//! [`Application::panel_addr`] tell which, and
-//! [`Application::run_until_stopped`] serves both until the shutdown future
-//! resolves, then drains in-flight requests within the grace period. Each
-//! listener serves only its own routes: the panel's answers no `/v2`
-//! request, the API's no panel page.
+//! [`Application::build`] binds the API's listener, the administration
+//! panel's and the Prometheus metrics' (port 0 picks a free port, which is
+//! how the tests run many servers side by side), [`Application::port`],
+//! [`Application::panel_addr`] and [`Application::metrics_addr`] tell which,
+//! and [`Application::run_until_stopped`] serves them until the shutdown
+//! future resolves, then drains in-flight requests within the grace period.
+//! Each listener serves only its own routes: the panel's answers no `/v2`
+//! request, the API's no panel page and no metrics. The metrics have no
+//! authentication, so they stay off the API's listener, which faces the
+//! callers; the metrics' listens on loopback unless told otherwise.
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use poem::{
-    EndpointExt, IntoEndpoint, IntoResponse, Response, Route, get, handler,
+    EndpointExt, IntoEndpoint, Response, Route, get, handler,
     http::StatusCode,
     listener::{Acceptor, Listener, TcpAcceptor, TcpListener},
     web::Data,
@@ -31,6 +33,7 @@ use crate::{
     relay::Relay,
     service::webhook_destination::Resolver,
     state::AppState,
+    store::Readiness,
 };
 
 mod router_bypass;
@@ -65,7 +68,6 @@ fn routes_with(
     let own = Route::new()
         .at("/healthz", get(healthz))
         .at("/readyz", get(readyz))
-        .at("/metrics", get(metrics_text))
         .at(
             "/openapi.json",
             get(spec_document(json, "application/json")),
@@ -107,6 +109,11 @@ fn healthz() -> Response {
     json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))
 }
 
+/// The metrics' listener: `/metrics` alone, answered without counting it.
+fn metrics_routes(state: AppState) -> impl poem::Endpoint {
+    Route::new().at("/metrics", get(metrics_text)).data(state)
+}
+
 /// Prometheus metrics.
 #[handler]
 fn metrics_text(state: Data<&AppState>) -> Response {
@@ -118,25 +125,29 @@ fn metrics_text(state: Data<&AppState>) -> Response {
         .body(state.metrics.render(&state.db))
 }
 
-/// Readiness: the database answers.
+/// Readiness: the database answers and accepts writes (the store's check,
+/// kept for a second; see `store::readiness`).
 #[handler]
 async fn readyz(state: Data<&AppState>) -> Response {
-    match state.db.ping().await {
-        Ok(()) => json_response(StatusCode::OK, &serde_json::json!({"status": "ready"})),
-        Err(err) => {
-            tracing::warn!(error = %err, "readiness check: database unreachable");
-            api::error::ApiError::service_unavailable().to_response()
+    match state.store.readiness().await {
+        Readiness::Ready => json_response(StatusCode::OK, &serde_json::json!({"status": "ready"})),
+        Readiness::NotReady(reason) => {
+            tracing::warn!(reason, "readiness check: not ready");
+            json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({"status": "not_ready", "reason": reason}),
+            )
         }
     }
-    .into_response()
 }
 
-/// A bound, ready-to-run server: the API's listener and, unless it is off,
-/// the administration panel's.
+/// A bound, ready-to-run server: the API's listener and, unless they are
+/// off, the administration panel's and the metrics'.
 pub struct Application {
     acceptor: TcpAcceptor,
     local_addr: SocketAddr,
     panel: Option<(TcpAcceptor, SocketAddr)>,
+    metrics: Option<(TcpAcceptor, SocketAddr)>,
     state: AppState,
     settings: Settings,
     /// How the webhook relay resolves endpoints' names.
@@ -173,10 +184,20 @@ impl Application {
             })?),
             None => None,
         };
+        let metrics = match &settings.metrics_listen {
+            Some(address) => Some(bind(address).await.map_err(|err| {
+                std::io::Error::new(
+                    err.kind(),
+                    format!("cannot listen on {address} (metrics_listen; `off` turns the metrics' listener off): {err}"),
+                )
+            })?),
+            None => None,
+        };
         Ok(Application {
             acceptor,
             local_addr,
             panel,
+            metrics,
             state,
             settings: settings.clone(),
             webhook_resolver: Resolver::default(),
@@ -194,6 +215,12 @@ impl Application {
         self.panel.as_ref().map(|(_, addr)| *addr)
     }
 
+    /// Where the Prometheus metrics are served, unless their listener is
+    /// off.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|(_, addr)| *addr)
+    }
+
     /// The store the application's requests go through.
     pub fn store(&self) -> &dyn crate::store::Store {
         &*self.state.store
@@ -207,8 +234,8 @@ impl Application {
         self.local_addr.port()
     }
 
-    /// Serves until `shutdown` resolves, then stops accepting on both
-    /// listeners and gives in-flight requests up to the grace period to
+    /// Serves until `shutdown` resolves, then stops accepting on every
+    /// listener and gives in-flight requests up to the grace period to
     /// finish. The webhook relay runs beside them, and its sends in flight
     /// get the same grace.
     pub async fn run_until_stopped(
@@ -247,6 +274,15 @@ impl Application {
                 .idle_timeout(self.settings.idle_timeout)
                 .run_with_graceful_shutdown(routes, until_stopped(), grace)
         });
+        let metrics = self.metrics.map(|(acceptor, _)| {
+            poem::Server::new_with_acceptor(acceptor)
+                .idle_timeout(self.settings.idle_timeout)
+                .run_with_graceful_shutdown(
+                    metrics_routes(self.state.clone()),
+                    until_stopped(),
+                    grace,
+                )
+        });
         let api = poem::Server::new_with_acceptor(self.acceptor)
             .idle_timeout(self.settings.idle_timeout)
             .run_with_graceful_shutdown(
@@ -255,13 +291,20 @@ impl Application {
                 grace,
             );
         let servers = async move {
-            match panel {
-                Some(panel) => tokio::try_join!(api, panel).map(|_| ()),
-                None => api.await,
-            }
+            tokio::try_join!(api, unless_off(panel), unless_off(metrics)).map(|_| ())
         };
         let (served, ()) = tokio::join!(servers, relay);
         served
+    }
+}
+
+/// Runs the server `server` unless its listener is off.
+async fn unless_off(
+    server: Option<impl Future<Output = std::io::Result<()>>>,
+) -> std::io::Result<()> {
+    match server {
+        Some(server) => server.await,
+        None => Ok(()),
     }
 }
 

@@ -34,6 +34,9 @@ pub async fn run(demo: bool, settings: Settings, db: DatabaseConnection, out: Ou
             "no webhook_secret_key is configured: webhook secrets are stored in clear in the database"
         );
     }
+    if let Some(metrics) = app.metrics_addr() {
+        tracing::info!(address = %metrics, "metrics listening");
+    }
     app.run_until_stopped(shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())

@@ -4,13 +4,15 @@
 
 use entity::admin_session;
 use maud::{Markup, html};
-use poem::{Response, Route, get, handler, post, web::Data};
+use poem::{Route, get, handler, post};
+use serde::Deserialize;
 
 use super::{
-    PanelError, PanelState,
-    page::{self, FieldErrors},
-    session::{PostForm, SignedIn},
-    sign_in::signed_out,
+    Answer,
+    components::{self as c, FieldAttrs},
+    form::FieldErrors,
+    page,
+    session::{PostForm, SignedIn, signed_out},
 };
 use crate::service::{
     AdminError, admin_sessions,
@@ -34,7 +36,7 @@ fn account_page(
         "Your account",
         html! {
             p { "Signed in as " strong { (admin.name()) } " until "
-                (page::when(&admin.session.expires_at)) " (sessions last 8 hours)." }
+                (c::when(&admin.session.expires_at)) " (sessions last 8 hours)." }
             section {
                 h2 { "Your sessions" }
                 div.table-wrap { table {
@@ -42,10 +44,10 @@ fn account_page(
                     tbody {
                         @for s in sessions {
                             tr {
-                                td.when { (page::when(&s.created_at)) @if s.by_link { " " span.muted { "(link)" } } }
-                                td.when { (page::when_or(s.last_seen_at.as_ref(), "not yet")) }
+                                td.when { (c::when(&s.created_at)) @if s.by_link { " " span.muted { "(link)" } } }
+                                td.when { (c::when_or(s.last_seen_at.as_ref(), "not yet")) }
                                 td { (s.address.as_deref().unwrap_or("unknown")) }
-                                td { @if s.session_hash == admin.cookie_hash { (page::badge("this session", "ok")) } }
+                                td { @if s.session_hash == admin.cookie_hash { (c::badge("this session", "ok")) } }
                             }
                         }
                     }
@@ -63,25 +65,10 @@ fn account_page(
                     @if admin.session.may_skip_current_password() {
                         p.muted { "Signed in with a sign-in link: set a new password without the current one (for 15 minutes after the sign-in)." }
                     } @else {
-                        label.field {
-                            span { "Current password" }
-                            input type="password" name="current_password" required autocomplete="current-password"
-                                id=[errors.id("current_password")] aria-invalid=[errors.invalid("current_password")] aria-describedby=[errors.described_by("current_password")];
-                            (errors.show("current_password"))
-                        }
+                        (c::text_field("Current password", "current_password", "", errors, FieldAttrs::password("current-password")))
                     }
-                    label.field {
-                        span { "New password (at least 12 characters)" }
-                        input type="password" name="password" required autocomplete="new-password"
-                            id=[errors.id("password")] aria-invalid=[errors.invalid("password")] aria-describedby=[errors.described_by("password")];
-                        (errors.show("password"))
-                    }
-                    label.field {
-                        span { "The new password again" }
-                        input type="password" name="password_again" required autocomplete="new-password"
-                            id=[errors.id("password_again")] aria-invalid=[errors.invalid("password_again")] aria-describedby=[errors.described_by("password_again")];
-                        (errors.show("password_again"))
-                    }
+                    (c::text_field("New password (at least 12 characters)", "password", "", errors, FieldAttrs::password("new-password")))
+                    (c::text_field("The new password again", "password_again", "", errors, FieldAttrs::password("new-password")))
                     button type="submit" { "Change password" }
                 }
             }
@@ -90,8 +77,9 @@ fn account_page(
 }
 
 #[handler]
-async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let sessions = admin_sessions::sessions_of(&state.db, admin.session.administrator.id).await?;
+async fn show(admin: SignedIn) -> Answer {
+    let sessions =
+        admin_sessions::sessions_of(&admin.state.db, admin.session.administrator.id).await?;
     Ok(page::ok(account_page(
         &admin,
         &sessions,
@@ -100,41 +88,40 @@ async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, Pan
 }
 
 #[handler]
-async fn sign_out_everywhere(
-    admin: SignedIn,
-    req: &poem::Request,
-    _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn sign_out_everywhere(admin: SignedIn, req: &poem::Request, _form: PostForm) -> Answer {
     let id = admin.session.administrator.id;
-    let ended = admin_sessions::sign_out_everywhere(&state.db, &admin.actor(), id).await?;
+    let ended = admin_sessions::sign_out_everywhere(&admin.state.db, &admin.actor(), id).await?;
     let message = match ended {
         1 => "Signed out everywhere: 1 session ended.".to_owned(),
         n => format!("Signed out everywhere: {n} sessions ended."),
     };
-    Ok(signed_out(req, &state, &message))
+    Ok(signed_out(req, &admin.state, &message))
+}
+
+/// The new-password form, read as typed: spaces at either end are part of
+/// a password.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct PasswordForm {
+    current_password: String,
+    password: String,
+    password_again: String,
 }
 
 #[handler]
-async fn change_password(
-    admin: SignedIn,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn change_password(admin: SignedIn, PostForm(form): PostForm<PasswordForm>) -> Answer {
     let mut errors = FieldErrors::default();
-    // Taken as typed: spaces at either end are part of a password.
     if !admin.session.may_skip_current_password()
-        && admins::verify(&state.db, admin.name(), form.raw("current_password"))
+        && admins::verify(&admin.state.db, admin.name(), &form.current_password)
             .await?
             .is_none()
     {
         errors.add("current_password", "this is not your current password");
     }
-    let typed = form.raw("password");
-    if typed != form.raw("password_again") {
+    if form.password != form.password_again {
         errors.add("password_again", "the two passwords differ");
     }
-    let password = match Password::new(typed.to_owned()) {
+    let password = match Password::new(form.password) {
         Ok(password) => Some(password),
         Err(AdminError::Invalid(field, message)) => {
             errors.add(field, message);
@@ -144,11 +131,11 @@ async fn change_password(
     };
     let Some(password) = password.filter(|_| errors.is_empty()) else {
         let sessions =
-            admin_sessions::sessions_of(&state.db, admin.session.administrator.id).await?;
+            admin_sessions::sessions_of(&admin.state.db, admin.session.administrator.id).await?;
         return Ok(page::invalid(account_page(&admin, &sessions, &errors)));
     };
     admins::set_password(
-        &state.db,
+        &admin.state.db,
         &admin.actor(),
         admin.session.administrator.id,
         password,

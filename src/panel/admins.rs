@@ -13,16 +13,13 @@
 use chrono::{DateTime, Utc};
 use entity::administrator;
 use maud::{Markup, html};
-use poem::{
-    Request, Response, Route, handler,
-    http::header,
-    post,
-    web::{Data, Path},
-};
+use poem::{Request, Route, handler, http::header, post, web::Path};
 
 use super::{
-    PanelError, PanelState,
-    page::{self, FieldAttrs, FieldErrors},
+    Answer, PanelState,
+    components::{self as c, FieldAttrs},
+    form::{FieldErrors, NameForm, Toggle},
+    page,
     session::{PostForm, SignedIn},
 };
 use crate::service::{
@@ -56,16 +53,11 @@ fn admins_page(admin: &SignedIn, all: &[administrator::Model], shown: &Shown<'_>
         "Administrators",
         html! {
             @if let Some((name, link, until)) = &shown.invited {
-                section.reveal data-address="/admins" {
-                    h2 { "Sign-in link for " (name) }
-                    p.secret id="invite-link" { (link) }
-                    div.actions {
-                        button.secondary type="button" data-copy="invite-link" { "Copy" }
-                    }
-                    p.warning { "It signs " (name) " in once, until " (page::when(until))
-                        " (" (LOGIN_LINK_LIFETIME.num_minutes()) " minutes); then they set their password on their account page. Send it to them now: it is not shown again. "
-                        code { "masterpay admin login-link --name NAME" } " makes another." }
-                }
+                (c::reveal("/admins", (html! { "Sign-in link for " (name) }, "invite-link", link), html! {
+                    "It signs " (name) " in once, until " (c::when(until))
+                    " (" (LOGIN_LINK_LIFETIME.num_minutes()) " minutes); then they set their password on their account page. Send it to them now: it is not shown again. "
+                    code { "masterpay admin login-link --name NAME" } " makes another."
+                }))
             }
             div.table-wrap { table {
                 thead { tr {
@@ -74,10 +66,10 @@ fn admins_page(admin: &SignedIn, all: &[administrator::Model], shown: &Shown<'_>
                 tbody {
                     @for a in all {
                         tr {
-                            td { (a.name) @if a.id == me { " " (page::badge("you", "")) } }
-                            td { (page::state_badge(a.active)) }
-                            td.when { (page::when(&a.created_at)) }
-                            td.when { (page::when_or(a.last_signed_in_at.as_ref(), "never")) }
+                            td { (a.name) @if a.id == me { " " (c::badge("you", "")) } }
+                            td { (c::state_badge(a.active)) }
+                            td.when { (c::when(&a.created_at)) }
+                            td.when { (c::when_or(a.last_signed_in_at.as_ref(), "never")) }
                             td {
                                 @if a.id != me {
                                     form method="post" action={ "/admins/" (a.id) "/active" }
@@ -103,7 +95,7 @@ fn admins_page(admin: &SignedIn, all: &[administrator::Model], shown: &Shown<'_>
                 h2 { "Invite an administrator" }
                 form method="post" action="/admins" {
                     (page::csrf(admin))
-                    (page::text_field("Name", "name", shown.name, &shown.errors, FieldAttrs::TEXT))
+                    (c::text_field("Name", "name", shown.name, &shown.errors, FieldAttrs::TEXT))
                     button type="submit" { "Invite" }
                 }
                 p.muted { "They get a sign-in link valid " (LOGIN_LINK_LIFETIME.num_minutes()) " minutes, shown here once." }
@@ -113,8 +105,8 @@ fn admins_page(admin: &SignedIn, all: &[administrator::Model], shown: &Shown<'_>
 }
 
 #[handler]
-async fn list(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let all = admins::list(&state.db).await?;
+async fn list(admin: SignedIn) -> Answer {
+    let all = admins::list(&admin.state.db).await?;
     Ok(page::ok(admins_page(&admin, &all, &Shown::default())))
 }
 
@@ -132,25 +124,18 @@ fn panel_address(req: &Request, state: &PanelState) -> String {
 async fn invite(
     admin: SignedIn,
     req: &Request,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let name = form.get("name");
-    let mut errors = FieldErrors::default();
-    let invited = match admins::invite(&state.db, &admin.actor(), name).await {
+    PostForm(NameForm { name }): PostForm<NameForm>,
+) -> Answer {
+    let (invited, errors) = match admins::invite(&admin.state.db, &admin.actor(), &name).await {
         Ok((invited, secret, until)) => {
-            let link = admin_sessions::link_url(&panel_address(req, &state), &secret);
-            Some((invited.name, link, until))
+            let link = admin_sessions::link_url(&panel_address(req, &admin.state), &secret);
+            (Some((invited.name, link, until)), FieldErrors::default())
         }
-        Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
-            errors.add(field, message);
-            None
-        }
-        Err(err) => return Err(err.into()),
+        Err(err) => (None, FieldErrors::refused(err)?),
     };
-    let all = admins::list(&state.db).await?;
+    let all = admins::list(&admin.state.db).await?;
     let shown = Shown {
-        name: if invited.is_some() { "" } else { name },
+        name: if invited.is_some() { "" } else { &name },
         errors,
         invited,
         refused: None,
@@ -167,12 +152,10 @@ async fn invite(
 async fn set_active(
     admin: SignedIn,
     Path(id): Path<i64>,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let active = form.active()?;
-    let target = admins::get(&state.db, id).await?;
-    match admins::set_active(&state.db, &admin.actor(), &target.name, active).await {
+    PostForm(Toggle { active }): PostForm<Toggle>,
+) -> Answer {
+    let target = admins::get(&admin.state.db, id).await?;
+    match admins::set_active(&admin.state.db, &admin.actor(), &target.name, active).await {
         Ok(_) => {
             let done = if active { "enabled" } else { "disabled" };
             let message = format!("Administrator {} {done}.", target.name);
@@ -183,7 +166,7 @@ async fn set_active(
                 refused: Some((id, message)),
                 ..Shown::default()
             };
-            let all = admins::list(&state.db).await?;
+            let all = admins::list(&admin.state.db).await?;
             Ok(page::invalid(admins_page(&admin, &all, &shown)))
         }
         Err(err) => Err(err.into()),

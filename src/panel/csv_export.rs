@@ -11,7 +11,7 @@ use poem::{
     http::{StatusCode, header},
 };
 
-use super::page::FieldErrors;
+use super::form::FieldErrors;
 use crate::service::keyset::{Keyset, Listed};
 
 /// Rows read from the database at a time.

@@ -6,17 +6,19 @@ use std::collections::HashMap;
 
 use entity::{admin_audit_entry, operation_log::LogKind, project};
 use maud::{Markup, html};
-use poem::{Response, Route, get, handler, web::Data};
+use poem::{Route, get, handler};
 use sea_orm::ActiveEnum;
 
 use super::{
-    PanelError, PanelState, csv_export,
-    page::{self, FieldAttrs, FieldErrors, Params},
+    Answer,
+    components::{self as c, Blank, FieldAttrs},
+    csv_export,
+    form::{FieldErrors, Params, parse_day_range, parse_id},
+    page,
     session::{PostForm, SignedIn},
 };
 use crate::{
     money::signed_cents,
-    service::count,
     service::{
         keyset::Listed,
         ledger::{self, LedgerEntry, LedgerFilter},
@@ -37,86 +39,46 @@ const PAGE_SIZE: u64 = 100;
 /// The filters, as the form and the query string name them.
 const FILTERS: [&str; 5] = ["project", "user", "kind", "from", "to"];
 
-/// The filter the query string asks for, and what is wrong with it.
-fn parse_filter(params: &Params, all: &[project::Model]) -> (LedgerFilter, FieldErrors) {
+/// The filter the query string asks for, or what is wrong with it.
+fn parse_filter(params: &Params, all: &[project::Model]) -> Result<LedgerFilter, FieldErrors> {
     let mut errors = FieldErrors::default();
-    let project_id = match params.get("project") {
-        "" => None,
-        text => match text.parse::<i64>() {
-            Ok(id) if all.iter().any(|p| p.id == id) => Some(id),
-            _ => {
-                errors.add("project", "choose a project from the list");
-                None
-            }
-        },
-    };
-    let user_id = match params.get("user") {
-        "" => None,
-        text => match text.parse::<i64>() {
-            Ok(id) if id > 0 => Some(id),
-            _ => {
-                errors.add("user", "a user id is a whole number above 0");
-                None
-            }
-        },
-    };
-    let kind = match params.get("kind") {
-        "" => None,
-        text => match LogKind::try_from_value(&text.to_owned()) {
-            Ok(kind) => Some(kind),
-            Err(_) => {
-                errors.add("kind", "choose a kind from the list");
-                None
-            }
-        },
-    };
-    let (from, until) = page::parse_day_range(params.get("from"), params.get("to"), &mut errors);
-    let filter = LedgerFilter {
+    let project_id = params.parsed("project", &mut errors, |text| {
+        let known = text
+            .parse()
+            .ok()
+            .filter(|id| all.iter().any(|p| p.id == *id));
+        known.ok_or_else(|| "choose a project from the list".to_owned())
+    });
+    let user_id = params.parsed("user", &mut errors, |text| {
+        parse_id(text).ok_or_else(|| "a user id is a whole number above 0".to_owned())
+    });
+    let kind = params.parsed("kind", &mut errors, |text| {
+        LogKind::try_from_value(&text.to_owned())
+            .map_err(|_| "choose a kind from the list".to_owned())
+    });
+    let (from, until) = parse_day_range(params, &mut errors);
+    errors.or(LedgerFilter {
         project_id,
         user_id,
         kind,
         from,
         until,
-    };
-    (filter, errors)
+    })
 }
 
 fn filter_form(params: &Params, errors: &FieldErrors, all: &[project::Model]) -> Markup {
-    let project = params.get("project");
-    let kind = params.get("kind");
-    html! {
-        form.filters method="get" action="/ledger" {
-            label.field {
-                span { "Project" }
-                select name="project" id=[errors.id("project")] aria-invalid=[errors.invalid("project")] aria-describedby=[errors.described_by("project")] {
-                    option value="" { "Every project" }
-                    @for p in all {
-                        @let id = p.id.to_string();
-                        option value=(id) selected[project == id] { (p.name) " (" (p.id) ")" }
-                    }
-                }
-                (errors.show("project"))
-            }
-            (page::text_field("User id", "user", params.get("user"), errors, FieldAttrs::OPTIONAL))
-            label.field {
-                span { "Kind" }
-                select name="kind" id=[errors.id("kind")] aria-invalid=[errors.invalid("kind")] aria-describedby=[errors.described_by("kind")] {
-                    option value="" { "Every kind" }
-                    @for k in [LogKind::OrderCredit, LogKind::BalanceSet] {
-                        @let value = k.to_value();
-                        option value=(value) selected[kind == value] { (page::kind_label(k)) }
-                    }
-                }
-                (errors.show("kind"))
-            }
-            (page::text_field("From (UTC day)", "from", params.get("from"), errors, FieldAttrs::DATE))
-            (page::text_field("To (UTC day, included)", "to", params.get("to"), errors, FieldAttrs::DATE))
-            div.actions {
-                button type="submit" { "Filter" }
-                a.button.secondary href="/ledger" { "Clear" }
-            }
-        }
-    }
+    let kinds = [LogKind::OrderCredit, LogKind::BalanceSet]
+        .map(|kind| (kind.to_value(), c::kind_label(kind).to_owned()));
+    c::filter_bar(
+        "/ledger",
+        params,
+        errors,
+        html! {
+            (c::project_field(all, params.get("project"), Blank::Any("Every project"), errors))
+            (c::text_field("User id", "user", params.get("user"), errors, FieldAttrs::OPTIONAL))
+            (c::select_field(("Kind", "kind"), errors, Blank::Any("Every kind"), kinds, params.get("kind")))
+        },
+    )
 }
 
 fn run_form(admin: &SignedIn) -> Markup {
@@ -149,18 +111,8 @@ fn list_page(
             }
             (filter_form(params, errors, all))
             @if errors.is_empty() {
-                div.actions {
-                    a.button.secondary href={ "/ledger.csv" (params.query(&FILTERS)) } download {
-                        "Export CSV"
-                    }
-                }
-                p.muted {
-                    @if entries.older.is_none() && params.get("before").is_empty() {
-                        (count(entries.rows.len() as u64, "entry", "entries")) "."
-                    } @else {
-                        "Newest first, " (PAGE_SIZE) " entries a page."
-                    }
-                }
+                (c::export_link("/ledger.csv", params, &FILTERS))
+                (c::entries_count(params, entries, PAGE_SIZE))
                 div.table-wrap { table {
                     thead { tr {
                         th.num { "Id" } th { "When" } th { "Project" } th.num { "User" }
@@ -172,7 +124,7 @@ fn list_page(
                             @let row = &e.row;
                             tr {
                                 td.num { (row.id) }
-                                td.when { (page::when(&row.created_at)) }
+                                td.when { (c::when(&row.created_at)) }
                                 td {
                                     @if let Some(id) = e.project_id {
                                         a href={ "/projects/" (id) } { (names.get(&id).copied().unwrap_or("?")) }
@@ -183,13 +135,13 @@ fn list_page(
                                     @if row.server_id == 0 { "general" } @else { "server " (row.server_id) }
                                     " · " (row.balance_type.to_value())
                                 }
-                                td { (page::kind_label(row.kind)) }
+                                td { (c::kind_label(row.kind)) }
                                 td.num { (signed_cents(row.amount_cents)) }
                                 td.num { (signed_cents(row.balance_before_cents)) }
                                 td.num { (signed_cents(row.balance_after_cents)) }
                                 td {
                                     @match (&e.order_id, e.project_id) {
-                                        (Some(order), Some(project)) => a href={ "/orders/" (project) "/" (order) } { (order) },
+                                        (Some(order), Some(project)) => a href=(c::order_path(project, order)) { (order) },
                                         (Some(order), None) => (order),
                                         (None, _) => span.muted { "—" },
                                     }
@@ -201,34 +153,27 @@ fn list_page(
                         }
                     }
                 } }
-                (page::paging("/ledger", params, &FILTERS, entries.older))
+                (c::paging("/ledger", params, &FILTERS, entries.older))
             }
         },
     )
 }
 
 #[handler]
-async fn list(
-    admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn list(admin: SignedIn, params: Params) -> Answer {
     let page = params.page(PAGE_SIZE)?;
-    let all = projects::list(&state.db).await?;
-    let (filter, errors) = parse_filter(&params, &all);
-    if !errors.is_empty() {
-        return Ok(page::invalid(list_page(
-            &admin,
-            &params,
-            &errors,
-            &all,
-            &Listed::default(),
-        )));
-    }
-    let entries = ledger::ledger(&state.db, &filter, page).await?;
-    Ok(page::ok(list_page(
-        &admin, &params, &errors, &all, &entries,
-    )))
+    let all = projects::list(&admin.state.db).await?;
+    Ok(match parse_filter(&params, &all) {
+        Ok(filter) => {
+            let entries = ledger::ledger(&admin.state.db, &filter, page).await?;
+            let none = FieldErrors::default();
+            page::ok(list_page(&admin, &params, &none, &all, &entries))
+        }
+        Err(errors) => {
+            let none = Listed::default();
+            page::invalid(list_page(&admin, &params, &errors, &all, &none))
+        }
+    })
 }
 
 /// The columns of the export, one row per entry; amounts in exact decimal.
@@ -269,17 +214,13 @@ fn csv_row(entry: LedgerEntry) -> Vec<String> {
 
 /// The entries the filters keep, every page of them, as CSV.
 #[handler]
-async fn export(
-    _admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let all = projects::list(&state.db).await?;
-    let (filter, errors) = parse_filter(&params, &all);
-    if !errors.is_empty() {
-        return Ok(csv_export::refused(&errors, &FILTERS));
-    }
-    let db = state.db.clone();
+async fn export(admin: SignedIn, params: Params) -> Answer {
+    let all = projects::list(&admin.state.db).await?;
+    let filter = match parse_filter(&params, &all) {
+        Ok(filter) => filter,
+        Err(errors) => return Ok(csv_export::refused(&errors, &FILTERS)),
+    };
+    let db = admin.state.db.clone();
     Ok(csv_export::attachment(
         "masterpay-ledger.csv",
         CSV_HEADER,
@@ -295,12 +236,8 @@ async fn export(
 }
 
 #[handler]
-async fn run_audit(
-    admin: SignedIn,
-    _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    ledger_check::run_recorded(&state.db, &admin.actor()).await?;
+async fn run_audit(admin: SignedIn, _form: PostForm) -> Answer {
+    ledger_check::run_recorded(&admin.state.db, &admin.actor()).await?;
     Ok(page::done(&admin, "/ledger/audit", "Ledger audit run."))
 }
 
@@ -320,7 +257,7 @@ fn audit_page(
                 None => p { "No audit has been run yet." },
                 Some((entry, run)) => {
                     p {
-                        "Run " (page::when(&entry.at)) " by " (super::audit_log::actor_cell(entry)) "."
+                        "Run " (c::when(&entry.at)) " by " (c::actor_cell(entry)) "."
                     }
                     p class=(if run.is_clean() { "notice" } else { "warning" }) {
                         "Checked: " (run.counted()) ": "
@@ -343,8 +280,8 @@ fn audit_page(
 }
 
 #[handler]
-async fn show_audit(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let latest = ledger_check::latest_run(&state.db).await?;
+async fn show_audit(admin: SignedIn) -> Answer {
+    let latest = ledger_check::latest_run(&admin.state.db).await?;
     Ok(page::ok(audit_page(&admin, latest.as_ref())))
 }
 
@@ -365,22 +302,22 @@ mod tests {
     #[test]
     fn filters_are_checked_field_by_field() {
         let all = [project(1)];
-        let (filter, errors) = parse_filter(
+        let filter = parse_filter(
             &Params::from_pairs(&[
                 ("project", "1"),
                 ("kind", "balance_set"),
                 ("to", "2026-11-25"),
             ]),
             &all,
-        );
-        assert!(errors.is_empty());
+        )
+        .unwrap();
         assert_eq!(filter.project_id, Some(1));
         assert_eq!(filter.kind, Some(LogKind::BalanceSet));
         assert_eq!(
             filter.until.map(|t| t.to_rfc3339()),
             Some("2026-11-26T00:00:00+00:00".to_owned())
         );
-        let (_, errors) = parse_filter(
+        let errors = parse_filter(
             &Params::from_pairs(&[
                 ("project", "2"),
                 ("user", "-3"),
@@ -389,30 +326,11 @@ mod tests {
                 ("to", "2026-11-24"),
             ]),
             &all,
-        );
+        )
+        .unwrap_err();
         for name in ["project", "user", "kind", "to"] {
             assert!(errors.of(name).is_some(), "{name}");
         }
         assert!(errors.of("from").is_none());
-    }
-
-    #[test]
-    fn days_are_strict_utc_dates() {
-        let day = page::parse_day("2026-11-25").unwrap().unwrap();
-        assert_eq!(day.to_rfc3339(), "2026-11-25T00:00:00+00:00");
-        assert_eq!(page::parse_day("  ").unwrap(), None);
-        for bad in [
-            "2026-2-05",
-            "+2026-01-01",
-            "2026-02-30",
-            "2026/01/01",
-            "2026-01-01T00",
-        ] {
-            assert!(page::parse_day(bad).is_err(), "{bad}");
-        }
-        let mut errors = FieldErrors::default();
-        let (from, until) = page::parse_day_range("2026-12-31", "2026-12-31", &mut errors);
-        assert!(errors.is_empty());
-        assert_eq!(until.unwrap() - from.unwrap(), chrono::Duration::days(1));
     }
 }

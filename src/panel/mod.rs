@@ -6,8 +6,9 @@
 //! with `maud` (escaped by construction), styled by one stylesheet, with
 //! one small script for the copy button and confirmations; all three come
 //! from the binary. Each page module adds its routes (full paths) and
-//! holds their handlers; the guards (session, CSRF, origin) are
-//! `session`'s, the shared page parts `page`'s.
+//! holds their handlers, and imports no other page: the guards (session,
+//! CSRF, origin) are `session`'s, the frame and answers `page`'s, the
+//! markup pages share `components`', what forms and filters send `form`'s.
 //! Every answer carries a Content-Security-Policy allowing only the panel's
 //! own files, `Cache-Control: no-store`, and no referrer (a sign-in link's
 //! secret is in its path).
@@ -15,7 +16,9 @@
 mod account;
 mod admins;
 mod audit_log;
+mod components;
 mod csv_export;
+mod form;
 mod ledger;
 mod orders;
 mod overview;
@@ -57,6 +60,9 @@ impl PanelState {
     }
 }
 
+/// What a handler answers: a page, a redirect or a download, or why not.
+pub type Answer = Result<Response, PanelError>;
+
 /// Why a panel request failed; each becomes a page of its own.
 #[derive(Debug, thiserror::Error)]
 pub enum PanelError {
@@ -68,7 +74,7 @@ pub enum PanelError {
     Forbidden(&'static str),
     /// A request no page of the panel sends.
     #[error("{0}")]
-    BadRequest(&'static str),
+    BadRequest(String),
     #[error("{0} not found")]
     NotFound(String),
     /// A change the rules refused where no form field is to blame.

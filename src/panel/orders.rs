@@ -3,31 +3,25 @@
 //! (a refused completion, once the balance allows) or cancel it, with the
 //! API's rules: a completed or cancelled order stays as it is.
 
-use entity::{
-    admin_audit_entry, balance::GENERAL_ACCOUNT, payment_order::OrderStatus, project, server, user,
-};
+use entity::{admin_audit_entry, payment_order::OrderStatus, project, server, user};
 use maud::{Markup, html};
-use poem::{
-    Response, Route, get, handler,
-    http::StatusCode,
-    post,
-    web::{Data, Path},
-};
+use poem::{Route, get, handler, http::StatusCode, post, web::Path};
 use sea_orm::ActiveEnum;
+use serde::Deserialize;
 
 use super::{
-    PanelError, PanelState,
-    audit_log::{self, Listing},
+    Answer, PanelError, PanelState,
+    components::{self as c, Blank, FieldAttrs, Listing, account_name, order_path, status_badge},
     csv_export,
-    page::{self, FieldAttrs, FieldErrors, Params},
+    form::{FieldErrors, Params, parse_day_range, parse_id, parse_money, parse_server},
+    page,
     session::{PostForm, SignedIn},
-    users::{account_name, entries_table, parse_money, parse_server},
 };
 use crate::domain::{OrderId, PaymentSystem};
-use crate::service::count;
 use crate::service::{
     AdminError,
     admin_audit::{self, AuditFilter},
+    count,
     keyset::{Keyset, Listed},
     ledger::{self, Entry},
     orders::{
@@ -56,22 +50,6 @@ pub fn routes(route: Route) -> Route {
         .at("/orders/:project_id/:order_id/complete", post(complete))
 }
 
-/// Where an order's page is.
-pub(super) fn order_path(project_id: i64, order_id: &str) -> String {
-    format!("/orders/{project_id}/{order_id}")
-}
-
-/// An order's status as a badge: pending (warn), completed (ok), cancelled
-/// (off).
-pub(super) fn status_badge(status: OrderStatus) -> Markup {
-    let kind = match status {
-        OrderStatus::Pending => "warn",
-        OrderStatus::Completed => "ok",
-        OrderStatus::Cancelled => "off",
-    };
-    page::badge(&status.to_value(), kind)
-}
-
 /// An order status typed in a filter: `pending`, `completed` or
 /// `cancelled`, as the entity spells them.
 fn parse_status(text: &str) -> Result<OrderStatus, String> {
@@ -79,70 +57,103 @@ fn parse_status(text: &str) -> Result<OrderStatus, String> {
         .map_err(|_| "choose pending, completed or cancelled".to_owned())
 }
 
-/// A positive id typed in a form or filter.
-fn parse_id(text: &str) -> Option<i64> {
-    text.parse::<i64>().ok().filter(|&id| id > 0)
+/// The list's filters as the service reads them, or what is wrong with
+/// them.
+fn parse_filter(params: &Params) -> Result<OrderFilter, FieldErrors> {
+    let mut errors = FieldErrors::default();
+    let order_id = params.parsed("order_id", &mut errors, |text| {
+        text.parse::<OrderId>().map_err(|err| err.to_string())
+    });
+    let project_id = params.parsed("project", &mut errors, |text| {
+        parse_id(text).ok_or_else(|| "choose a project of the list".to_owned())
+    });
+    let status = params.parsed("status", &mut errors, parse_status);
+    let user_id = params.parsed("user", &mut errors, |text| {
+        parse_id(text).ok_or_else(|| "a user id is a positive number, such as 42".to_owned())
+    });
+    let (from, until) = parse_day_range(params, &mut errors);
+    errors.or(OrderFilter {
+        project_id,
+        order_id,
+        user_id,
+        status,
+        from,
+        until,
+    })
 }
 
-/// The list's filters as the service reads them; bad values get their
-/// error next to their field.
-fn parse_filter(params: &Params, errors: &mut FieldErrors) -> OrderFilter {
-    let mut filter = OrderFilter::default();
-    let order_id = params.get("order_id");
-    if !order_id.is_empty() {
-        match order_id.parse::<OrderId>() {
-            Ok(order_id) => filter.order_id = Some(order_id),
-            Err(err) => errors.add("order_id", err.to_string()),
-        }
-    }
-    let project = params.get("project");
-    if !project.is_empty() {
-        filter.project_id = parse_id(project);
-        if filter.project_id.is_none() {
-            errors.add("project", "choose a project of the list");
-        }
-    }
-    let status = params.get("status");
-    if !status.is_empty() {
-        match parse_status(status) {
-            Ok(status) => filter.status = Some(status),
-            Err(message) => errors.add("status", message),
-        }
-    }
-    let user = params.get("user");
-    if !user.is_empty() {
-        filter.user_id = parse_id(user);
-        if filter.user_id.is_none() {
-            errors.add("user", "a user id is a positive number, such as 42");
-        }
-    }
-    (filter.from, filter.until) =
-        page::parse_day_range(params.get("from"), params.get("to"), errors);
-    filter
+/// The create form, as sent and as shown.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct OrderForm {
+    project: String,
+    user: String,
+    server: String,
+    amount: String,
+    payment_system: String,
 }
 
-/// The create form's values.
-struct CreateForm<'a> {
-    project: &'a str,
-    user: &'a str,
-    server: &'a str,
-    amount: &'a str,
-    payment_system: &'a str,
-    errors: FieldErrors,
-}
-
-impl<'a> CreateForm<'a> {
+impl OrderForm {
     /// The form as a list page starts it: the project and user of the
     /// filters, when they name them.
-    fn from_filters(params: &'a Params) -> CreateForm<'a> {
+    fn from_filters(params: &Params) -> OrderForm {
         let valid = |name| Some(params.get(name)).filter(|text| parse_id(text).is_some());
-        CreateForm {
-            project: valid("project").unwrap_or(""),
-            user: valid("user").unwrap_or(""),
-            server: "0",
-            amount: "",
-            payment_system: PANEL_PAYMENT_SYSTEM,
-            errors: FieldErrors::default(),
+        OrderForm {
+            project: valid("project").unwrap_or("").to_owned(),
+            user: valid("user").unwrap_or("").to_owned(),
+            server: "0".to_owned(),
+            amount: String::new(),
+            payment_system: PANEL_PAYMENT_SYSTEM.to_owned(),
+        }
+    }
+
+    /// The order the form asks for, of one of `projects`, or what is wrong
+    /// with it.
+    fn read(&self, projects: &[project::Model]) -> Result<OrderRequest, FieldErrors> {
+        let mut errors = FieldErrors::default();
+        let project_id = match parse_id(&self.project) {
+            Some(id) if projects.iter().any(|p| p.id == id) => Some(id),
+            Some(_) => {
+                errors.add("project", "this project does not exist");
+                None
+            }
+            None => {
+                errors.add("project", "choose a project");
+                None
+            }
+        };
+        let who = match self.user.as_str() {
+            "" => Err("give the user's id or e-mail".to_owned()),
+            text => text.parse::<UserRef>().map_err(|err| err.to_string()),
+        };
+        let who = who.map_err(|message| errors.add("user", message)).ok();
+        let server_id = parse_server(&self.server);
+        if server_id.is_none() {
+            let message = "a server id is a number: 0 for the general account";
+            errors.add("server", message);
+        }
+        let amount = match parse_money(&self.amount) {
+            Ok(Some(amount)) => Ok(amount),
+            Ok(None) => Err("give an amount, such as 10 or 10.50".to_owned()),
+            Err(message) => Err(message),
+        };
+        let amount = amount.map_err(|message| errors.add("amount", message)).ok();
+        let payment_system = self.payment_system.parse::<PaymentSystem>();
+        let payment_system = payment_system
+            .map_err(|err| errors.add("payment_system", err.to_string()))
+            .ok();
+        match (project_id, who, server_id, amount, payment_system) {
+            (Some(project_id), Some(who), Some(server_id), Some(amount), Some(payment_system)) => {
+                Ok(OrderRequest {
+                    project_id,
+                    who,
+                    server_id,
+                    amount,
+                    payment_system,
+                    order_id: None,
+                })
+            }
+            _ => Err(errors),
         }
     }
 }
@@ -156,34 +167,11 @@ struct ListView {
     searched: bool,
 }
 
-fn project_select(
-    name: &str,
-    projects: &[project::Model],
-    selected: &str,
-    any: Option<&str>,
-    errors: &FieldErrors,
-) -> Markup {
-    html! {
-        select name=(name) required[any.is_none()] id=[errors.id(name)] aria-invalid=[errors.invalid(name)] aria-describedby=[errors.described_by(name)] {
-            @if let Some(any) = any {
-                option value="" { (any) }
-            } @else {
-                option value="" disabled selected[selected.is_empty()] { "Choose a project" }
-            }
-            @for p in projects {
-                @let id = p.id.to_string();
-                option value=(id) selected[selected == id] { (p.name) " (" (p.id) ")" }
-            }
-        }
-    }
-}
-
 fn list_page(
     admin: &SignedIn,
-    params: &Params,
-    filter_errors: &FieldErrors,
+    (params, filter_errors): (&Params, &FieldErrors),
     view: &ListView,
-    form: &CreateForm,
+    (form, errors): (&OrderForm, &FieldErrors),
 ) -> Markup {
     let project_name = |id: i64| {
         view.projects
@@ -191,44 +179,26 @@ fn list_page(
             .find(|p| p.id == id)
             .map_or_else(|| id.to_string(), |p| p.name.clone())
     };
-    let status = params.get("status");
-    let errors = &form.errors;
+    let statuses = [
+        OrderStatus::Pending,
+        OrderStatus::Completed,
+        OrderStatus::Cancelled,
+    ]
+    .map(|s| (s.to_value(), s.to_value()));
     page::frame(
         admin,
         "Orders",
         html! {
             section {
-                form.filters method="get" action="/orders" {
-                    (page::text_field("Order id", "order_id", params.get("order_id"), filter_errors, FieldAttrs { placeholder: Some("Order:…"), ..FieldAttrs::OPTIONAL }))
-                    label.field {
-                        span { "Project" }
-                        (project_select("project", &view.projects, params.get("project"), Some("All projects"), filter_errors))
-                        (filter_errors.show("project"))
-                    }
-                    label.field {
-                        span { "Status" }
-                        select name="status" id=[filter_errors.id("status")] aria-invalid=[filter_errors.invalid("status")] aria-describedby=[filter_errors.described_by("status")] {
-                            option value="" { "Any status" }
-                            @for s in [OrderStatus::Pending, OrderStatus::Completed, OrderStatus::Cancelled] {
-                                @let value = s.to_value();
-                                option value=(value) selected[status == value] { (value) }
-                            }
-                        }
-                        (filter_errors.show("status"))
-                    }
-                    (page::text_field("User id", "user", params.get("user"), filter_errors, FieldAttrs::OPTIONAL))
-                    (page::text_field("From (UTC day)", "from", params.get("from"), filter_errors, FieldAttrs::DATE))
-                    (page::text_field("To (UTC day, included)", "to", params.get("to"), filter_errors, FieldAttrs::DATE))
-                    button type="submit" { "Filter" }
-                    a.button.secondary href="/orders" { "Clear" }
-                }
+                (c::filter_bar("/orders", params, filter_errors, html! {
+                    (c::text_field("Order id", "order_id", params.get("order_id"), filter_errors, FieldAttrs::OPTIONAL.placeholder("Order:…")))
+                    (c::project_field(&view.projects, params.get("project"), Blank::Any("All projects"), filter_errors))
+                    (c::select_field(("Status", "status"), filter_errors, Blank::Any("Any status"), statuses, params.get("status")))
+                    (c::text_field("User id", "user", params.get("user"), filter_errors, FieldAttrs::OPTIONAL))
+                }))
             }
             @if view.searched {
-                div.actions {
-                    a.button.secondary href={ "/orders.csv" (params.query(&FILTERS)) } download {
-                        "Export CSV"
-                    }
-                }
+                (c::export_link("/orders.csv", params, &FILTERS))
                 p {
                     (count(view.total, "order matches", "orders match")) "."
                     @if view.total > PAGE_SIZE {
@@ -249,31 +219,27 @@ fn list_page(
                             td { a href=(order_path(o.project_id, &o.order_id)) { (o.order_id) } }
                             td { a href={ "/projects/" (o.project_id) "/users" } { (project_name(o.project_id)) } }
                             td.num { a href={ "/users/" (o.user_id) } { (o.user_id) } }
-                            td { @if o.server_id == GENERAL_ACCOUNT { "general" } @else { "server " (o.server_id) } }
+                            td { @if o.server_id == 0 { "general" } @else { "server " (o.server_id) } }
                             td.num { (o.amount) }
                             td { (status_badge(o.status)) }
-                            td { (page::when(&o.created_at)) }
+                            td { (c::when(&o.created_at)) }
                         }
                     }
                     @if view.orders.rows.is_empty() { tr { td colspan="7" .muted { "No order matches." } } }
                 }
             } }
-            (page::paging("/orders", params, &FILTERS, view.orders.older))
+            (c::paging("/orders", params, &FILTERS, view.orders.older))
             section #new-order {
                 h2 { "New order" }
                 p.muted { "Creates a pending order, as the API's order creation does; completing it credits the amount to the main balance of the account chosen." }
                 form method="post" action="/orders" {
                     (page::csrf(admin))
                     (errors.show("order"))
-                    label.field {
-                        span { "Project" }
-                        (project_select("project", &view.projects, form.project, None, errors))
-                        (errors.show("project"))
-                    }
-                    (page::text_field("User (id or e-mail)", "user", form.user, errors, FieldAttrs::TEXT))
-                    (page::text_field("Server id (0 = the general account)", "server", form.server, errors, FieldAttrs::TEXT))
-                    (page::text_field("Amount", "amount", form.amount, errors, FieldAttrs { placeholder: Some("10.50"), ..FieldAttrs::TEXT }))
-                    (page::text_field("Payment system", "payment_system", form.payment_system, errors, FieldAttrs::TEXT))
+                    (c::project_field(&view.projects, &form.project, Blank::Choose("Choose a project"), errors))
+                    (c::text_field("User (id or e-mail)", "user", &form.user, errors, FieldAttrs::TEXT))
+                    (c::text_field("Server id (0 = the general account)", "server", &form.server, errors, FieldAttrs::TEXT))
+                    (c::text_field("Amount", "amount", &form.amount, errors, FieldAttrs::TEXT.placeholder("10.50")))
+                    (c::text_field("Payment system", "payment_system", &form.payment_system, errors, FieldAttrs::TEXT))
                     button type="submit" { "Create order" }
                 }
             }
@@ -303,28 +269,15 @@ async fn list_view(
 }
 
 #[handler]
-async fn list(
-    admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn list(admin: SignedIn, params: Params) -> Answer {
     let page = params.page(PAGE_SIZE)?;
-    let mut errors = FieldErrors::default();
-    let filter = parse_filter(&params, &mut errors);
-    let valid = errors.is_empty();
-    let view = list_view(&state, valid.then_some(&filter), page).await?;
-    let markup = list_page(
-        &admin,
-        &params,
-        &errors,
-        &view,
-        &CreateForm::from_filters(&params),
-    );
-    Ok(if valid {
-        page::ok(markup)
-    } else {
-        page::invalid(markup)
-    })
+    let filter = parse_filter(&params);
+    let view = list_view(&admin.state, filter.as_ref().ok(), page).await?;
+    let none = FieldErrors::default();
+    let filter_errors = filter.as_ref().err().unwrap_or(&none);
+    let form = OrderForm::from_filters(&params);
+    let markup = list_page(&admin, (&params, filter_errors), &view, (&form, &none));
+    Ok(page::ok_unless(filter.is_err(), markup))
 }
 
 /// The columns of the export, one row per order; amounts in exact decimal.
@@ -364,17 +317,12 @@ fn csv_row(order: Order) -> Vec<String> {
 
 /// The orders the filters keep, every page of them, as CSV.
 #[handler]
-async fn export(
-    _admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let mut errors = FieldErrors::default();
-    let filter = parse_filter(&params, &mut errors);
-    if !errors.is_empty() {
-        return Ok(csv_export::refused(&errors, &FILTERS));
-    }
-    let db = state.db.clone();
+async fn export(admin: SignedIn, params: Params) -> Answer {
+    let filter = match parse_filter(&params) {
+        Ok(filter) => filter,
+        Err(errors) => return Ok(csv_export::refused(&errors, &FILTERS)),
+    };
+    let db = admin.state.db.clone();
     Ok(csv_export::attachment(
         "masterpay-orders.csv",
         CSV_HEADER,
@@ -389,123 +337,63 @@ async fn export(
 }
 
 #[handler]
-async fn create(
-    admin: SignedIn,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let mut sent = CreateForm {
-        project: form.get("project"),
-        user: form.get("user"),
-        server: form.get("server"),
-        amount: form.get("amount"),
-        payment_system: form.get("payment_system"),
-        errors: FieldErrors::default(),
-    };
-    let errors = &mut sent.errors;
-    let project_id = match parse_id(sent.project) {
-        Some(id) => match projects::get(&state.db, id).await {
-            Ok(project) => Some(project.id),
-            Err(AdminError::NotFound(..)) => {
-                errors.add("project", "this project does not exist");
-                None
-            }
-            Err(err) => return Err(err.into()),
-        },
-        None => {
-            errors.add("project", "choose a project");
-            None
-        }
-    };
-    let who = if sent.user.is_empty() {
-        errors.add("user", "give the user's id or e-mail");
-        None
-    } else {
-        sent.user
-            .parse::<UserRef>()
-            .map_err(|err| errors.add("user", err.to_string()))
-            .ok()
-    };
-    let server_id = parse_server(sent.server);
-    if server_id.is_none() {
-        errors.add(
-            "server",
-            "a server id is a number: 0 for the general account",
-        );
-    }
-    let amount = match parse_money(sent.amount) {
-        Ok(Some(amount)) => Some(amount),
-        Ok(None) => {
-            errors.add("amount", "give an amount, such as 10 or 10.50");
-            None
-        }
-        Err(message) => {
-            errors.add("amount", message);
-            None
-        }
-    };
-    let payment_system = sent
-        .payment_system
-        .parse::<PaymentSystem>()
-        .map_err(|err| errors.add("payment_system", err.to_string()))
-        .ok();
-    if let (Some(project_id), Some(who), Some(server_id), Some(amount), Some(payment_system)) =
-        (project_id, who, server_id, amount, payment_system)
-    {
-        let request = OrderRequest {
-            project_id,
-            who,
-            server_id,
-            amount,
-            payment_system,
-            order_id: None,
-        };
-        match orders::create_as(&state.db, &*state.store, &admin.actor(), &request).await {
-            Ok(order) => {
-                let to = order_path(order.project_id, &order.order_id);
-                return Ok(page::done(
-                    &admin,
-                    &to,
-                    &format!("Order {} created.", order.order_id),
-                ));
-            }
-            Err(CreateError::UserNotFound) => {
-                errors.add("user", "no such user in this project");
-            }
-            Err(CreateError::ServerNotFound) => {
-                errors.add(
+async fn create(admin: SignedIn, PostForm(form): PostForm<OrderForm>) -> Answer {
+    let errors = match form.read(&projects::list(&admin.state.db).await?) {
+        Err(errors) => errors,
+        Ok(request) => {
+            match orders::create_as(
+                &admin.state.db,
+                &*admin.state.store,
+                &admin.actor(),
+                &request,
+            )
+            .await
+            {
+                Ok(order) => {
+                    let to = order_path(order.project_id, &order.order_id);
+                    let message = format!("Order {} created.", order.order_id);
+                    return Ok(page::done(&admin, &to, &message));
+                }
+                Err(CreateError::UserNotFound) => {
+                    FieldErrors::one("user", "no such user in this project")
+                }
+                Err(CreateError::ServerNotFound) => FieldErrors::one(
                     "server",
                     "no such server in this project (0 is the general account)",
-                );
+                ),
+                Err(CreateError::Invalid(field, message)) => {
+                    // The form names the server `server`; an order id is never typed.
+                    let field = match field {
+                        "server_id" => "server",
+                        "amount" => "amount",
+                        _ => "order",
+                    };
+                    FieldErrors::one(field, message)
+                }
+                Err(err @ (CreateError::KeyReused | CreateError::OrderIdTaken(_))) => {
+                    FieldErrors::one("order", err.to_string())
+                }
+                Err(CreateError::Store(err)) => return Err(err.into()),
             }
-            Err(CreateError::Invalid(field, message)) => {
-                // The form names the server `server`; an order id is never typed.
-                let field = match field {
-                    "server_id" => "server",
-                    "amount" => "amount",
-                    _ => "order",
-                };
-                errors.add(field, message)
-            }
-            Err(err @ (CreateError::KeyReused | CreateError::OrderIdTaken(_))) => {
-                errors.add("order", err.to_string());
-            }
-            Err(CreateError::Store(err)) => return Err(err.into()),
         }
-    }
+    };
     let view = list_view(
-        &state,
+        &admin.state,
         Some(&OrderFilter::default()),
         Keyset::first(PAGE_SIZE),
     )
     .await?;
+    let filters = (&Params::default(), &FieldErrors::default());
     Ok(page::invalid(list_page(
         &admin,
-        &Params::default(),
-        &FieldErrors::default(),
+        filters,
         &view,
-        &sent,
+        (&form, &errors),
     )))
+}
+
+fn not_found(project_id: i64, order_id: &str) -> PanelError {
+    PanelError::NotFound(format!("order {order_id} of project {project_id}"))
 }
 
 /// What an order's page shows.
@@ -524,11 +412,10 @@ async fn order_view(
     order_id: &str,
 ) -> Result<OrderView, PanelError> {
     let db = &state.db;
-    let not_found = || PanelError::NotFound(format!("order {order_id} of project {project_id}"));
     let order = orders::get(db, Some(project_id), order_id)
         .await
         .map_err(PanelError::from)?
-        .ok_or_else(not_found)?;
+        .ok_or_else(|| not_found(project_id, order_id))?;
     let project = projects::get(db, project_id).await?;
     let user = match users::get(db, order.user_id).await {
         Ok(user) => Some(user),
@@ -559,6 +446,44 @@ fn order_page(admin: &SignedIn, view: &OrderView, notice: Option<&str>) -> Marku
     let o = &view.order;
     let p = &view.project;
     let path = order_path(o.project_id, &o.order_id);
+    let mut details = vec![
+        ("Status", status_badge(o.status)),
+        ("Amount", html! { (o.amount) }),
+        (
+            "Project",
+            html! { a href={ "/projects/" (p.id) } { (p.name) " (" (p.id) ")" } },
+        ),
+        (
+            "User",
+            html! {
+                a href={ "/users/" (o.user_id) } {
+                    (o.user_id)
+                    @if let Some(u) = &view.user { " · " (u.email) }
+                }
+            },
+        ),
+        (
+            "Account credited",
+            html! { (account_name(o.server_id, &view.servers)) },
+        ),
+        ("Payment system", html! { (o.payment_system) }),
+        (
+            "Payment id",
+            html! { @if let Some(id) = &o.payment_id { (id) } @else { span.muted { "none" } } },
+        ),
+        ("Created", html! { (c::when(&o.created_at)) }),
+        (
+            "Completed",
+            html! { (c::when_or(o.completed_at.as_ref(), "—")) },
+        ),
+        (
+            "Cancelled",
+            html! { (c::when_or(o.cancelled_at.as_ref(), "—")) },
+        ),
+    ];
+    if let (Some(at), Some(why)) = (&o.refused_at, &o.refusal) {
+        details.push(("Completion refused", html! { (c::when(at)) ": " (why) }));
+    }
     page::frame(
         admin,
         &format!("Order {}", o.order_id),
@@ -567,28 +492,7 @@ fn order_page(admin: &SignedIn, view: &OrderView, notice: Option<&str>) -> Marku
                 p.warning role="alert" { (notice) }
             }
             section {
-                div.table-wrap { table {
-                    tbody {
-                        tr { th { "Status" } td { (status_badge(o.status)) } }
-                        tr { th { "Amount" } td { (o.amount) } }
-                        tr { th { "Project" } td { a href={ "/projects/" (p.id) } { (p.name) " (" (p.id) ")" } } }
-                        tr { th { "User" } td {
-                            a href={ "/users/" (o.user_id) } {
-                                (o.user_id)
-                                @if let Some(u) = &view.user { " · " (u.email) }
-                            }
-                        } }
-                        tr { th { "Account credited" } td { (account_name(o.server_id, &view.servers)) } }
-                        tr { th { "Payment system" } td { (o.payment_system) } }
-                        tr { th { "Payment id" } td { @if let Some(id) = &o.payment_id { (id) } @else { span.muted { "none" } } } }
-                        tr { th { "Created" } td { (page::when(&o.created_at)) } }
-                        tr { th { "Completed" } td { (page::when_or(o.completed_at.as_ref(), "—")) } }
-                        tr { th { "Cancelled" } td { (page::when_or(o.cancelled_at.as_ref(), "—")) } }
-                        @if let (Some(at), Some(why)) = (&o.refused_at, &o.refusal) {
-                            tr.refused { th { "Completion refused" } td { (page::when(at)) ": " (why) } }
-                        }
-                    }
-                } }
+                (c::details(&details))
                 div.actions {
                     @if o.status == OrderStatus::Pending {
                         form method="post" action={ (path) "/complete" } data-confirm={ "Complete order " (o.order_id) "? Its " (o.amount) " is credited to the user's main balance." } {
@@ -609,25 +513,45 @@ fn order_page(admin: &SignedIn, view: &OrderView, notice: Option<&str>) -> Marku
             section {
                 h2 { "Operation log" }
                 p.muted { "The credit of the order, once completed." }
-                (entries_table(&view.log, p.id, &view.servers))
+                (c::operations_table(&view.log, p.id, &view.servers))
             }
             section {
                 h2 { "Admin audit log" }
                 p.muted { "Changes made through the panel or the command line; creations, completions and cancellations through the API are in the order's times above." }
-                (audit_log::entries_table(&view.audit, Listing::OneObject, "No change made through the panel or the command line."))
+                (c::audit_table(&view.audit, Listing::OneObject, "No change made through the panel or the command line."))
             }
         },
     )
 }
 
 #[handler]
-async fn show(
-    admin: SignedIn,
-    Path((project_id, order_id)): Path<(i64, String)>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let view = order_view(&state, project_id, &order_id).await?;
+async fn show(admin: SignedIn, Path((project_id, order_id)): Path<(i64, String)>) -> Answer {
+    let view = order_view(&admin.state, project_id, &order_id).await?;
     Ok(page::ok(order_page(&admin, &view, None)))
+}
+
+/// The answer to a completion or cancellation: on to the order's page
+/// saying it was `done`, or the order's page with why it was refused (409).
+async fn changed(
+    admin: &SignedIn,
+    (project_id, order_id): (i64, &str),
+    outcome: Result<&str, String>,
+) -> Answer {
+    match outcome {
+        Ok(done) => {
+            let message = format!("Order {order_id} {done}.");
+            Ok(page::done(
+                admin,
+                &order_path(project_id, order_id),
+                &message,
+            ))
+        }
+        Err(notice) => {
+            let view = order_view(&admin.state, project_id, order_id).await?;
+            let markup = order_page(admin, &view, Some(&notice));
+            Ok(page::render(StatusCode::CONFLICT, markup))
+        }
+    }
 }
 
 #[handler]
@@ -635,36 +559,22 @@ async fn cancel(
     admin: SignedIn,
     Path((project_id, order_id)): Path<(i64, String)>,
     _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let found = order_view(&state, project_id, &order_id).await?.order;
+) -> Answer {
+    let found = order_view(&admin.state, project_id, &order_id).await?.order;
     let request = Cancellation {
         project_id,
         order_id: found.order_id,
         payment_system: found.payment_system,
     };
-    let notice = match orders::cancel(&state.db, Some(&admin.actor()), &request).await {
-        Ok(o) => {
-            return Ok(page::done(
-                &admin,
-                &order_path(project_id, &o.order_id),
-                &format!("Order {} cancelled.", o.order_id),
-            ));
-        }
-        Err(CancelError::AlreadyCompleted) => "The order is already completed: nothing changed.",
-        Err(CancelError::AlreadyCancelled) => "The order is already cancelled: nothing changed.",
-        Err(CancelError::OrderNotFound) => {
-            return Err(PanelError::NotFound(format!(
-                "order {order_id} of project {project_id}"
-            )));
-        }
+    let nothing = |text: &str| Err(format!("The order is already {text}: nothing changed."));
+    let outcome = match orders::cancel(&admin.state.db, Some(&admin.actor()), &request).await {
+        Ok(_) => Ok("cancelled"),
+        Err(CancelError::AlreadyCompleted) => nothing("completed"),
+        Err(CancelError::AlreadyCancelled) => nothing("cancelled"),
+        Err(CancelError::OrderNotFound) => return Err(not_found(project_id, &order_id)),
         Err(CancelError::Store(err)) => return Err(err.into()),
     };
-    let view = order_view(&state, project_id, &request.order_id).await?;
-    Ok(page::render(
-        StatusCode::CONFLICT,
-        order_page(&admin, &view, Some(notice)),
-    ))
+    changed(&admin, (project_id, &order_id), outcome).await
 }
 
 /// Completes the order as the API would, for the signed-in administrator.
@@ -673,8 +583,8 @@ async fn complete(
     admin: SignedIn,
     Path((project_id, order_id)): Path<(i64, String)>,
     _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+) -> Answer {
+    let state = &admin.state;
     let completed = orders::complete_as(
         &state.db,
         &*state.store,
@@ -683,37 +593,26 @@ async fn complete(
         &order_id,
     )
     .await;
-    let refusal;
-    let notice = match completed {
-        Ok(o) => {
-            return Ok(page::done(
-                &admin,
-                &order_path(project_id, &o.order_id),
-                &format!("Order {} completed.", o.order_id),
-            ));
+    let outcome = match completed {
+        Ok(_) => Ok("completed"),
+        Err(CompleteError::AlreadyCompleted) => {
+            Err("The order is already completed: nothing changed.".to_owned())
         }
-        Err(CompleteError::AlreadyCompleted) => "The order is already completed: nothing changed.",
-        Err(CompleteError::Cancelled) => "The order is cancelled: it is never credited.",
-        Err(CompleteError::BalanceCeiling) => {
-            refusal = format!("Not completed: {}.", orders::BALANCE_CEILING_REFUSAL);
-            &refusal
+        Err(CompleteError::Cancelled) => {
+            Err("The order is cancelled: it is never credited.".to_owned())
         }
-        Err(CompleteError::OrderNotFound) => {
-            return Err(PanelError::NotFound(format!(
-                "order {order_id} of project {project_id}"
-            )));
-        }
+        Err(CompleteError::BalanceCeiling) => Err(format!(
+            "Not completed: {}.",
+            orders::BALANCE_CEILING_REFUSAL
+        )),
+        Err(CompleteError::OrderNotFound) => return Err(not_found(project_id, &order_id)),
         Err(
             CompleteError::UpdateFailed(err)
             | CompleteError::ProcessingFailed(err)
             | CompleteError::Unavailable(err),
         ) => return Err(err.into()),
     };
-    let view = order_view(&state, project_id, &order_id).await?;
-    Ok(page::render(
-        StatusCode::CONFLICT,
-        order_page(&admin, &view, Some(notice)),
-    ))
+    changed(&admin, (project_id, &order_id), outcome).await
 }
 
 #[cfg(test)]

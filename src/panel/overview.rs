@@ -14,9 +14,9 @@ use entity::{
     project,
 };
 use maud::{Markup, html};
-use poem::{Response, handler, web::Data};
+use poem::handler;
 
-use super::{PanelError, PanelState, audit_log, page, session::SignedIn};
+use super::{Answer, components as c, page, session::SignedIn};
 use crate::{
     money::signed_cents,
     service::{
@@ -43,8 +43,8 @@ struct Today {
 }
 
 #[handler]
-pub async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response, PanelError> {
-    let db = &state.db;
+pub async fn show(admin: SignedIn) -> Answer {
+    let db = &admin.state.db;
     let now = now();
     let figures = overview::figures(db, now).await?;
     let all = projects::list(db).await?;
@@ -71,11 +71,11 @@ pub async fn show(admin: SignedIn, state: Data<&PanelState>) -> Result<Response,
             @match &last_audit {
                 None => p { "No audit has been run yet. " a href="/ledger/audit" { "Run one" } },
                 Some((entry, run)) => p {
-                    (page::when(&entry.at)) " by " (audit_log::actor_cell(entry)) ": "
+                    (c::when(&entry.at)) " by " (c::actor_cell(entry)) ": "
                     @if run.is_clean() {
-                        (page::badge("clean", "ok"))
+                        (c::badge("clean", "ok"))
                     } @else {
-                        (page::badge(&run.verdict(), "off"))
+                        (c::badge(&run.verdict(), "off"))
                     }
                     " " a href="/ledger/audit" { "Details" }
                 },
@@ -99,7 +99,7 @@ fn orders_today(all: &[project::Model], counts: &HashMap<i64, Today>, day: &str)
                         @let today = counts.get(&p.id).copied().unwrap_or_default();
                         tr {
                             td { a href={ "/projects/" (p.id) } { (p.name) } }
-                            td { (page::state_badge(p.active)) }
+                            td { (c::state_badge(p.active)) }
                             td.num { (today.pending) }
                             td.num { (today.completed) }
                             td.num { (today.cancelled) }
@@ -160,9 +160,9 @@ fn attention(all: &[project::Model], figures: &Figures) -> Markup {
                     tr { th { "Tokens expiring within " (overview::EXPIRING.num_days()) " days" } td.num id="expiring-tokens" { (figures.tokens_expiring) } }
                 }
             } }
-            (order_list("The oldest pending", all, oldest, |o| html! { (page::when(&o.created_at)) }))
+            (order_list("The oldest pending", all, oldest, |o| html! { (c::when(&o.created_at)) }))
             (order_list("The latest refused", all, latest, |o| html! {
-                (page::when_or(o.refused_at.as_ref(), "")) ": " (o.refusal.as_deref().unwrap_or(""))
+                (c::when_or(o.refused_at.as_ref(), "")) ": " (o.refusal.as_deref().unwrap_or(""))
             }))
         }
     }
@@ -186,7 +186,7 @@ fn order_list(
             ul {
                 @for o in listed {
                     li {
-                        a href={ "/orders/" (o.project_id) "/" (o.order_id) } { (o.order_id) }
+                        a href=(c::order_path(o.project_id, &o.order_id)) { (o.order_id) }
                         " (" (project(o.project_id)) ", " (signed_cents(o.amount_cents)) "): " (detail(o))
                     }
                 }
@@ -204,10 +204,10 @@ fn latest_actions(actions: &[entity::admin_audit_entry::Model]) -> Markup {
                 tbody {
                     @for entry in actions {
                         tr {
-                            td.when { (page::when(&entry.at)) }
-                            td { (audit_log::actor_cell(entry)) }
+                            td.when { (c::when(&entry.at)) }
+                            td { (c::actor_cell(entry)) }
                             td { code { (entry.action) } }
-                            td { (audit_log::object_cell(entry)) }
+                            td { (c::object_cell(entry)) }
                         }
                     }
                     @if actions.is_empty() {
@@ -237,8 +237,8 @@ fn unused_tokens(all: &[project::Model], unused: &[app_token::Model]) -> Markup 
                                     (names.get(&token.project_id).copied().unwrap_or("?"))
                                 }
                             }
-                            td.when { (page::when(&token.created_at)) }
-                            td.when { (page::when_or(token.last_used_at.as_ref(), "never")) }
+                            td.when { (c::when(&token.created_at)) }
+                            td.when { (c::when_or(token.last_used_at.as_ref(), "never")) }
                         }
                     }
                     @if unused.is_empty() {

@@ -2,18 +2,16 @@
 
 use entity::project;
 use maud::{Markup, html};
-use poem::{
-    Response, Route, get, handler, post,
-    web::{Data, Path},
-};
+use poem::{Route, get, handler, post, web::Path};
 
 use super::{
-    PanelError, PanelState,
-    page::{self, FieldAttrs, FieldErrors, Params},
+    Answer,
+    components::{self as c, FieldAttrs},
+    form::{FieldErrors, NameForm, Params, Toggle},
+    page,
     session::{PostForm, SignedIn},
 };
 use crate::service::{
-    AdminError,
     keyset::{Keyset, Listed},
     projects,
 };
@@ -40,7 +38,7 @@ fn list_page(
         admin,
         "Projects",
         html! {
-            (page::search_form("/projects", "Name contains", "shop", params.get("q")))
+            (c::search_form("/projects", "Name contains", "shop", params.get("q")))
             div.table-wrap { table {
                 thead { tr { th.num { "Id" } th { "Name" } th { "State" } th { "Created" } } }
                 tbody {
@@ -48,8 +46,8 @@ fn list_page(
                         tr {
                             td.num { (p.id) }
                             td { a href={ "/projects/" (p.id) } { (p.name) } }
-                            td { (page::state_badge(p.active)) }
-                            td { (page::when(&p.created_at)) }
+                            td { (c::state_badge(p.active)) }
+                            td { (c::when(&p.created_at)) }
                         }
                     }
                     @if all.rows.is_empty() { tr { td colspan="4" .muted {
@@ -57,12 +55,12 @@ fn list_page(
                     } } }
                 }
             } }
-            (page::paging("/projects", params, &["q"], all.older))
+            (c::paging("/projects", params, &["q"], all.older))
             section {
                 h2 { "New project" }
                 form method="post" action="/projects" {
                     (page::csrf(admin))
-                    (page::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
+                    (c::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
                     button type="submit" { "Create project" }
                 }
             }
@@ -71,46 +69,26 @@ fn list_page(
 }
 
 #[handler]
-async fn list(
-    admin: SignedIn,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let all = projects::page(&state.db, params.get("q"), params.page(PAGE_SIZE)?).await?;
-    Ok(page::ok(list_page(
-        &admin,
-        &params,
-        &all,
-        "",
-        &FieldErrors::default(),
-    )))
+async fn list(admin: SignedIn, params: Params) -> Answer {
+    let all = projects::page(&admin.state.db, params.get("q"), params.page(PAGE_SIZE)?).await?;
+    let markup = list_page(&admin, &params, &all, "", &FieldErrors::default());
+    Ok(page::ok(markup))
 }
 
 #[handler]
-async fn create(
-    admin: SignedIn,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    match projects::create(&state.db, &admin.actor(), form.get("name")).await {
+async fn create(admin: SignedIn, PostForm(form): PostForm<NameForm>) -> Answer {
+    match projects::create(&admin.state.db, &admin.actor(), &form.name).await {
         Ok(p) => Ok(page::done(
             &admin,
             &format!("/projects/{}", p.id),
             &format!("Project {} created.", p.id),
         )),
-        Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
-            let mut errors = FieldErrors::default();
-            errors.add(field, message);
-            let all = projects::page(&state.db, "", Keyset::first(PAGE_SIZE)).await?;
-            Ok(page::invalid(list_page(
-                &admin,
-                &Params::default(),
-                &all,
-                form.get("name"),
-                &errors,
-            )))
+        Err(err) => {
+            let errors = FieldErrors::refused(err)?;
+            let all = projects::page(&admin.state.db, "", Keyset::first(PAGE_SIZE)).await?;
+            let markup = list_page(&admin, &Params::default(), &all, &form.name, &errors);
+            Ok(page::invalid(markup))
         }
-        Err(err) => Err(err.into()),
     }
 }
 
@@ -119,7 +97,7 @@ fn project_page(admin: &SignedIn, p: &project::Model, name: &str, errors: &Field
         admin,
         &format!("Project {}", p.name),
         html! {
-            p { "Project " (p.id) " · " (page::state_badge(p.active)) " · created " (page::when(&p.created_at)) }
+            p { "Project " (p.id) " · " (c::state_badge(p.active)) " · created " (c::when(&p.created_at)) }
             div.actions {
                 a.button href={ "/projects/" (p.id) "/tokens" } { "Tokens" }
                 a.button href={ "/projects/" (p.id) "/users" } { "Users and servers" }
@@ -130,73 +108,48 @@ fn project_page(admin: &SignedIn, p: &project::Model, name: &str, errors: &Field
                 h2 { "Rename" }
                 form method="post" action={ "/projects/" (p.id) "/rename" } {
                     (page::csrf(admin))
-                    (page::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
+                    (c::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
                     button type="submit" { "Rename" }
                 }
             }
-            section {
-                @if p.active {
-                    h2 { "Disable" }
-                    p { "While the project is disabled, every request made with any of its tokens is answered 404 PROJECT_NOT_FOUND, from the next request on; its tokens keep their settings and work again once it is enabled." }
-                    form method="post" action={ "/projects/" (p.id) "/active" } data-confirm={ "Disable project " (p.name) "? Its tokens stop working at once." } {
-                        (page::csrf(admin))
-                        input type="hidden" name="active" value="false";
-                        button.danger type="submit" { "Disable project" }
-                    }
-                } @else {
-                    h2 { "Enable" }
-                    p { "The project is disabled: its tokens get 404 PROJECT_NOT_FOUND. Enabling it makes its active tokens work again from the next request." }
-                    form method="post" action={ "/projects/" (p.id) "/active" } {
-                        (page::csrf(admin))
-                        input type="hidden" name="active" value="true";
-                        button type="submit" { "Enable project" }
-                    }
-                }
-            }
+            (c::toggle_section(
+                admin,
+                (&format!("/projects/{}/active", p.id), "project"),
+                p.active,
+                (
+                    "While the project is disabled, every request made with any of its tokens is answered 404 PROJECT_NOT_FOUND, from the next request on; its tokens keep their settings and work again once it is enabled.",
+                    "The project is disabled: its tokens get 404 PROJECT_NOT_FOUND. Enabling it makes its active tokens work again from the next request.",
+                ),
+                &format!("Disable project {}? Its tokens stop working at once.", p.name),
+            ))
         },
     )
 }
 
 #[handler]
-async fn show(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let p = projects::get(&state.db, id).await?;
-    Ok(page::ok(project_page(
-        &admin,
-        &p,
-        &p.name,
-        &FieldErrors::default(),
-    )))
+async fn show(admin: SignedIn, Path(id): Path<i64>) -> Answer {
+    let p = projects::get(&admin.state.db, id).await?;
+    let markup = project_page(&admin, &p, &p.name, &FieldErrors::default());
+    Ok(page::ok(markup))
 }
 
 #[handler]
 async fn rename(
     admin: SignedIn,
     Path(id): Path<i64>,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    match projects::rename(&state.db, &admin.actor(), id, form.get("name")).await {
+    PostForm(form): PostForm<NameForm>,
+) -> Answer {
+    match projects::rename(&admin.state.db, &admin.actor(), id, &form.name).await {
         Ok(_) => Ok(page::done(
             &admin,
             &format!("/projects/{id}"),
             &format!("Project {id} renamed."),
         )),
-        Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
-            let p = projects::get(&state.db, id).await?;
-            let mut errors = FieldErrors::default();
-            errors.add(field, message);
-            Ok(page::invalid(project_page(
-                &admin,
-                &p,
-                form.get("name"),
-                &errors,
-            )))
+        Err(err) => {
+            let errors = FieldErrors::refused(err)?;
+            let p = projects::get(&admin.state.db, id).await?;
+            Ok(page::invalid(project_page(&admin, &p, &form.name, &errors)))
         }
-        Err(err) => Err(err.into()),
     }
 }
 
@@ -204,14 +157,13 @@ async fn rename(
 async fn set_active(
     admin: SignedIn,
     Path(id): Path<i64>,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let active = form.active()?;
-    projects::set_active(&state.db, &admin.actor(), id, active).await?;
-    let message = format!(
-        "Project {id} {}.",
-        if active { "enabled" } else { "disabled" }
-    );
-    Ok(page::done(&admin, &format!("/projects/{id}"), &message))
+    PostForm(Toggle { active }): PostForm<Toggle>,
+) -> Answer {
+    projects::set_active(&admin.state.db, &admin.actor(), id, active).await?;
+    let done = if active { "enabled" } else { "disabled" };
+    Ok(page::done(
+        &admin,
+        &format!("/projects/{id}"),
+        &format!("Project {id} {done}."),
+    ))
 }

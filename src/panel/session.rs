@@ -25,6 +25,7 @@ use poem::{
     FromRequest, Request, RequestBody,
     web::cookie::{Cookie, CookieJar, SameSite},
 };
+use serde::de::{DeserializeOwned, IgnoredAny};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -33,6 +34,10 @@ use crate::service::{
     admin_audit::Actor,
     admin_sessions::{self, Secret, Session},
 };
+
+/// The fields read as typed, not trimmed: spaces at either end are part of
+/// a password.
+const PASSWORDS: [&str; 3] = ["password", "current_password", "password_again"];
 
 /// Largest form body the panel reads.
 const MAX_FORM_BYTES: usize = 64 * 1024;
@@ -118,6 +123,14 @@ pub fn take_flash(req: &Request, secure: bool) -> Option<String> {
     Some(message)
 }
 
+/// Off to the sign-in page saying `message`, the session cookie deleted.
+pub fn signed_out(req: &Request, state: &PanelState, message: &str) -> poem::Response {
+    let name = cookie_name(state.cookie_secure);
+    set_cookie(req.cookie(), (name, ""), state.cookie_secure, Some(0));
+    set_flash(req.cookie(), state.cookie_secure, message);
+    super::page::redirect("/sign-in")
+}
+
 /// The CSRF token of the browser holding `cookie`.
 pub fn csrf_token(cookie: &Secret) -> String {
     let mut digest = Sha256::new();
@@ -184,9 +197,10 @@ impl Visitor {
     }
 }
 
-/// A signed-in administrator; requests without a live session are sent to
-/// the sign-in page.
+/// A signed-in administrator, with the panel's state; requests without a
+/// live session are sent to the sign-in page.
 pub struct SignedIn {
+    pub state: PanelState,
     pub session: Session,
     pub csrf: String,
     pub address: String,
@@ -248,6 +262,7 @@ impl<'a> FromRequest<'a> for SignedIn {
             .then(|| take_flash(req, state.cookie_secure))
             .flatten();
         Ok(SignedIn {
+            state: state.clone(),
             session,
             csrf: csrf_token(&cookie),
             address: client_address(req, state),
@@ -272,57 +287,12 @@ pub fn next_page(next: &str) -> Option<&str> {
     local.then_some(next)
 }
 
-/// A POSTed form that passed the origin and CSRF checks, as name/value
-/// pairs in their order (a name may repeat, as checkboxes do).
-pub struct PostForm {
-    pairs: Vec<(String, String)>,
-}
-
-impl PostForm {
-    /// The trimmed value of `name`; empty when it is missing.
-    pub fn get(&self, name: &str) -> &str {
-        self.raw(name).trim()
-    }
-
-    /// The value of `name` as sent, untrimmed (passwords).
-    pub fn raw(&self, name: &str) -> &str {
-        self.pairs
-            .iter()
-            .find(|(key, _)| key == name)
-            .map_or("", |(_, value)| value.as_str())
-    }
-
-    /// The `active` field of an enable or disable form: `true` or `false`,
-    /// the two values the forms send; anything else is refused.
-    pub fn active(&self) -> Result<bool, PanelError> {
-        match self.get("active") {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err(PanelError::BadRequest(
-                "The form's active field must be true or false.",
-            )),
-        }
-    }
-
-    /// Every value of `name`.
-    pub fn all(&self, name: &str) -> Vec<&str> {
-        self.pairs
-            .iter()
-            .filter(|(key, _)| key == name)
-            .map(|(_, value)| value.as_str())
-            .collect()
-    }
-
-    #[cfg(test)]
-    pub fn from_pairs(pairs: &[(&str, &str)]) -> PostForm {
-        PostForm {
-            pairs: pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-        }
-    }
-}
+/// A POSTed form that passed the origin and CSRF checks, read as `T`: a
+/// `#[derive(Deserialize)]` struct of the form's fields (a name sent
+/// more than once, as checkboxes are, read as a `Vec`). A form the panel's
+/// pages never send (a field of the wrong kind) is a bad request; the
+/// default `T` reads nothing but the token.
+pub struct PostForm<T = IgnoredAny>(pub T);
 
 /// Whether the browser says the request comes from a page of another
 /// origin. `Sec-Fetch-Site` decides when the browser sends it (every
@@ -348,7 +318,7 @@ fn cross_origin(req: &Request) -> bool {
     }
 }
 
-impl<'a> FromRequest<'a> for PostForm {
+impl<'a, T: DeserializeOwned> FromRequest<'a> for PostForm<T> {
     async fn from_request(req: &'a Request, body: &mut RequestBody) -> poem::Result<Self> {
         if cross_origin(req) {
             return Err(PanelError::Forbidden("cross-origin requests are refused").into());
@@ -371,11 +341,16 @@ impl<'a> FromRequest<'a> for PostForm {
             .into_bytes_limit(MAX_FORM_BYTES)
             .await
             .map_err(|_| PanelError::Forbidden("the form is too large"))?;
-        let pairs: Vec<(String, String)> = form_urlencoded::parse(&bytes).into_owned().collect();
-        let sent = pairs
-            .iter()
-            .find(|(key, _)| key == "csrf")
-            .map_or("", |(_, value)| value.as_str());
+        let mut sent = None;
+        let mut read = form_urlencoded::Serializer::new(String::new());
+        for (key, value) in form_urlencoded::parse(&bytes) {
+            if key == "csrf" {
+                sent.get_or_insert_with(|| value.to_string());
+            }
+            let as_typed = PASSWORDS.contains(&key.as_ref());
+            read.append_pair(&key, if as_typed { &value } else { value.trim() });
+        }
+        let sent = sent.unwrap_or_default();
         let matches = expected
             .iter()
             .any(|token| bool::from(sent.as_bytes().ct_eq(token.as_bytes())));
@@ -385,7 +360,12 @@ impl<'a> FromRequest<'a> for PostForm {
             )
             .into());
         }
-        Ok(PostForm { pairs })
+        serde_html_form::from_str(&read.finish())
+            .map(PostForm)
+            .map_err(|err| {
+                PanelError::BadRequest(format!("The form is not one the panel sends: {err}."))
+                    .into()
+            })
     }
 }
 

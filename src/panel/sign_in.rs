@@ -7,12 +7,16 @@ use poem::{
     web::{Data, Path},
 };
 
+use serde::Deserialize;
+
 use super::{
-    PanelError, PanelState,
-    page::{self, FieldAttrs, FieldErrors, Params},
+    Answer, PanelState,
+    components::{self as c, FieldAttrs},
+    form::{FieldErrors, Params},
+    page,
     session::{
         PostForm, Visitor, client_address, cookie_name, next_page, read_cookie, set_cookie,
-        set_flash, sign_in_cookie_name, take_flash,
+        set_flash, sign_in_cookie_name, signed_out, take_flash,
     },
 };
 use crate::service::admin_sessions::{self, SESSION_LIFETIME, Secret, SignInError};
@@ -44,7 +48,7 @@ async fn signed_in(
     secret: &Secret,
     state: &PanelState,
     next: Option<&str>,
-) -> Result<Response, PanelError> {
+) -> Answer {
     if let Some(previous) = session_cookie(req, state) {
         admin_sessions::sign_out(&state.db, &previous).await?;
     }
@@ -71,11 +75,8 @@ fn sign_in_page(
                     (page::csrf_field(csrf))
                     @if let Some(next) = next { input type="hidden" name="next" value=(next); }
                     (errors.show("form"))
-                    (page::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
-                    label.field {
-                        span { "Password" }
-                        input type="password" name="password" required autocomplete="current-password";
-                    }
+                    (c::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
+                    (c::text_field("Password", "password", "", errors, FieldAttrs::password("current-password")))
                     button type="submit" { "Sign in" }
                 }
                 p.muted { "Signed in already? A link from another site opens this page; "
@@ -88,11 +89,7 @@ fn sign_in_page(
 }
 
 #[handler]
-pub async fn show(
-    req: &Request,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+pub async fn show(req: &Request, params: Params, state: Data<&PanelState>) -> Answer {
     let next = next_page(params.get("next"));
     if let Some(cookie) = session_cookie(req, &state)
         && admin_sessions::session(&state.db, &cookie).await?.is_some()
@@ -110,22 +107,31 @@ pub async fn show(
     Ok(with_visitor_cookie(req, response, &visitor, &state))
 }
 
+/// The sign-in form; the password as typed.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub struct SignInForm {
+    name: String,
+    password: String,
+    /// The page to go on to (see [`next_page`]).
+    next: String,
+}
+
 #[handler]
 pub async fn submit(
     req: &Request,
-    form: PostForm,
+    PostForm(form): PostForm<SignInForm>,
     state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+) -> Answer {
     let visitor = Visitor::of(req, &state);
-    let name = form.get("name");
-    let next = next_page(form.get("next"));
+    let name = form.name.as_str();
+    let next = next_page(&form.next);
     let mut errors = FieldErrors::default();
     let mut retry_after = None;
     let status = match admin_sessions::sign_in(
         &state.db,
         name,
-        // As typed: spaces at either end are part of a password.
-        form.raw("password"),
+        &form.password,
         &client_address(req, &state),
     )
     .await
@@ -174,7 +180,7 @@ pub async fn link_form(
     req: &Request,
     Path(secret): Path<String>,
     state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+) -> Answer {
     let link = Secret::from_client(&secret);
     let Some(admin) = admin_sessions::login_link_administrator(&state.db, &link).await? else {
         return Ok(link_gone());
@@ -194,13 +200,20 @@ pub async fn link_form(
     Ok(with_visitor_cookie(req, response, &visitor, &state))
 }
 
+/// The form a sign-in link's page posts: the link's secret.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub struct LinkForm {
+    link: String,
+}
+
 #[handler]
 pub async fn link_submit(
     req: &Request,
-    form: PostForm,
+    PostForm(form): PostForm<LinkForm>,
     state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let link = Secret::from_client(form.get("link"));
+) -> Answer {
+    let link = Secret::from_client(&form.link);
     match admin_sessions::redeem_login_link(&state.db, &link, &client_address(req, &state)).await? {
         Some((secret, _)) => {
             state.metrics.record_panel_sign_in("link_used");
@@ -214,21 +227,9 @@ pub async fn link_submit(
 }
 
 #[handler]
-pub async fn sign_out(
-    req: &Request,
-    _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+pub async fn sign_out(req: &Request, _form: PostForm, state: Data<&PanelState>) -> Answer {
     if let Some(cookie) = session_cookie(req, &state) {
         admin_sessions::sign_out(&state.db, &cookie).await?;
     }
     Ok(signed_out(req, &state, "Signed out."))
-}
-
-/// Off to the sign-in page saying `message`, the session cookie deleted.
-pub fn signed_out(req: &Request, state: &PanelState, message: &str) -> Response {
-    let name = cookie_name(state.cookie_secure);
-    set_cookie(req.cookie(), (name, ""), state.cookie_secure, Some(0));
-    set_flash(req.cookie(), state.cookie_secure, message);
-    page::redirect("/sign-in")
 }

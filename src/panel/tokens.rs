@@ -9,18 +9,20 @@
 //! token page's address in the browser's history, so that a reload is a
 //! GET of that page, which never shows the value.
 
+use chrono::{DateTime, Utc};
 use entity::{admin_audit_entry, app_token, project};
 use maud::{Markup, html};
 use poem::{
-    Response, Route, get, handler, post,
-    web::{Data, Path, Query},
+    Route, get, handler, post,
+    web::{Path, Query},
 };
 use serde::Deserialize;
 
 use super::{
-    PanelError, PanelState,
-    audit_log::{self, Listing},
-    page::{self, FieldAttrs, FieldErrors, Params},
+    Answer, PanelError,
+    components::{self as c, FieldAttrs, Listing},
+    form::{FieldErrors, Params, Toggle, parse_day},
+    page,
     session::{PostForm, SignedIn},
 };
 use crate::service::{
@@ -47,26 +49,77 @@ pub fn routes(route: Route) -> Route {
         .at("/tokens/:id/delete", post(delete))
 }
 
-/// What the create and edit forms hold.
-#[derive(Debug, Default)]
-struct TokenFields {
+/// The create and edit forms, as sent and as shown (a token's settings, or
+/// a form sent back with its errors).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct TokenForm {
     name: String,
     description: String,
-    permissions: Vec<Permission>,
-    /// The expiry day as typed (`YYYY-MM-DD`, blank: never).
+    /// The endpoints checked, one value per checkbox.
+    permission: Vec<String>,
+    /// The expiry day (`YYYY-MM-DD`, blank: never).
     expires_on: String,
-    /// That day's start (UTC), when it is one.
-    expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-impl TokenFields {
-    fn of(info: &TokenInfo) -> TokenFields {
-        TokenFields {
+/// What a correct create or edit form asks for.
+#[derive(Debug)]
+struct TokenSettings {
+    name: String,
+    description: Option<String>,
+    permissions: Vec<Permission>,
+    /// The expiry day's start (UTC).
+    expires_at: Option<DateTime<Utc>>,
+}
+
+impl TokenForm {
+    fn of(info: &TokenInfo) -> TokenForm {
+        TokenForm {
             name: info.token.name.clone(),
             description: info.token.description.clone().unwrap_or_default(),
-            permissions: info.permissions.clone(),
+            permission: info
+                .permissions
+                .iter()
+                .map(|p| p.as_str().to_owned())
+                .collect(),
             expires_on: expiry_day(&info.token),
-            expires_at: info.token.expires_at,
+        }
+    }
+
+    /// The settings the form asks for, or an error next to each field that
+    /// is wrong (the rules are the service's).
+    fn read(&self) -> Result<TokenSettings, FieldErrors> {
+        let mut errors = FieldErrors::default();
+        let name = validate::check_name("token", &self.name);
+        let name = name.map_err(|message| errors.add("name", message));
+        let description = validate::check_description(&self.description);
+        let description = description.map_err(|message| errors.add("description", message));
+        let (mut permissions, mut unknown) = (Vec::new(), Vec::new());
+        for value in &self.permission {
+            match value.parse::<Permission>() {
+                Ok(permission) => permissions.push(permission),
+                Err(_) => unknown.push(value.as_str()),
+            }
+        }
+        permissions.sort();
+        permissions.dedup();
+        if !unknown.is_empty() {
+            let message = format!("unknown endpoint: {}", unknown.join(", "));
+            errors.add("permissions", message);
+        } else if permissions.is_empty() {
+            let message = "choose at least one endpoint: a token without any can call nothing";
+            errors.add("permissions", message);
+        }
+        let expires_at = parse_day(&self.expires_on);
+        let expires_at = expires_at.map_err(|message| errors.add("expires_on", message));
+        match (name, description, expires_at) {
+            (Ok(name), Ok(description), Ok(expires_at)) if errors.is_empty() => Ok(TokenSettings {
+                name,
+                description,
+                permissions,
+                expires_at,
+            }),
+            _ => Err(errors),
         }
     }
 }
@@ -87,90 +140,33 @@ const GRACE_CHOICES: [(&str, &str); 4] = [
     ("168", "in 7 days"),
 ];
 
-/// The fields of a posted create or edit form, with an error next to each
-/// field that is wrong (the rules are the service's).
-fn read_fields(form: &PostForm) -> (TokenFields, FieldErrors) {
-    let mut errors = FieldErrors::default();
-    let name = form.get("name");
-    if let Err(message) = validate::check_name("token", name) {
-        errors.add("name", message);
-    }
-    let description = form.get("description");
-    if let Err(message) = validate::check_description(description) {
-        errors.add("description", message);
-    }
-    let mut permissions = Vec::new();
-    let mut unknown = Vec::new();
-    for value in form.all("permission") {
-        match value.parse::<Permission>() {
-            Ok(permission) => permissions.push(permission),
-            Err(_) => unknown.push(value),
-        }
-    }
-    permissions.sort();
-    permissions.dedup();
-    if !unknown.is_empty() {
-        errors.add(
-            "permissions",
-            format!("unknown endpoint: {}", unknown.join(", ")),
-        );
-    } else if permissions.is_empty() {
-        errors.add(
-            "permissions",
-            "choose at least one endpoint: a token without any can call nothing",
-        );
-    }
-    let expires_on = form.get("expires_on");
-    let expires_at = page::parse_day(expires_on).unwrap_or_else(|message| {
-        errors.add("expires_on", message);
-        None
-    });
-    let fields = TokenFields {
-        name: name.to_owned(),
-        description: description.to_owned(),
-        permissions,
-        expires_on: expires_on.trim().to_owned(),
-        expires_at,
-    };
-    (fields, errors)
-}
-
 /// A service refusal the form checks did not foresee, shown next to the
 /// field it is about.
 fn refused(err: AdminError) -> Result<FieldErrors, PanelError> {
     match err {
-        AdminError::Invalid(field, message) | AdminError::Conflict(field, message) => {
-            let field = if field == "expires_at" {
-                "expires_on"
-            } else {
-                field
-            };
-            let mut errors = FieldErrors::default();
-            errors.add(field, message);
-            Ok(errors)
-        }
-        err => Err(err.into()),
+        AdminError::Invalid("expires_at", message) => Ok(FieldErrors::one("expires_on", message)),
+        err => FieldErrors::refused(err),
     }
 }
 
 fn permission_badges(permissions: &[Permission]) -> Markup {
     html! {
-        @for p in permissions { (page::badge(p.as_str(), "")) }
-        @if permissions.is_empty() { (page::badge("no endpoint", "warn")) }
+        @for p in permissions { (c::badge(p.as_str(), "")) }
+        @if permissions.is_empty() { (c::badge("no endpoint", "warn")) }
     }
 }
 
 fn created(token: &app_token::Model) -> Markup {
     html! {
-        (page::when(&token.created_at))
+        (c::when(&token.created_at))
         @if let Some(by) = &token.created_by { br; span.muted { "by " (by) } }
     }
 }
 
-fn last_used(at: Option<&chrono::DateTime<chrono::Utc>>) -> Markup {
+fn last_used(at: Option<&DateTime<Utc>>) -> Markup {
     html! {
         @match at {
-            Some(at) => { (page::when(at)) }
+            Some(at) => { (c::when(at)) }
             None => { span.muted { "never" } }
         }
     }
@@ -190,8 +186,8 @@ fn value_end(last4: Option<&str>) -> Markup {
 fn expiry(token: &app_token::Model) -> Markup {
     html! {
         @match &token.expires_at {
-            Some(at) if *at <= chrono::Utc::now() => { (page::badge("expired", "off")) " " (page::when(at)) }
-            Some(at) => { (page::when(at)) }
+            Some(at) if *at <= Utc::now() => { (c::badge("expired", "off")) " " (c::when(at)) }
+            Some(at) => { (c::when(at)) }
             None => { span.muted { "never" } }
         }
     }
@@ -210,17 +206,17 @@ fn disabled_project_warning(p: &project::Model) -> Markup {
 
 /// The name, description and endpoint checkboxes of the create and edit
 /// forms.
-fn token_fields(fields: &TokenFields, errors: &FieldErrors) -> Markup {
+fn token_fields(form: &TokenForm, errors: &FieldErrors) -> Markup {
     html! {
-        (page::text_field("Name", "name", &fields.name, errors, FieldAttrs::TEXT))
-        (page::text_field("Description (optional)", "description", &fields.description, errors, FieldAttrs::OPTIONAL))
-        (page::text_field("Expires on (UTC day, optional: from 00:00 that day it is refused)", "expires_on", &fields.expires_on, errors, FieldAttrs::DATE))
+        (c::text_field("Name", "name", &form.name, errors, FieldAttrs::TEXT))
+        (c::text_field("Description (optional)", "description", &form.description, errors, FieldAttrs::OPTIONAL))
+        (c::text_field("Expires on (UTC day, optional: from 00:00 that day it is refused)", "expires_on", &form.expires_on, errors, FieldAttrs::DATE))
         fieldset id=[errors.id("permissions")] aria-invalid=[errors.invalid("permissions")] aria-describedby=[errors.described_by("permissions")] {
             legend { "Endpoints this token may call" }
             @for p in Permission::ALL {
                 label {
                     input type="checkbox" name="permission" value=(p.as_str())
-                        checked[fields.permissions.contains(&p)];
+                        checked[form.permission.iter().any(|v| v == p.as_str())];
                     " " code { (p.endpoint()) } " " span.muted { (p.as_str()) }
                 }
             }
@@ -238,6 +234,7 @@ fn list_page(
     p: &project::Model,
     all: &Listed<TokenInfo>,
 ) -> Markup {
+    let path = format!("/projects/{}/tokens", p.id);
     page::frame(
         admin,
         &format!("Tokens of {}", p.name),
@@ -245,9 +242,9 @@ fn list_page(
             p { a href={ "/projects/" (p.id) } { "Project " (p.name) } }
             (disabled_project_warning(p))
             div.actions {
-                a.button href={ "/projects/" (p.id) "/tokens/new" } { "New token" }
+                a.button href={ (path) "/new" } { "New token" }
             }
-            (page::search_form(&format!("/projects/{}/tokens", p.id), "Name or description contains", "game panel", params.get("q")))
+            (c::search_form(&path, "Name or description contains", "game panel", params.get("q")))
             div.table-wrap { table {
                 thead { tr {
                     th { "Name" } th { "Value" } th { "Description" } th { "Endpoints" } th { "State" }
@@ -261,12 +258,12 @@ fn list_page(
                             td {
                                 (value_end(t.last4.as_deref()))
                                 @if let Some(until) = tokens::grace_until(t) {
-                                    br; span.muted { "and " (value_end(t.previous_last4.as_deref())) " until " (page::when(&until)) }
+                                    br; span.muted { "and " (value_end(t.previous_last4.as_deref())) " until " (c::when(&until)) }
                                 }
                             }
                             td { @if let Some(d) = &t.description { (d) } }
                             td { (permission_badges(&info.permissions)) }
-                            td { (page::state_badge(t.active)) }
+                            td { (c::state_badge(t.active)) }
                             td { (created(t)) }
                             td { (expiry(t)) }
                             td { (last_used(t.last_used_at.as_ref())) }
@@ -277,21 +274,22 @@ fn list_page(
                     } } }
                 }
             } }
-            (page::paging(&format!("/projects/{}/tokens", p.id), params, &["q"], all.older))
+            (c::paging(&path, params, &["q"], all.older))
             p.muted { "A token's value is shown once, when it is created or reissued; only a hash of it is kept." }
         },
     )
 }
 
 #[handler]
-async fn list(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let p = projects::get(&state.db, id).await?;
-    let all = tokens::page(&state.db, id, params.get("q"), params.page(PAGE_SIZE)?).await?;
+async fn list(admin: SignedIn, Path(id): Path<i64>, params: Params) -> Answer {
+    let p = projects::get(&admin.state.db, id).await?;
+    let all = tokens::page(
+        &admin.state.db,
+        id,
+        params.get("q"),
+        params.page(PAGE_SIZE)?,
+    )
+    .await?;
     Ok(page::ok(list_page(&admin, &params, &p, &all)))
 }
 
@@ -299,7 +297,7 @@ fn new_page(
     admin: &SignedIn,
     p: &project::Model,
     like: Option<&app_token::Model>,
-    fields: &TokenFields,
+    form: &TokenForm,
     errors: &FieldErrors,
 ) -> Markup {
     page::frame(
@@ -314,7 +312,7 @@ fn new_page(
             section {
                 form method="post" action={ "/projects/" (p.id) "/tokens" } {
                     (page::csrf(admin))
-                    (token_fields(fields, errors))
+                    (token_fields(form, errors))
                     p.muted { "The value is shown once, on the next page: copy it into your game panel's settings." }
                     button type="submit" { "Create token" }
                 }
@@ -329,68 +327,62 @@ struct NewQuery {
 }
 
 #[handler]
-async fn new_form(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    Query(query): Query<NewQuery>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let p = projects::get(&state.db, id).await?;
+async fn new_form(admin: SignedIn, Path(id): Path<i64>, Query(query): Query<NewQuery>) -> Answer {
+    let p = projects::get(&admin.state.db, id).await?;
     let like = match query.like.as_deref().map(str::trim) {
         None | Some("") => None,
         Some(text) => {
             let like_id = text
                 .parse::<i64>()
                 .map_err(|_| PanelError::NotFound(format!("token {text}")))?;
-            Some(tokens::get_info(&state.db, like_id).await?)
+            Some(tokens::get_info(&admin.state.db, like_id).await?)
         }
     };
-    let fields = match &like {
-        Some(info) => TokenFields {
+    let form = match &like {
+        Some(info) => TokenForm {
             name: format!("{} (copy)", info.token.name),
-            ..TokenFields::of(info)
+            ..TokenForm::of(info)
         },
-        None => TokenFields::default(),
+        None => TokenForm::default(),
     };
     let like = like.as_ref().map(|info| &info.token);
-    Ok(page::ok(new_page(
-        &admin,
-        &p,
-        like,
-        &fields,
-        &FieldErrors::default(),
-    )))
+    let markup = new_page(&admin, &p, like, &form, &FieldErrors::default());
+    Ok(page::ok(markup))
 }
 
 #[handler]
 async fn create(
     admin: SignedIn,
     Path(id): Path<i64>,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let p = projects::get(&state.db, id).await?;
-    let (fields, mut errors) = read_fields(&form);
-    if errors.is_empty() {
-        match tokens::create(
-            &state.db,
-            &admin.actor(),
-            id,
-            &fields.name,
-            Some(&fields.description),
-            &fields.permissions,
-            fields.expires_at,
-        )
-        .await
-        {
-            Ok((info, value)) => {
-                let admin = admin.told(format!("Token {} created.", info.token.id));
-                return value_shown_once(&admin, &state, &info, &value).await;
+    PostForm(form): PostForm<TokenForm>,
+) -> Answer {
+    let p = projects::get(&admin.state.db, id).await?;
+    let errors = match form.read() {
+        Err(errors) => errors,
+        Ok(asked) => {
+            let description = asked.description.as_deref();
+            let (permissions, expires_at) = (&asked.permissions, asked.expires_at);
+            let actor = admin.actor();
+            match tokens::create(
+                &admin.state.db,
+                &actor,
+                id,
+                &asked.name,
+                description,
+                permissions,
+                expires_at,
+            )
+            .await
+            {
+                Ok((info, value)) => {
+                    let admin = admin.told(format!("Token {} created.", info.token.id));
+                    return value_shown_once(&admin, &info, &value).await;
+                }
+                Err(err) => refused(err)?,
             }
-            Err(err) => errors = refused(err)?,
         }
-    }
-    Ok(page::invalid(new_page(&admin, &p, None, &fields, &errors)))
+    };
+    Ok(page::invalid(new_page(&admin, &p, None, &form, &errors)))
 }
 
 /// What the token's page shows of its value.
@@ -401,27 +393,22 @@ enum Reveal {
     Gone,
 }
 
-/// What the token page's forms hold: the edit form's fields, the delete
-/// form's typed name, and the errors of either.
+/// What the token page's forms hold: the edit form, the delete form's
+/// typed name, and the errors of either.
 struct Forms<'a> {
-    fields: &'a TokenFields,
-    errors: &'a FieldErrors,
+    edit: &'a TokenForm,
     confirm_name: &'a str,
+    errors: &'a FieldErrors,
 }
 
 fn token_page(
     admin: &SignedIn,
-    info: &TokenInfo,
-    p: &project::Model,
+    (info, p): (&TokenInfo, &project::Model),
     reveal: &Reveal,
     history: &[admin_audit_entry::Model],
     forms: &Forms<'_>,
 ) -> Markup {
-    let Forms {
-        fields,
-        errors,
-        confirm_name,
-    } = *forms;
+    let errors = forms.errors;
     let t = &info.token;
     let base = format!("/tokens/{}", t.id);
     html! {
@@ -430,14 +417,9 @@ fn token_page(
             (disabled_project_warning(p))
             @match reveal {
                 Reveal::Now(value) => {
-                    section.reveal data-address={ "/tokens/" (t.id) } {
-                        h2 { "The token's value" }
-                        p.secret id="token-value" { (value) }
-                        div.actions {
-                            button.secondary type="button" data-copy="token-value" { "Copy" }
-                        }
-                        p.warning { "Copy it now into your game panel's settings or a secret store: it will not be shown again, not even on this page after a reload. Only a hash of it is kept." }
-                    }
+                    (c::reveal(&base, (html! { "The token's value" }, "token-value", value), html! {
+                        "Copy it now into your game panel's settings or a secret store: it will not be shown again, not even on this page after a reload. Only a hash of it is kept."
+                    }))
                 }
                 Reveal::Gone => {
                     p.muted { "The value was shown once and cannot be shown again; reissue the token to get a new one." }
@@ -445,21 +427,19 @@ fn token_page(
             }
             section {
                 h2 { "Details" }
-                div.table-wrap { table {
-                    tbody {
-                        tr { th { "Id" } td { (t.id) } }
-                        tr { th { "Project" } td { a href={ "/projects/" (p.id) } { (p.name) } } }
-                        tr { th { "State" } td { (page::state_badge(t.active)) } }
-                        tr { th { "Endpoints" } td { (permission_badges(&info.permissions)) } }
-                        tr { th { "Description" } td {
-                            @match &t.description { Some(d) => { (d) } None => { span.muted { "none" } } }
-                        } }
-                        tr { th { "Value" } td { (value_end(t.last4.as_deref())) } }
-                        tr { th { "Created" } td { (created(t)) } }
-                        tr { th { "Expires" } td { (expiry(t)) } }
-                        tr { th { "Last used" } td { (last_used(t.last_used_at.as_ref())) } }
-                    }
-                } }
+                (c::details(&[
+                    ("Id", html! { (t.id) }),
+                    ("Project", html! { a href={ "/projects/" (p.id) } { (p.name) } }),
+                    ("State", c::state_badge(t.active)),
+                    ("Endpoints", permission_badges(&info.permissions)),
+                    ("Description", html! {
+                        @match &t.description { Some(d) => { (d) } None => { span.muted { "none" } } }
+                    }),
+                    ("Value", value_end(t.last4.as_deref())),
+                    ("Created", created(t)),
+                    ("Expires", expiry(t)),
+                    ("Last used", last_used(t.last_used_at.as_ref())),
+                ]))
                 div.actions {
                     a.button.secondary href={ "/projects/" (p.id) "/tokens/new?like=" (t.id) } { "New token like this one" }
                 }
@@ -468,34 +448,25 @@ fn token_page(
                 h2 { "Edit" }
                 form method="post" action={ (base) "/edit" } {
                     (page::csrf(admin))
-                    (token_fields(fields, errors))
+                    (token_fields(forms.edit, errors))
                     p.muted { "Changes hold from the token's next API request." }
                     button type="submit" { "Save changes" }
                 }
             }
-            section {
-                @if t.active {
-                    h2 { "Disable" }
-                    p { "A disabled token is answered 403 TOKEN_DISABLED from its next request on; it keeps its value and settings and works again once enabled." }
-                    form method="post" action={ (base) "/active" } data-confirm={ "Disable token " (t.name) "? Requests made with it are refused at once." } {
-                        (page::csrf(admin))
-                        input type="hidden" name="active" value="false";
-                        button.danger type="submit" { "Disable token" }
-                    }
-                } @else {
-                    h2 { "Enable" }
-                    p { "The token is disabled: its requests are answered 403 TOKEN_DISABLED. Enabling it makes its value work again from the next request." }
-                    form method="post" action={ (base) "/active" } {
-                        (page::csrf(admin))
-                        input type="hidden" name="active" value="true";
-                        button type="submit" { "Enable token" }
-                    }
-                }
-            }
+            (c::toggle_section(
+                admin,
+                (&format!("{base}/active"), "token"),
+                t.active,
+                (
+                    "A disabled token is answered 403 TOKEN_DISABLED from its next request on; it keeps its value and settings and works again once enabled.",
+                    "The token is disabled: its requests are answered 403 TOKEN_DISABLED. Enabling it makes its value work again from the next request.",
+                ),
+                &format!("Disable token {}? Requests made with it are refused at once.", t.name),
+            ))
             @if let Some(until) = tokens::grace_until(t) {
                 section {
                     h2 { "Old value in its grace period" }
-                    p { "The value ending " (value_end(t.previous_last4.as_deref())) " still works until " (page::when(&until))
+                    p { "The value ending " (value_end(t.previous_last4.as_deref())) " still works until " (c::when(&until))
                         ", then it is answered 403 TOKEN_NOT_FOUND. Last used: " (last_used(t.previous_last_used_at.as_ref())) "." }
                     form method="post" action={ (base) "/end-grace" } data-confirm={ "End the grace period of token " (t.name) "? Its old value stops working at once." } {
                         (page::csrf(admin))
@@ -517,200 +488,166 @@ fn token_page(
                     button.danger type="submit" { "Reissue token" }
                 }
             }
-            section {
-                h2 { "Delete" }
-                p { "A deleted token is answered 403 TOKEN_NOT_FOUND from its next request on. This cannot be undone." }
-                form method="post" action={ (base) "/delete" } {
-                    (page::csrf(admin))
-                    label.field {
-                        span { "Type the token's name, " code { (t.name) } ", to confirm" }
-                        input type="text" name="confirm_name" value=(confirm_name) required autocomplete="off"
-                            id=[errors.id("confirm_name")] aria-invalid=[errors.invalid("confirm_name")] aria-describedby=[errors.described_by("confirm_name")];
-                        (errors.show("confirm_name"))
-                    }
-                    button.danger type="submit" { "Delete token" }
-                }
-            }
+            (c::delete_section(
+                admin,
+                (&format!("{base}/delete"), "token", &t.name),
+                "A deleted token is answered 403 TOKEN_NOT_FOUND from its next request on. This cannot be undone.",
+                forms.confirm_name,
+                errors,
+            ))
             section {
                 h2 { "Changes" }
-                (audit_log::entries_table(history, Listing::OneObject, "No change recorded."))
+                (c::audit_table(history, Listing::OneObject, "No change recorded."))
             }
         }))
     }
 }
 
 /// The token's page with its new `value`, the one time it is shown.
-async fn value_shown_once(
-    admin: &SignedIn,
-    state: &PanelState,
-    info: &TokenInfo,
-    value: &TokenValue,
-) -> Result<Response, PanelError> {
-    let forms = Forms {
-        fields: &TokenFields::of(info),
-        errors: &FieldErrors::default(),
-        confirm_name: "",
-    };
+async fn value_shown_once(admin: &SignedIn, info: &TokenInfo, value: &TokenValue) -> Answer {
     let reveal = Reveal::Now(value.expose().to_owned());
-    token_page_with(admin, state, info, &reveal, &forms).await
+    token_answer(admin, info, &reveal, None).await
 }
 
-/// The token's page: with `reveal`, the answer to a creation or reissue
-/// (200); else with `forms` sent back with their errors (422).
-async fn token_page_with(
+/// The token's page: as asked for or with a new value shown (200), or with
+/// `refused` forms sent back with their errors (422).
+async fn token_answer(
     admin: &SignedIn,
-    state: &PanelState,
     info: &TokenInfo,
     reveal: &Reveal,
-    forms: &Forms<'_>,
-) -> Result<Response, PanelError> {
-    let p = projects::get(&state.db, info.token.project_id).await?;
-    let history = history(state, info.token.id).await?;
-    let markup = token_page(admin, info, &p, reveal, &history, forms);
-    Ok(match reveal {
-        Reveal::Now(_) => page::ok(markup),
-        Reveal::Gone => page::invalid(markup),
-    })
-}
-
-async fn history(state: &PanelState, id: i64) -> Result<Vec<admin_audit_entry::Model>, PanelError> {
+    refused: Option<Forms<'_>>,
+) -> Answer {
+    let db = &admin.state.db;
+    let p = projects::get(db, info.token.project_id).await?;
     let filter = AuditFilter {
         object_kind: Some("token".to_owned()),
-        object_id: Some(id.to_string()),
+        object_id: Some(info.token.id.to_string()),
         ..Default::default()
     };
-    Ok(admin_audit::list(&state.db, &filter, HISTORY_LIMIT).await?)
-}
-
-#[handler]
-async fn show(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let info = tokens::get_info(&state.db, id).await?;
-    let p = projects::get(&state.db, info.token.project_id).await?;
-    let history = history(&state, id).await?;
-    Ok(page::ok(token_page(
-        &admin,
-        &info,
-        &p,
-        &Reveal::Gone,
-        &history,
-        &Forms {
-            fields: &TokenFields::of(&info),
-            errors: &FieldErrors::default(),
-            confirm_name: "",
-        },
-    )))
-}
-
-#[handler]
-async fn edit(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let info = tokens::get_info(&state.db, id).await?;
-    let (fields, mut errors) = read_fields(&form);
-    if errors.is_empty() {
-        let edit = tokens::TokenEdit {
-            name: Some(&fields.name),
-            description: Some(&fields.description),
-            permissions: Some(&fields.permissions),
-            // The form shows the day only: an unchanged day keeps the time.
-            expires_at: (fields.expires_on != expiry_day(&info.token)).then_some(fields.expires_at),
-        };
-        match tokens::edit(&state.db, &admin.actor(), id, edit).await {
-            Ok(_) => {
-                return Ok(page::done(
-                    &admin,
-                    &format!("/tokens/{id}"),
-                    &format!("Token {id} saved."),
-                ));
-            }
-            Err(err) => errors = refused(err)?,
-        }
-    }
-    let forms = Forms {
-        fields: &fields,
-        errors: &errors,
+    let history = admin_audit::list(db, &filter, HISTORY_LIMIT).await?;
+    let (shown, none) = (TokenForm::of(info), FieldErrors::default());
+    let is_refused = refused.is_some();
+    let forms = refused.unwrap_or(Forms {
+        edit: &shown,
         confirm_name: "",
+        errors: &none,
+    });
+    let markup = token_page(admin, (info, &p), reveal, &history, &forms);
+    Ok(page::ok_unless(is_refused, markup))
+}
+
+#[handler]
+async fn show(admin: SignedIn, Path(id): Path<i64>) -> Answer {
+    let info = tokens::get_info(&admin.state.db, id).await?;
+    token_answer(&admin, &info, &Reveal::Gone, None).await
+}
+
+#[handler]
+async fn edit(admin: SignedIn, Path(id): Path<i64>, PostForm(form): PostForm<TokenForm>) -> Answer {
+    let info = tokens::get_info(&admin.state.db, id).await?;
+    let errors = match form.read() {
+        Err(errors) => errors,
+        Ok(asked) => {
+            let edit = tokens::TokenEdit {
+                name: Some(&asked.name),
+                // A blank description removes it.
+                description: Some(asked.description.as_deref().unwrap_or_default()),
+                permissions: Some(&asked.permissions),
+                // The form shows the day only: an unchanged day keeps the time.
+                expires_at: (form.expires_on != expiry_day(&info.token))
+                    .then_some(asked.expires_at),
+            };
+            match tokens::edit(&admin.state.db, &admin.actor(), id, edit).await {
+                Ok(_) => {
+                    let message = format!("Token {id} saved.");
+                    return Ok(page::done(&admin, &format!("/tokens/{id}"), &message));
+                }
+                Err(err) => refused(err)?,
+            }
+        }
     };
-    token_page_with(&admin, &state, &info, &Reveal::Gone, &forms).await
+    let forms = Forms {
+        edit: &form,
+        confirm_name: "",
+        errors: &errors,
+    };
+    token_answer(&admin, &info, &Reveal::Gone, Some(forms)).await
 }
 
 #[handler]
 async fn set_active(
     admin: SignedIn,
     Path(id): Path<i64>,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let active = form.active()?;
-    tokens::set_active(&state.db, &admin.actor(), id, active).await?;
-    let message = format!(
-        "Token {id} {}.",
-        if active { "enabled" } else { "disabled" }
-    );
-    Ok(page::done(&admin, &format!("/tokens/{id}"), &message))
+    PostForm(Toggle { active }): PostForm<Toggle>,
+) -> Answer {
+    tokens::set_active(&admin.state.db, &admin.actor(), id, active).await?;
+    let done = if active { "enabled" } else { "disabled" };
+    Ok(page::done(
+        &admin,
+        &format!("/tokens/{id}"),
+        &format!("Token {id} {done}."),
+    ))
+}
+
+/// The reissue form: when the old value stops working, one of
+/// [`GRACE_CHOICES`].
+#[derive(Debug, Deserialize)]
+struct ReissueForm {
+    grace_hours: String,
 }
 
 #[handler]
 async fn reissue(
     admin: SignedIn,
     Path(id): Path<i64>,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let hours = form.get("grace_hours");
-    if !GRACE_CHOICES.iter().any(|(value, _)| *value == hours) {
-        return Err(PanelError::BadRequest("No such grace period."));
-    }
-    let grace = chrono::TimeDelta::hours(hours.parse().unwrap_or_default());
-    let (_, value) = tokens::reissue(&state.db, &admin.actor(), id, grace).await?;
-    let info = tokens::get_info(&state.db, id).await?;
+    PostForm(form): PostForm<ReissueForm>,
+) -> Answer {
+    let hours = GRACE_CHOICES
+        .iter()
+        .find(|(value, _)| *value == form.grace_hours)
+        .and_then(|(value, _)| value.parse().ok())
+        .ok_or_else(|| PanelError::BadRequest("No such grace period.".to_owned()))?;
+    let grace = chrono::TimeDelta::hours(hours);
+    let (_, value) = tokens::reissue(&admin.state.db, &admin.actor(), id, grace).await?;
+    let info = tokens::get_info(&admin.state.db, id).await?;
     let admin = admin.told(format!("Token {id} reissued."));
-    value_shown_once(&admin, &state, &info, &value).await
+    value_shown_once(&admin, &info, &value).await
 }
 
 #[handler]
-async fn end_grace(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    _form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    tokens::end_grace(&state.db, &admin.actor(), id).await?;
+async fn end_grace(admin: SignedIn, Path(id): Path<i64>, _form: PostForm) -> Answer {
+    tokens::end_grace(&admin.state.db, &admin.actor(), id).await?;
     let message = format!("Token {id}: the old value no longer works.");
     Ok(page::done(&admin, &format!("/tokens/{id}"), &message))
+}
+
+/// The delete form: the token's name, typed to confirm.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct DeleteForm {
+    confirm_name: String,
 }
 
 #[handler]
 async fn delete(
     admin: SignedIn,
     Path(id): Path<i64>,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let info = tokens::get_info(&state.db, id).await?;
-    let typed = form.get("confirm_name");
-    if typed != info.token.name {
-        let mut errors = FieldErrors::default();
-        errors.add(
+    PostForm(form): PostForm<DeleteForm>,
+) -> Answer {
+    let info = tokens::get_info(&admin.state.db, id).await?;
+    if form.confirm_name != info.token.name {
+        let errors = FieldErrors::one(
             "confirm_name",
             "this is not the token's name: type it exactly to delete the token",
         );
-        let fields = TokenFields::of(&info);
         let forms = Forms {
-            fields: &fields,
+            edit: &TokenForm::of(&info),
+            confirm_name: &form.confirm_name,
             errors: &errors,
-            confirm_name: typed,
         };
-        return token_page_with(&admin, &state, &info, &Reveal::Gone, &forms).await;
+        return token_answer(&admin, &info, &Reveal::Gone, Some(forms)).await;
     }
-    tokens::delete(&state.db, &admin.actor(), id).await?;
+    tokens::delete(&admin.state.db, &admin.actor(), id).await?;
     let to = format!("/projects/{}/tokens", info.token.project_id);
     Ok(page::done(&admin, &to, &format!("Token {id} deleted.")))
 }
@@ -719,28 +656,47 @@ async fn delete(
 mod tests {
     use super::*;
 
+    fn form(name: &str, permissions: &[&str]) -> TokenForm {
+        TokenForm {
+            name: name.to_owned(),
+            permission: permissions.iter().map(|p| (*p).to_owned()).collect(),
+            ..TokenForm::default()
+        }
+    }
+
     #[test]
     fn forms_need_a_name_and_known_endpoints() {
-        let (fields, errors) = read_fields(&PostForm::from_pairs(&[
-            ("name", " Shop "),
-            ("permission", "payment/order/read"),
-            ("permission", "master-account/balance"),
-            ("permission", "payment/order/read"),
-        ]));
-        assert!(errors.is_empty());
-        assert_eq!(fields.name, "Shop");
-        assert_eq!(fields.permissions, [Permission::Balance, Permission::Read]);
+        let read = form(
+            " Shop ",
+            &[
+                "payment/order/read",
+                "master-account/balance",
+                "payment/order/read",
+            ],
+        )
+        .read()
+        .unwrap();
+        assert_eq!(read.name, "Shop");
+        assert_eq!(read.permissions, [Permission::Balance, Permission::Read]);
 
-        let (_, errors) = read_fields(&PostForm::from_pairs(&[("name", "")]));
+        let errors = form("", &[]).read().unwrap_err();
         assert!(errors.of("name").is_some());
         assert!(errors.of("permissions").unwrap().contains("at least one"));
 
-        let (_, errors) = read_fields(&PostForm::from_pairs(&[
-            ("name", "x"),
-            ("permission", "master-account/balance"),
-            ("permission", "everything"),
-        ]));
+        let errors = form("x", &["master-account/balance", "everything"])
+            .read()
+            .unwrap_err();
         assert!(errors.of("permissions").unwrap().contains("everything"));
+    }
+
+    #[test]
+    fn checkboxes_are_read_as_a_list() {
+        let body =
+            "csrf=t&name=a&permission=payment%2Forder%2Fread&permission=master-account%2Fbalance";
+        let sent: TokenForm = serde_html_form::from_str(body).unwrap();
+        assert_eq!(sent.permission.len(), 2);
+        let one: TokenForm = serde_html_form::from_str("name=a&permission=x").unwrap();
+        assert_eq!(one.permission, ["x"]);
     }
 
     #[test]

@@ -3,27 +3,29 @@
 
 use std::collections::HashMap;
 
-use entity::{balance::GENERAL_ACCOUNT, operation_log::BalanceType, project, server, user};
+use entity::{balance::GENERAL_ACCOUNT, project, server, user};
 use maud::{Markup, html};
 use poem::{
-    Response, Route, get, handler, post,
-    web::{Data, Path, Query},
+    Route, get, handler, post,
+    web::{Path, Query},
 };
 use serde::Deserialize;
 
 use super::{
-    PanelError, PanelState,
-    page::{self, FieldAttrs, FieldErrors, Params},
+    Answer, PanelError, PanelState,
+    components::{self as c, Blank, FieldAttrs, account_name},
+    form::{FieldErrors, Params, parse_money, parse_server},
+    page,
     session::{PostForm, SignedIn},
 };
 use crate::{
     domain::Email,
-    money::{Money, signed_cents},
+    money::Money,
     service::{
         AdminError,
         balances::{self, AccountBalance},
         keyset::{Keyset, Listed},
-        ledger::{self, Entry, HistoryError, HistoryRequest, Page},
+        ledger::{self, HistoryError, HistoryRequest, Page},
         projects, servers,
         users::{self, UserRef},
         validate,
@@ -43,88 +45,16 @@ pub fn routes(route: Route) -> Route {
         .at("/users/:id/balance", post(set_balance))
 }
 
-/// An amount typed in a form: `None` when left blank, else exact money, or
-/// the message to show next to its field.
-pub(super) fn parse_money(text: &str) -> Result<Option<Money>, String> {
-    if text.is_empty() {
-        return Ok(None);
-    }
-    text.parse::<Money>()
-        .map(Some)
-        .map_err(|err| format!("{text:?} {err}"))
-}
-
-/// An account typed or chosen in a form: a server id, or blank or 0 for
-/// the general account; `None` when it is not one.
-pub(super) fn parse_server(text: &str) -> Option<i64> {
-    match text {
-        "" => Some(GENERAL_ACCOUNT),
-        text => text.parse::<i64>().ok().filter(|&id| id >= 0),
-    }
-}
-
-/// The name of account `server_id` of a project with `servers`.
-pub(super) fn account_name(server_id: i64, servers: &[server::Model]) -> String {
-    if server_id == GENERAL_ACCOUNT {
-        return "General account".to_owned();
-    }
-    match servers.iter().find(|s| s.id == server_id) {
-        Some(s) => format!("{} (server {})", s.name, s.id),
-        None => format!("Server {server_id}"),
-    }
-}
-
-fn balance_type_text(kind: BalanceType) -> &'static str {
-    match kind {
-        BalanceType::Main => "main",
-        BalanceType::Bonus => "bonus",
-    }
-}
-
-/// Operation-log entries as a table (a user's history, an order's credit).
-pub(super) fn entries_table(
-    entries: &[Entry],
-    project_id: i64,
-    servers: &[server::Model],
-) -> Markup {
-    html! {
-        div.table-wrap { table {
-            thead { tr {
-                th { "When" } th { "Kind" } th { "Account" } th { "Balance" }
-                th.num { "Change" } th.num { "Before" } th.num { "After" } th { "Order" }
-            } }
-            tbody {
-                @for e in entries {
-                    tr {
-                        td { (page::when(&e.created_at)) }
-                        td { (page::kind_label(e.kind)) }
-                        td { (account_name(e.server_id, servers)) }
-                        td { (balance_type_text(e.balance_type)) }
-                        td.num { (signed_cents(e.amount_cents)) }
-                        td.num { (e.balance_before) }
-                        td.num { (e.balance_after) }
-                        td {
-                            @if let Some(order_id) = &e.order_id {
-                                a href={ "/orders/" (project_id) "/" (order_id) } { (order_id) }
-                            }
-                        }
-                    }
-                }
-                @if entries.is_empty() { tr { td colspan="8" .muted { "No operation yet." } } }
-            }
-        } }
-    }
-}
-
 // ---------------------------------------------------------------------------
 // A project's users and servers.
 
-/// What the forms of the users page hold when sent back with errors.
-#[derive(Default)]
-struct ProjectForms<'a> {
-    email: &'a str,
-    server_name: &'a str,
-    errors: FieldErrors,
+/// The new-user and new-server forms of the users page (each reads its
+/// own field), as sent back with errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ProjectForms {
+    email: String,
+    server_name: String,
 }
 
 struct ProjectView {
@@ -153,15 +83,14 @@ fn users_page(
     admin: &SignedIn,
     view: &ProjectView,
     params: &Params,
-    forms: &ProjectForms,
+    (forms, errors): (&ProjectForms, &FieldErrors),
 ) -> Markup {
     let p = &view.project;
     let q = params.get("q");
     let path = format!("/projects/{}/users", p.id);
     let email_attrs = FieldAttrs {
         kind: "email",
-        required: true,
-        placeholder: Some("player@example.com"),
+        ..FieldAttrs::TEXT.placeholder("player@example.com")
     };
     page::frame(
         admin,
@@ -169,13 +98,13 @@ fn users_page(
         html! {
             p {
                 a href={ "/projects/" (p.id) } { "Project " (p.name) }
-                " · " (page::state_badge(p.active))
+                " · " (c::state_badge(p.active))
                 " · " a href={ "/orders?project=" (p.id) } { "orders" }
                 " · " a href={ "/projects/" (p.id) "/tokens" } { "tokens" }
             }
             section {
                 h2 { "Users" }
-                (page::search_form(&format!("/projects/{}/users", p.id), "User id or e-mail", "42, alice@example.com or example.com", q))
+                (c::search_form(&path, "User id or e-mail", "42, alice@example.com or example.com", q))
                 div.table-wrap { table {
                     thead { tr { th.num { "Id" } th { "E-mail" } th { "Created" } } }
                     tbody {
@@ -183,7 +112,7 @@ fn users_page(
                             tr {
                                 td.num { a href={ "/users/" (u.id) } { (u.id) } }
                                 td { a href={ "/users/" (u.id) } { (u.email) } }
-                                td { (page::when(&u.created_at)) }
+                                td { (c::when(&u.created_at)) }
                             }
                         }
                         @if view.found.rows.is_empty() {
@@ -193,13 +122,13 @@ fn users_page(
                         }
                     }
                 } }
-                (page::paging(&path, params, &["q"], view.found.older))
+                (c::paging(&path, params, &["q"], view.found.older))
             }
             section {
                 h2 { "New user" }
                 form method="post" action={ "/projects/" (p.id) "/users" } {
                     (page::csrf(admin))
-                    (page::text_field("E-mail (unique in the project)", "email", forms.email, &forms.errors, email_attrs))
+                    (c::text_field("E-mail (unique in the project)", "email", &forms.email, errors, email_attrs))
                     button type="submit" { "Create user" }
                 }
             }
@@ -213,7 +142,7 @@ fn users_page(
                             tr {
                                 td.num { (s.id) }
                                 td { (s.name) }
-                                td { (page::when(&s.created_at)) }
+                                td { (c::when(&s.created_at)) }
                             }
                         }
                         @if view.servers.is_empty() { tr { td colspan="3" .muted { "No server yet." } } }
@@ -222,7 +151,7 @@ fn users_page(
                 h2 { "New server" }
                 form method="post" action={ "/projects/" (p.id) "/servers" } {
                     (page::csrf(admin))
-                    (page::text_field("Name", "server_name", forms.server_name, &forms.errors, FieldAttrs::TEXT))
+                    (c::text_field("Name", "server_name", &forms.server_name, errors, FieldAttrs::TEXT))
                     button type="submit" { "Create server" }
                 }
             }
@@ -231,32 +160,28 @@ fn users_page(
 }
 
 #[handler]
-async fn list(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    params: Params,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
+async fn list(admin: SignedIn, Path(id): Path<i64>, params: Params) -> Answer {
     let page = params.page(PAGE_SIZE)?;
-    let view = project_view(&state, id, params.get("q"), page).await?;
-    Ok(page::ok(users_page(
-        &admin,
-        &view,
-        &params,
-        &ProjectForms::default(),
-    )))
+    let view = project_view(&admin.state, id, params.get("q"), page).await?;
+    let forms = (&ProjectForms::default(), &FieldErrors::default());
+    Ok(page::ok(users_page(&admin, &view, &params, forms)))
+}
+
+/// The users page with `forms` sent back with their `errors`.
+async fn refused(admin: &SignedIn, id: i64, forms: &ProjectForms, errors: &FieldErrors) -> Answer {
+    let view = project_view(&admin.state, id, "", Keyset::first(PAGE_SIZE)).await?;
+    let markup = users_page(admin, &view, &Params::default(), (forms, errors));
+    Ok(page::invalid(markup))
 }
 
 #[handler]
 async fn create_user(
     admin: SignedIn,
     Path(id): Path<i64>,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let email = form.get("email");
-    let created = match email.parse::<Email>() {
-        Ok(address) => users::create(&state.db, &admin.actor(), id, &address).await,
+    PostForm(form): PostForm<ProjectForms>,
+) -> Answer {
+    let created = match form.email.parse::<Email>() {
+        Ok(address) => users::create(&admin.state.db, &admin.actor(), id, &address).await,
         Err(err) => Err(AdminError::Invalid("email", err.to_string())),
     };
     match created {
@@ -265,21 +190,7 @@ async fn create_user(
             &format!("/users/{}", user.id),
             &format!("User {} created.", user.id),
         )),
-        Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
-            let mut forms = ProjectForms {
-                email,
-                ..ProjectForms::default()
-            };
-            forms.errors.add(field, message);
-            let view = project_view(&state, id, "", Keyset::first(PAGE_SIZE)).await?;
-            Ok(page::invalid(users_page(
-                &admin,
-                &view,
-                &Params::default(),
-                &forms,
-            )))
-        }
-        Err(err) => Err(err.into()),
+        Err(err) => refused(&admin, id, &form, &FieldErrors::refused(err)?).await,
     }
 }
 
@@ -287,11 +198,9 @@ async fn create_user(
 async fn create_server(
     admin: SignedIn,
     Path(id): Path<i64>,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let name = form.get("server_name");
-    match servers::create(&state.db, &admin.actor(), id, name).await {
+    PostForm(form): PostForm<ProjectForms>,
+) -> Answer {
+    match servers::create(&admin.state.db, &admin.actor(), id, &form.server_name).await {
         Ok(server) => Ok(page::done(
             &admin,
             &format!("/projects/{id}/users"),
@@ -300,18 +209,8 @@ async fn create_server(
         // The server form's one field, named apart from the user form's on
         // the same page.
         Err(AdminError::Invalid(_, message) | AdminError::Conflict(_, message)) => {
-            let mut forms = ProjectForms {
-                server_name: name,
-                ..ProjectForms::default()
-            };
-            forms.errors.add("server_name", message);
-            let view = project_view(&state, id, "", Keyset::first(PAGE_SIZE)).await?;
-            Ok(page::invalid(users_page(
-                &admin,
-                &view,
-                &Params::default(),
-                &forms,
-            )))
+            let errors = FieldErrors::one("server_name", message);
+            refused(&admin, id, &form, &errors).await
         }
         Err(err) => Err(err.into()),
     }
@@ -326,14 +225,57 @@ struct HistoryQuery {
     before: Option<String>,
 }
 
-/// The "set balance" form as sent back with errors.
-#[derive(Default)]
-struct BalanceForm<'a> {
-    server: &'a str,
-    main: &'a str,
-    bonus: &'a str,
-    reason: &'a str,
-    errors: FieldErrors,
+/// The "set balance" form, as sent and as sent back with errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct BalanceForm {
+    server: String,
+    main: String,
+    bonus: String,
+    reason: String,
+}
+
+/// What a correct "set balance" form asks for.
+struct BalanceChange {
+    server: i64,
+    main: Option<Money>,
+    bonus: Option<Money>,
+    reason: String,
+}
+
+impl BalanceForm {
+    fn read(&self) -> Result<BalanceChange, FieldErrors> {
+        let mut errors = FieldErrors::default();
+        let server = parse_server(&self.server);
+        if server.is_none() {
+            let message = "choose the general account or one of the project's servers";
+            errors.add("server", message);
+        }
+        let mut money = |field: &'static str, text: &str| {
+            parse_money(text).unwrap_or_else(|message| {
+                errors.add(field, message);
+                None
+            })
+        };
+        let (main, bonus) = (money("main", &self.main), money("bonus", &self.bonus));
+        if errors.of("main").is_none()
+            && errors.of("bonus").is_none()
+            && let Err(message) = balances::check_amounts(main, bonus)
+        {
+            errors.add("main", message);
+        }
+        let reason = validate::check_reason(&self.reason);
+        let reason = reason.map_err(|message| errors.add("reason", message)).ok();
+        match (server, reason) {
+            (Some(server), Some(reason)) if errors.is_empty() => Ok(BalanceChange {
+                server,
+                main,
+                bonus,
+                reason,
+            }),
+            _ => Err(errors),
+        }
+    }
 }
 
 struct UserView {
@@ -407,15 +349,17 @@ async fn user_view(
     })
 }
 
-fn user_page(admin: &SignedIn, view: &UserView, form: &BalanceForm) -> Markup {
+fn user_page(
+    admin: &SignedIn,
+    view: &UserView,
+    (form, errors): (&BalanceForm, &FieldErrors),
+) -> Markup {
     let u = &view.user;
     let p = &view.project;
-    let errors = &form.errors;
-    let selected: i64 = form.server.parse().unwrap_or(GENERAL_ACCOUNT);
-    let optional = FieldAttrs {
-        placeholder: Some("unchanged"),
-        ..FieldAttrs::OPTIONAL
-    };
+    let accounts = std::iter::once(GENERAL_ACCOUNT)
+        .chain(view.servers.iter().map(|s| s.id))
+        .map(|id| (id.to_string(), account_name(id, &view.servers)));
+    let optional = FieldAttrs::OPTIONAL.placeholder("unchanged");
     page::frame(
         admin,
         &format!("User {} · {}", u.id, u.email),
@@ -423,7 +367,7 @@ fn user_page(admin: &SignedIn, view: &UserView, form: &BalanceForm) -> Markup {
             p {
                 "User " (u.id) " · " (u.email) " · project "
                 a href={ "/projects/" (p.id) "/users" } { (p.name) }
-                " · created " (page::when(&u.created_at))
+                " · created " (c::when(&u.created_at))
             }
             div.actions {
                 a.button href={ "/orders?project=" (p.id) "&user=" (u.id) "#new-order" } { "New order" }
@@ -451,19 +395,10 @@ fn user_page(admin: &SignedIn, view: &UserView, form: &BalanceForm) -> Markup {
                 form method="post" action={ "/users/" (u.id) "/balance" } {
                     (page::csrf(admin))
                     (errors.show("balance"))
-                    label.field {
-                        span { "Account" }
-                        select name="server" id=[errors.id("server")] aria-invalid=[errors.invalid("server")] aria-describedby=[errors.described_by("server")] {
-                            option value="0" selected[selected == GENERAL_ACCOUNT] { "General account" }
-                            @for s in &view.servers {
-                                option value=(s.id) selected[selected == s.id] { (s.name) " (server " (s.id) ")" }
-                            }
-                        }
-                        (errors.show("server"))
-                    }
-                    (page::text_field("Main balance", "main", form.main, errors, optional))
-                    (page::text_field("Bonus balance", "bonus", form.bonus, errors, optional))
-                    (page::text_field("Reason (required, kept in the audit log)", "reason", form.reason, errors, FieldAttrs::TEXT))
+                    (c::select_field(("Account", "server"), errors, Blank::None, accounts, &form.server))
+                    (c::text_field("Main balance", "main", &form.main, errors, optional))
+                    (c::text_field("Bonus balance", "bonus", &form.bonus, errors, optional))
+                    (c::text_field("Reason (required, kept in the audit log)", "reason", &form.reason, errors, FieldAttrs::TEXT))
                     button type="submit" { "Set balance" }
                 }
             }
@@ -472,7 +407,7 @@ fn user_page(admin: &SignedIn, view: &UserView, form: &BalanceForm) -> Markup {
                 @if view.bad_cursor {
                     p.warning { "That page of the history no longer exists; the newest entries are shown." }
                 }
-                (entries_table(&view.history.entries, p.id, &view.servers))
+                (c::operations_table(&view.history.entries, p.id, &view.servers))
                 div.actions {
                     @if let Some(cursor) = &view.history.next_cursor {
                         a.button.secondary href={ "/users/" (u.id) "?before=" (cursor) } { "Older entries" }
@@ -485,102 +420,48 @@ fn user_page(admin: &SignedIn, view: &UserView, form: &BalanceForm) -> Markup {
 }
 
 #[handler]
-async fn show(
-    admin: SignedIn,
-    Path(id): Path<i64>,
-    Query(query): Query<HistoryQuery>,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let view = user_view(&state, id, query.before).await?;
-    let markup = user_page(&admin, &view, &BalanceForm::default());
-    Ok(if view.bad_cursor {
-        page::invalid(markup)
-    } else {
-        page::ok(markup)
-    })
+async fn show(admin: SignedIn, Path(id): Path<i64>, Query(query): Query<HistoryQuery>) -> Answer {
+    let view = user_view(&admin.state, id, query.before).await?;
+    let forms = (&BalanceForm::default(), &FieldErrors::default());
+    Ok(page::ok_unless(
+        view.bad_cursor,
+        user_page(&admin, &view, forms),
+    ))
 }
 
 #[handler]
 async fn set_balance(
     admin: SignedIn,
     Path(id): Path<i64>,
-    form: PostForm,
-    state: Data<&PanelState>,
-) -> Result<Response, PanelError> {
-    let mut sent = BalanceForm {
-        server: form.get("server"),
-        main: form.get("main"),
-        bonus: form.get("bonus"),
-        reason: form.get("reason"),
-        errors: FieldErrors::default(),
-    };
-    let errors = &mut sent.errors;
-    let server = parse_server(sent.server);
-    if server.is_none() {
-        errors.add(
-            "server",
-            "choose the general account or one of the project's servers",
-        );
-    }
-    let mut money = |field: &'static str, text: &str| {
-        parse_money(text).unwrap_or_else(|message| {
-            errors.add(field, message);
-            None
-        })
-    };
-    let main = money("main", sent.main);
-    let bonus = money("bonus", sent.bonus);
-    if errors.of("main").is_none()
-        && errors.of("bonus").is_none()
-        && let Err(message) = balances::check_amounts(main, bonus)
-    {
-        errors.add("main", message);
-    }
-    if let Err(message) = validate::check_reason(sent.reason) {
-        errors.add("reason", message);
-    }
-    if errors.is_empty() {
-        let result = balances::set(
-            &state.db,
-            &admin.actor(),
-            id,
-            server,
-            main,
-            bonus,
-            sent.reason,
-        )
-        .await;
-        match result {
-            Ok(_) => {
-                return Ok(page::done(
-                    &admin,
-                    &format!("/users/{id}"),
-                    &format!("Balance of user {id} set."),
-                ));
+    PostForm(form): PostForm<BalanceForm>,
+) -> Answer {
+    let errors = match form.read() {
+        Err(errors) => errors,
+        Ok(change) => {
+            let actor = admin.actor();
+            let (main, bonus) = (change.main, change.bonus);
+            match balances::set(
+                &admin.state.db,
+                &actor,
+                id,
+                Some(change.server),
+                main,
+                bonus,
+                &change.reason,
+            )
+            .await
+            {
+                Ok(_) => {
+                    let message = format!("Balance of user {id} set.");
+                    return Ok(page::done(&admin, &format!("/users/{id}"), &message));
+                }
+                Err(AdminError::NotFound("server", _)) => {
+                    FieldErrors::one("server", "this server is not one of the project's")
+                }
+                Err(err) => FieldErrors::refused(err)?,
             }
-            Err(AdminError::NotFound("server", _)) => {
-                errors.add("server", "this server is not one of the project's");
-            }
-            Err(AdminError::Invalid(field, message) | AdminError::Conflict(field, message)) => {
-                errors.add(field, message);
-            }
-            Err(err) => return Err(err.into()),
         }
-    }
-    let view = user_view(&state, id, None).await?;
-    Ok(page::invalid(user_page(&admin, &view, &sent)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn amounts_typed_in_forms() {
-        assert_eq!(parse_money(""), Ok(None));
-        assert_eq!(parse_money("10.5"), Ok(Some("10.50".parse().unwrap())));
-        for bad in ["abc", "1.234", "-5", "1,5", " 1"] {
-            assert!(parse_money(bad).is_err(), "{bad}");
-        }
-    }
+    };
+    let view = user_view(&admin.state, id, None).await?;
+    Ok(page::invalid(user_page(&admin, &view, (&form, &errors))))
 }

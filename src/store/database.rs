@@ -237,11 +237,26 @@ fn sqlx_is_unavailable(err: &sqlx::Error) -> bool {
     }
 }
 
+/// Whether the database refused a write because it accepts none: a
+/// read-only transaction or a standby (SQLSTATE 25006 on PostgreSQL, error
+/// 1792 on MariaDB), a server in `read_only` mode (MariaDB 1290, MySQL
+/// 1836).
+fn sqlx_refuses_writes(err: &sqlx::Error) -> bool {
+    let Some(db_err) = err.as_database_error() else {
+        return false;
+    };
+    if let Some(mysql) = db_err.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return matches!(mysql.number(), 1290 | 1792 | 1836);
+    }
+    db_err.code().is_some_and(|code| code == "25006")
+}
+
 impl From<DbErr> for StoreError {
     fn from(err: DbErr) -> StoreError {
         match sqlx_error(&err) {
             Some(sqlx) if sqlx_is_unavailable(sqlx) => StoreError::Unavailable(err.to_string()),
             Some(sqlx) if sqlx_is_contended(sqlx) => StoreError::Contended(err.to_string()),
+            Some(sqlx) if sqlx_refuses_writes(sqlx) => StoreError::WritesRefused(err.to_string()),
             _ if matches!(err, DbErr::ConnectionAcquire(_)) => {
                 StoreError::Unavailable(err.to_string())
             }
@@ -256,6 +271,8 @@ impl From<sqlx::Error> for StoreError {
             StoreError::Unavailable(err.to_string())
         } else if sqlx_is_contended(&err) {
             StoreError::Contended(err.to_string())
+        } else if sqlx_refuses_writes(&err) {
+            StoreError::WritesRefused(err.to_string())
         } else if err
             .as_database_error()
             .is_some_and(|db| db.kind() == sqlx::error::ErrorKind::CheckViolation)

@@ -34,10 +34,16 @@
 //! other operations (reading and cancelling an order, the history, the
 //! command line's) are written once on sea-orm in `service`; [`database`]
 //! connects, migrates and opens the store of a database.
+//!
+//! Each store also tells whether its database accepts writes
+//! ([`Store::readiness`], for `/readyz`), checked its own way; [`readiness`]
+//! holds what the checks share (the kept answer, the mark a refused write
+//! leaves).
 
 pub mod database;
 pub mod mysql;
 pub mod postgres;
+pub mod readiness;
 pub mod relay;
 pub mod sqlite;
 
@@ -47,6 +53,7 @@ use chrono::{DateTime, Utc};
 use entity::payment_order::OrderStatus;
 use sea_orm::{ActiveEnum, sqlx};
 
+pub use self::readiness::Readiness;
 use crate::{
     events::{self, NewEvent},
     money::Money,
@@ -99,6 +106,10 @@ pub trait Store: Send + Sync {
         token_hash: &'a str,
         at: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// Whether the database answers and accepts writes (see [`readiness`]):
+    /// a kept answer, or one check of the backend's own.
+    fn readiness(&self) -> StoreFuture<'_, Readiness>;
 }
 
 /// Counts what the grouping backends put into one statement; the
@@ -457,6 +468,11 @@ pub enum StoreError {
     /// it again.
     #[error("check constraint violated: {0}")]
     CheckViolated(String),
+    /// The database refuses writes (a read-only or recovering server, a
+    /// full disk, a read-only file); nothing was done, and a retry succeeds
+    /// once it accepts them again.
+    #[error("database refuses writes: {0}")]
+    WritesRefused(String),
 }
 
 impl From<StoreError> for CompleteError {
@@ -467,8 +483,13 @@ impl From<StoreError> for CompleteError {
 }
 
 impl StoreError {
+    /// Whether the database could not do it, and a retry may succeed (503):
+    /// unreachable, or refusing writes.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::WritesRefused(_)
+        )
     }
 }
 
@@ -504,7 +525,9 @@ impl CompleteError {
     /// A failure of the status update (or of what comes before it).
     fn at_update(err: StoreError) -> CompleteError {
         match err {
-            StoreError::Unavailable(_) => CompleteError::Unavailable(err),
+            StoreError::Unavailable(_) | StoreError::WritesRefused(_) => {
+                CompleteError::Unavailable(err)
+            }
             StoreError::Contended(_) | StoreError::Failed(_) | StoreError::CheckViolated(_) => {
                 CompleteError::UpdateFailed(err)
             }
@@ -527,7 +550,9 @@ impl CompleteError {
     /// there is the balance's ceiling (the only CHECK a credit can break).
     fn at_credit(err: StoreError) -> CompleteError {
         match err {
-            StoreError::Unavailable(_) => CompleteError::Unavailable(err),
+            StoreError::Unavailable(_) | StoreError::WritesRefused(_) => {
+                CompleteError::Unavailable(err)
+            }
             StoreError::CheckViolated(_) => CompleteError::BalanceCeiling,
             StoreError::Contended(_) | StoreError::Failed(_) => {
                 CompleteError::ProcessingFailed(err)

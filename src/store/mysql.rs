@@ -4,6 +4,12 @@
 //! MariaDB has no `UPDATE ... RETURNING`, so a completion reads back what
 //! its update and its upsert changed, inside the transaction (the rows stay
 //! locked by the update until the commit).
+//!
+//! Readiness tries a write that changes nothing (`WRITE_PROBE`): whether
+//! `read_only` binds the service's user depends on its privileges, which
+//! the server itself judges that way. A connection on which a write or that
+//! probe was refused is closed rather than pooled again (see
+//! [`super::readiness`]).
 
 use chrono::{DateTime, Utc};
 use entity::{
@@ -11,15 +17,17 @@ use entity::{
 };
 use sea_orm::{
     ActiveEnum, DatabaseConnection,
-    sqlx::{self, MySqlPool, Row},
+    sqlx::{self, MySql, MySqlPool, Row, pool::PoolConnection},
 };
 
 mod relay;
 
 use super::{
-    AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Store,
+    AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Readiness, Store,
     StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money, now,
-    relay::RelayStore, token_row_of,
+    readiness::{WriteError, WriteHealth, close_idle},
+    relay::RelayStore,
+    token_row_of,
 };
 use crate::events::{NewEvent, new_webhook_id};
 
@@ -131,18 +139,48 @@ const INSERT_ORDER: &str = r#"INSERT INTO payment_orders (order_id, project_id, 
     amount_cents, status, created_at, idempotency_key, request_hash)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"#;
 
+/// A write that changes nothing, refused as any write is when the server is
+/// in `read_only` mode for the service's user or the session is read-only;
+/// on the migrations' table, which no request locks.
+const WRITE_PROBE: &str = "UPDATE seaql_migrations SET version = version WHERE 1 = 0";
+
 /// MariaDB's "duplicate entry for a unique key".
 const DUPLICATE_KEY: u16 = 1062;
 
 pub struct MySqlStore {
     pool: MySqlPool,
+    health: WriteHealth,
 }
 
 impl MySqlStore {
     pub fn new(db: &DatabaseConnection) -> MySqlStore {
         MySqlStore {
             pool: db.get_mysql_connection_pool().clone(),
+            health: WriteHealth::default(),
         }
+    }
+
+    /// Runs `write` on a pooled connection, closed instead of pooled again
+    /// when the database refused the write, and notes how it ended.
+    async fn on_connection<T, E>(
+        &self,
+        write: impl AsyncFnOnce(&mut PoolConnection<MySql>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: WriteError + From<StoreError>,
+    {
+        let outcome = match self.pool.acquire().await {
+            Ok(mut conn) => {
+                let outcome = write(&mut conn).await;
+                if outcome.as_ref().is_err_and(WriteError::refuses_writes) {
+                    conn.close_on_drop();
+                }
+                outcome
+            }
+            Err(err) => Err(StoreError::Unavailable(err.to_string()).into()),
+        };
+        self.health.note(&outcome);
+        outcome
     }
 
     async fn read_token_now(
@@ -170,10 +208,11 @@ impl MySqlStore {
             .map_err(StoreError::from)
     }
 
-    async fn complete_now(&self, request: &Completion) -> Result<CompletedOrder, CompleteError> {
-        let mut txn = self
-            .pool
-            .begin()
+    async fn complete_now(
+        conn: &mut PoolConnection<MySql>,
+        request: &Completion,
+    ) -> Result<CompletedOrder, CompleteError> {
+        let mut txn = sqlx::Connection::begin(&mut **conn)
             .await
             .map_err(|err| CompleteError::Unavailable(err.into()))?;
         let completed_at = now();
@@ -267,8 +306,11 @@ impl MySqlStore {
 impl MySqlStore {
     /// The user and server resolved first, then the insert (a duplicate
     /// key is the conflict) and its audit row, in one transaction.
-    async fn insert_order_now(&self, order: &NewOrder) -> Result<OrderInsert, StoreError> {
-        let mut txn = self.pool.begin().await?;
+    async fn insert_order_now(
+        conn: &mut PoolConnection<MySql>,
+        order: &NewOrder,
+    ) -> Result<OrderInsert, StoreError> {
+        let mut txn = sqlx::Connection::begin(&mut **conn).await?;
         let names = sqlx::query(ORDER_NAMES)
             .bind(order.user_id)
             .bind(order.user_id)
@@ -389,14 +431,14 @@ impl Store for MySqlStore {
         &'a self,
         completion: &'a Completion,
     ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>> {
-        Box::pin(self.complete_now(completion))
+        Box::pin(self.on_connection(async |conn| Self::complete_now(conn, completion).await))
     }
 
     fn insert_order<'a>(
         &'a self,
         order: &'a NewOrder,
     ) -> StoreFuture<'a, Result<OrderInsert, StoreError>> {
-        Box::pin(self.insert_order_now(order))
+        Box::pin(self.on_connection(async |conn| Self::insert_order_now(conn, order).await))
     }
 
     fn record_token_use<'a>(
@@ -405,16 +447,44 @@ impl Store for MySqlStore {
         token_hash: &'a str,
         at: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.on_connection(async move |conn| {
             sqlx::query(RECORD_TOKEN_USE)
                 .bind(token_hash)
                 .bind(at)
                 .bind(token_hash)
                 .bind(at)
                 .bind(token_id)
-                .execute(&self.pool)
+                .execute(&mut **conn)
                 .await?;
             Ok(())
-        })
+        }))
+    }
+
+    fn readiness(&self) -> StoreFuture<'_, Readiness> {
+        Box::pin(self.health.check(move |probe| async move {
+            let readiness = check_writable(&self.pool).await;
+            if readiness.is_ready() && !probe.was_ready {
+                close_idle(&self.pool);
+            }
+            readiness
+        }))
+    }
+}
+
+/// [`WRITE_PROBE`] on a pooled connection, closed when it cannot write.
+async fn check_writable(pool: &MySqlPool) -> Readiness {
+    let mut conn = match pool.acquire().await {
+        Ok(conn) => conn,
+        Err(err) => return Readiness::of_error(&err.into()),
+    };
+    match sqlx::query(WRITE_PROBE).execute(&mut *conn).await {
+        Ok(_) => Readiness::Ready,
+        Err(err) => {
+            let err = StoreError::from(err);
+            if err.refuses_writes() {
+                conn.close_on_drop();
+            }
+            Readiness::of_error(&err)
+        }
     }
 }

@@ -21,6 +21,14 @@
 //! polling the file lock in SQLite's busy handler, whose back-off sleeps
 //! made the tail latency.
 //!
+//! **Readiness.** SQLite can tell a file it may not write (it opens such a
+//! file read-only), but a full disk or a failing one only by writing. So
+//! the check asks the write connection whether it opened the file read-only
+//! and, after a request's write was refused, writes once itself (the
+//! header's user version, which masterpay does not use, written back
+//! unchanged). A write connection that refused a write is closed; the next
+//! write opens another.
+//!
 //! See docs/performance.md for what each bought.
 
 use std::{
@@ -34,15 +42,17 @@ use chrono::{DateTime, Utc};
 use entity::{
     balance, operation_log::LogKind, payment_order::OrderStatus, webhook_delivery::DeliveryStatus,
 };
-use rusqlite::{OpenFlags, OptionalExtension, TransactionBehavior, named_params, params};
+use rusqlite::{MAIN_DB, OpenFlags, OptionalExtension, TransactionBehavior, named_params, params};
 use sea_orm::{ActiveEnum, sqlx::sqlite::SqliteConnectOptions};
 
 mod relay;
 
 use super::{
     AccountKey, AccountRow, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder,
-    OrderInsert, Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries, money, now,
-    permission_list, relay::RelayStore,
+    OrderInsert, Readiness, Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries,
+    money, now, permission_list,
+    readiness::{READ_ONLY, WriteError, WriteHealth},
+    relay::RelayStore,
 };
 use crate::events::{NewEvent, new_webhook_id};
 
@@ -147,6 +157,7 @@ pub struct SqliteStore {
     writer: Arc<tokio::sync::Mutex<Option<rusqlite::Connection>>>,
     /// How long a writer waits for another process's write lock.
     busy: Duration,
+    health: WriteHealth,
 }
 
 impl SqliteStore {
@@ -168,6 +179,7 @@ impl SqliteStore {
             },
             writer: Arc::new(tokio::sync::Mutex::new(None)),
             busy,
+            health: WriteHealth::default(),
         })
     }
 
@@ -216,26 +228,97 @@ impl SqliteStore {
     }
 
     /// Runs `write` on the write connection, on a blocking thread, after
-    /// this process's writes before it.
+    /// this process's writes before it; notes how it ended, and closes the
+    /// connection when the database refused the write.
     async fn write<T, E>(
         &self,
         write: impl FnOnce(&mut rusqlite::Connection) -> Result<T, E> + Send + 'static,
     ) -> Result<T, E>
     where
         T: Send + 'static,
-        E: From<StoreError> + Send + 'static,
+        E: From<StoreError> + WriteError + Send + 'static,
     {
+        let outcome = self
+            .with_writer(move |writer, path, busy| {
+                let conn = match writer.as_mut() {
+                    Some(conn) => conn,
+                    None => {
+                        writer.insert(open_writer(path, busy).map_err(|err| unavailable(&err))?)
+                    }
+                };
+                let outcome = write(conn);
+                if outcome.as_ref().is_err_and(WriteError::refuses_writes) {
+                    *writer = None;
+                }
+                outcome
+            })
+            .await
+            .unwrap_or_else(|err| Err(StoreError::Failed(err.to_string()).into()));
+        self.health.note(&outcome);
+        outcome
+    }
+
+    /// Runs `run` with the slot of the write connection (empty until a
+    /// write opens it), on a blocking thread, after this process's writes
+    /// before it.
+    async fn with_writer<R: Send + 'static>(
+        &self,
+        run: impl FnOnce(&mut Option<rusqlite::Connection>, &Path, Duration) -> R + Send + 'static,
+    ) -> Result<R, tokio::task::JoinError> {
         let mut writer = Arc::clone(&self.writer).lock_owned().await;
         let (path, busy) = (self.readers.path.clone(), self.busy);
-        tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || run(&mut writer, &path, busy)).await
+    }
+
+    /// The readiness check on the write connection (see the module docs);
+    /// `refused`: a request's write was refused since the last ready one.
+    async fn check_writable(&self, refused: bool) -> Readiness {
+        let checked = self.with_writer(move |writer, path, busy| {
             let conn = match writer.as_mut() {
                 Some(conn) => conn,
-                None => writer.insert(open_writer(&path, busy).map_err(|err| unavailable(&err))?),
+                None => match open_writer(path, busy) {
+                    Ok(conn) => writer.insert(conn),
+                    Err(err) => return readiness_of(&err),
+                },
             };
-            write(conn)
-        })
-        .await
-        .unwrap_or_else(|err| Err(StoreError::Failed(err.to_string()).into()))
+            let readiness = match conn.is_readonly(MAIN_DB) {
+                Ok(true) => Readiness::NotReady(READ_ONLY),
+                Ok(false) if refused => match write_unchanged_user_version(conn) {
+                    Ok(()) => Readiness::Ready,
+                    Err(err) => readiness_of(&err),
+                },
+                Ok(false) => Readiness::Ready,
+                Err(err) => readiness_of(&err),
+            };
+            if !readiness.is_ready() {
+                *writer = None;
+            }
+            readiness
+        });
+        checked
+            .await
+            .unwrap_or_else(|err| Readiness::of_error(&StoreError::Failed(err.to_string())))
+    }
+}
+
+/// One committed write that changes nothing: the header's user version
+/// written back as it is.
+fn write_unchanged_user_version(conn: &mut rusqlite::Connection) -> rusqlite::Result<()> {
+    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = txn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    txn.execute_batch(&format!("PRAGMA user_version = {version}"))?;
+    txn.commit()
+}
+
+/// What a failure of the readiness check says.
+fn readiness_of(err: &rusqlite::Error) -> Readiness {
+    match err.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::ReadOnly) => Readiness::NotReady(READ_ONLY),
+        Some(rusqlite::ErrorCode::DiskFull) => Readiness::NotReady("database disk is full"),
+        Some(rusqlite::ErrorCode::SystemIoFailure) => {
+            Readiness::NotReady("database cannot be written (I/O error)")
+        }
+        _ => Readiness::of_error(&classify(err)),
     }
 }
 
@@ -570,6 +653,13 @@ impl Store for SqliteStore {
                 .map_err(|err| classify(&err))
         }))
     }
+
+    fn readiness(&self) -> StoreFuture<'_, Readiness> {
+        Box::pin(
+            self.health
+                .check(move |probe| self.check_writable(probe.refused)),
+        )
+    }
 }
 
 /// Read-only connections to one file, used by one thread at a time.
@@ -620,15 +710,25 @@ impl InlineReaders {
 }
 
 /// A read that found the file locked or could not open it counts as the
-/// database unavailable (503); a broken CHECK as such; any other failure as
-/// a failed statement.
+/// database unavailable (503); a write that the file or the disk refused
+/// (read-only, full, failing) as refused; a broken CHECK as such; any other
+/// failure as a failed statement.
 fn classify(err: &rusqlite::Error) -> StoreError {
-    if let rusqlite::Error::SqliteFailure(failure, _) = err
-        && failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_CHECK
-    {
-        return StoreError::CheckViolated(err.to_string());
+    use rusqlite::ffi;
+    if let rusqlite::Error::SqliteFailure(failure, _) = err {
+        match failure.extended_code {
+            ffi::SQLITE_CONSTRAINT_CHECK => return StoreError::CheckViolated(err.to_string()),
+            ffi::SQLITE_IOERR_WRITE
+            | ffi::SQLITE_IOERR_FSYNC
+            | ffi::SQLITE_IOERR_DIR_FSYNC
+            | ffi::SQLITE_IOERR_TRUNCATE => return StoreError::WritesRefused(err.to_string()),
+            _ => {}
+        }
     }
     match err.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::DiskFull) => {
+            StoreError::WritesRefused(err.to_string())
+        }
         Some(
             rusqlite::ErrorCode::DatabaseBusy
             | rusqlite::ErrorCode::DatabaseLocked

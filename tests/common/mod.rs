@@ -111,6 +111,20 @@ impl TestDatabase {
     }
 }
 
+impl TestDatabase {
+    /// The database at `url`, on a server of the test's own that goes away
+    /// with it: nothing to drop.
+    pub fn on_own_server(backend: Backend, url: String) -> TestDatabase {
+        TestDatabase {
+            backend,
+            url,
+            admin_url: None,
+            name: String::new(),
+            _dir: None,
+        }
+    }
+}
+
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         let Some(admin_url) = self.admin_url.clone() else {
@@ -176,6 +190,9 @@ pub struct TestApp {
     pub base: String,
     /// The administration panel's address, when the settings turned it on.
     pub panel_base: Option<String>,
+    /// The metrics' address (on a free port unless the settings turned it
+    /// off).
+    pub metrics_base: Option<String>,
     pub db: DatabaseConnection,
     pub client: reqwest::Client,
     pub project_id: i64,
@@ -192,7 +209,12 @@ impl TestApp {
 
     /// Like [`TestApp::spawn`], with settings adjusted by `adjust`.
     pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) -> TestApp {
-        let database = TestDatabase::create(backend).await;
+        Self::spawn_on(TestDatabase::create(backend).await, adjust).await
+    }
+
+    /// Like [`TestApp::spawn_with`], on `database`.
+    pub async fn spawn_on(database: TestDatabase, adjust: impl FnOnce(&mut Settings)) -> TestApp {
+        let backend = database.backend;
         let db = database::connect(&database.url, &test_pool())
             .await
             .expect("connect test database");
@@ -201,6 +223,7 @@ impl TestApp {
             database_url: database.url.clone(),
             listen: "127.0.0.1:0".into(),
             admin_listen: None,
+            metrics_listen: Some("127.0.0.1:0".into()),
             pool: test_pool(),
             request_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
@@ -213,6 +236,7 @@ impl TestApp {
             .expect("bind test server");
         let base = format!("http://127.0.0.1:{}", app.port());
         let panel_base = app.panel_addr().map(|addr| format!("http://{addr}"));
+        let metrics_base = app.metrics_addr().map(|addr| format!("http://{addr}"));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             app.run_until_stopped(async {
@@ -228,6 +252,7 @@ impl TestApp {
             backend,
             base,
             panel_base,
+            metrics_base,
             db,
             client: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
@@ -641,8 +666,10 @@ impl ServerProcess {
             .env("MASTERPAY_DATABASE_URL", database_url)
             .env_remove("MASTERPAY_CONFIG")
             .env_remove("MASTERPAY_LISTEN")
-            // Many servers run side by side: the panel only where asked for.
+            // Many servers run side by side: the panel and the metrics only
+            // where asked for.
             .env("MASTERPAY_ADMIN_LISTEN", "off")
+            .env("MASTERPAY_METRICS_LISTEN", "off")
             .stdout(std::process::Stdio::null())
             .stderr(log);
         for (k, v) in env {

@@ -21,7 +21,10 @@
 //     administrator, whose link signs them in once in another browser;
 //  8. find each action in the admin audit log (by whom, from where, the
 //     balance's reason), filter it to the token, export it as CSV; the
-//     overview at the end shows today's orders and the last audit.
+//     overview at the end shows today's orders and the last audit;
+//  9. make a page more of the user's orders: the list filtered to the user
+//     goes on with "older →" to the oldest, the filter kept; the export of
+//     the user's pending orders has the header row and exactly those.
 // Before that, it checks that the two listeners are apart: the API's does
 // not answer the panel's paths (404), nor the panel's the API's.
 // Every page visited is checked and screenshotted (full page) at 1280 and
@@ -586,6 +589,54 @@ try {
   await readmeImage("panel-overview.png");
   await visit("/account", "account");
   step(`the overview shows today's orders (${counts.trim()}), the latest changes and the last audit, clean`);
+
+  // ---------------------------------------------------------------- paging, and the CSV export of orders
+  // More orders of the user than a page of the list holds (100), made by
+  // the new-order form's POST from this browser: the list filtered to the
+  // user shows the newest page, its "older →" the rest with the filter
+  // kept; the export of a filter holds every order it keeps, and no other.
+  const pageSize = 100;
+  const ofUser = `/orders?project=${projectId}&user=${userId}`;
+  await visit(ofUser, "orders-of-user");
+  const csrf = await page.locator(`${orderForm} input[name="csrf"]`).inputValue();
+  for (let i = 0; i < pageSize; i += 1) {
+    const fields = { csrf, project: projectId, user: userId, server: "0", amount: "1.00", payment_system: "cstm:panel" };
+    const made = await page.request.post(`${panel}/orders`, { form: fields, maxRedirects: 0 });
+    if (made.status() !== 303) fail(`order ${i + 1} of ${pageSize} made for paging: answered ${made.status()}`);
+  }
+  step(`${pageSize} more orders made for user ${userId}`);
+  const orderLinks = () =>
+    page.locator("main table tbody tr td:first-child a").evaluateAll((links) => links.map((a) => a.innerText.trim()));
+  await visit(ofUser, "orders-newest-page");
+  await expectText(`${pageSize + 1} orders match.`, "the orders of the user");
+  const newest = await orderLinks();
+  if (newest.length !== pageSize || newest.includes(order)) {
+    fail(`the newest page lists ${newest.length} orders${newest.includes(order) ? ", the oldest among them" : ""}`);
+  }
+  await follow("older →", "orders-older-page", /^\/orders$/);
+  const query = new URL(page.url()).searchParams;
+  if (query.get("project") !== projectId || query.get("user") !== userId || !query.get("before")) {
+    fail(`"older →" led to ${page.url()}, which does not keep the filter`);
+  }
+  const older = await orderLinks();
+  if (older.join(" ") !== order) fail(`the older page lists ${older.join(" ")}, not the first order, ${order}`);
+  step(`the older page keeps the filter and lists the oldest order, ${order}`);
+
+  await visit(`${ofUser}&status=pending`, "orders-pending-of-user");
+  const exportLink = await page.locator("main a[download]", { hasText: "Export CSV" }).getAttribute("href");
+  const exported = await page.request.get(`${panel}${exportLink}`);
+  if (exported.status() !== 200 || !(exported.headers()["content-type"] ?? "").startsWith("text/csv")) {
+    fail(`the orders' CSV export answered ${exported.status()} ${exported.headers()["content-type"]}`);
+  }
+  const [header, ...lines] = (await exported.text()).trim().split("\n");
+  const columns = "order_id,project_id,user_id,server_id,amount,status,payment_system,payment_id,created_at,completed_at,cancelled_at";
+  if (header !== columns) fail(`the orders' CSV export starts with ${header}`);
+  const cells = lines.map((line) => line.split(","));
+  const strays = cells.filter(([, project, user, , , status]) => project !== projectId || user !== userId || status !== "pending");
+  if (cells.length !== pageSize || strays.length > 0) {
+    fail(`the export of ${exportLink} has ${cells.length} rows, ${strays.length} of them not the filter's: ${strays.slice(0, 3).join(" | ")}`);
+  }
+  step(`CSV export of ${exportLink}: the header and ${cells.length} rows, each the user's, pending`);
 } catch (err) {
   failed = true;
   console.error(`panel: FAILED: ${err.message}`);

@@ -22,6 +22,10 @@
 //! A group's statements are bounded by the statement timeout on the server;
 //! a group as a whole is also bounded here ([`group_bound`]), so that a
 //! connection that went silent (a network cut) frees its runner in time.
+//!
+//! Readiness asks the session whether it can write (`WRITABLE`); a
+//! connection on which a write or that check was refused is closed rather
+//! than pooled again (see [`super::readiness`]).
 
 pub mod group;
 mod relay;
@@ -35,14 +39,17 @@ use entity::{
 use futures_util::FutureExt;
 use sea_orm::{
     ActiveEnum, DatabaseConnection,
-    sqlx::{self, PgPool, Row, postgres::PgRow},
+    sqlx::{self, PgPool, Postgres, Row, pool::PoolConnection, postgres::PgRow},
 };
 
 use self::group::Groups;
 use super::{
     AccountKey, CompleteError, CompletedOrder, Completion, GroupSizes, NewOrder, OrderInsert,
-    Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money, now,
-    relay::RelayStore, token_row_of,
+    Readiness, Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money,
+    now,
+    readiness::{READ_ONLY, WriteError, WriteHealth, close_idle},
+    relay::RelayStore,
+    token_row_of,
 };
 use crate::{
     config::PoolSettings,
@@ -249,6 +256,14 @@ const LOG_AUDIT: &str = r#"INSERT INTO "admin_audit_log" ("at", "administrator_i
     "object_id", "before", "after", "address")
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"#;
 
+/// Whether the session can write: not on a standby (in recovery), and not
+/// read-only (`default_transaction_read_only`, set for the server, the
+/// database or the role, is read when a session starts).
+const WRITABLE: &str = "SELECT pg_is_in_recovery() AS \"recovering\", current_setting('transaction_read_only') = 'on' AS \"read_only\"";
+
+/// The reason of a standby.
+const RECOVERING: &str = "database is in recovery (a standby)";
+
 /// When a token's value (`$3`, its hash) was last used.
 const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens"
 SET "last_used_at" = CASE WHEN "token_hash" = $3 THEN $1 ELSE "last_used_at" END,
@@ -273,6 +288,7 @@ type InsertOutcome = Result<OrderInsert, StoreError>;
 
 pub struct PostgresStore {
     pool: PgPool,
+    health: WriteHealth,
     token_reads: Arc<Groups<TokenRead, TokenOutcome>>,
     completions: Arc<Groups<Completion, CompleteOutcome>>,
     inserts: Arc<Groups<NewOrder, InsertOutcome>>,
@@ -338,6 +354,7 @@ impl PostgresStore {
         );
         PostgresStore {
             pool,
+            health: WriteHealth::default(),
             token_reads,
             completions,
             inserts,
@@ -377,14 +394,17 @@ impl Store for PostgresStore {
         completion: &'a Completion,
     ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>> {
         Box::pin(async move {
-            self.completions
+            let completed = self
+                .completions
                 .submit(completion.clone())
                 .await
                 .unwrap_or_else(|| {
                     Err(CompleteError::UpdateFailed(StoreError::Failed(
                         "completion panicked".into(),
                     )))
-                })
+                });
+            self.health.note(&completed);
+            completed
         })
     }
 
@@ -393,10 +413,13 @@ impl Store for PostgresStore {
         order: &'a NewOrder,
     ) -> StoreFuture<'a, Result<OrderInsert, StoreError>> {
         Box::pin(async move {
-            self.inserts
+            let inserted = self
+                .inserts
                 .submit(order.clone())
                 .await
-                .unwrap_or_else(|| Err(StoreError::Failed("order insert panicked".into())))
+                .unwrap_or_else(|| Err(StoreError::Failed("order insert panicked".into())));
+            self.health.note(&inserted);
+            inserted
         })
     }
 
@@ -407,15 +430,61 @@ impl Store for PostgresStore {
         at: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            sqlx::query(RECORD_TOKEN_USE)
-                .bind(at)
-                .bind(token_id)
-                .bind(token_hash)
-                .execute(&self.pool)
-                .await?;
-            Ok(())
+            let recorded = async {
+                let mut conn = self.pool.acquire().await?;
+                let recorded = sqlx::query(RECORD_TOKEN_USE)
+                    .bind(at)
+                    .bind(token_id)
+                    .bind(token_hash)
+                    .execute(&mut *conn)
+                    .await
+                    .map(drop)
+                    .map_err(StoreError::from);
+                close_if_refused(&mut conn, &recorded);
+                recorded
+            }
+            .await;
+            self.health.note(&recorded);
+            recorded
         })
     }
+
+    fn readiness(&self) -> StoreFuture<'_, Readiness> {
+        Box::pin(self.health.check(move |probe| async move {
+            let readiness = check_writable(&self.pool).await;
+            if readiness.is_ready() && !probe.was_ready {
+                close_idle(&self.pool);
+            }
+            readiness
+        }))
+    }
+}
+
+/// Closes `conn` instead of pooling it again when `outcome` says the
+/// database refused its write (see the module docs).
+fn close_if_refused<T, E: WriteError>(conn: &mut PoolConnection<Postgres>, outcome: &Result<T, E>) {
+    if outcome.as_ref().is_err_and(WriteError::refuses_writes) {
+        conn.close_on_drop();
+    }
+}
+
+/// [`WRITABLE`] on a pooled connection, closed when it cannot write.
+async fn check_writable(pool: &PgPool) -> Readiness {
+    let mut conn = match pool.acquire().await {
+        Ok(conn) => conn,
+        Err(err) => return Readiness::of_error(&err.into()),
+    };
+    let state = sqlx::query_as::<_, (bool, bool)>(WRITABLE)
+        .fetch_one(&mut *conn)
+        .await;
+    let readiness = match state {
+        Ok((false, false)) => return Readiness::Ready,
+        Ok((true, _)) => Readiness::NotReady(RECOVERING),
+        Ok((false, true)) => Readiness::NotReady(READ_ONLY),
+        Err(err) => return Readiness::of_error(&err.into()),
+    };
+    conn.close_on_drop();
+    readiness
 }
 
 /// Runs [`READ_TOKENS`] for `reads`: one outcome each, in their order.
@@ -491,11 +560,28 @@ async fn insert_orders(pool: &PgPool, orders: &[NewOrder]) -> Vec<InsertOutcome>
 /// on its own; only a group with an operator's order (rare) runs in a
 /// transaction, to write its audit row with it.
 async fn insert_firsts(pool: &PgPool, orders: &[NewOrder]) -> Vec<InsertOutcome> {
+    let mut conn = match pool.acquire().await {
+        Ok(conn) => conn,
+        Err(err) => return vec![Err(err.into()); orders.len()],
+    };
+    let outcomes = insert_firsts_on(&mut conn, orders).await;
+    // A failure is the whole statement's: the first one tells.
+    if let Some(failed) = outcomes.iter().find(|o| o.is_err()) {
+        close_if_refused(&mut conn, failed);
+    }
+    outcomes
+}
+
+/// [`insert_firsts`] on `conn`.
+async fn insert_firsts_on(
+    conn: &mut PoolConnection<Postgres>,
+    orders: &[NewOrder],
+) -> Vec<InsertOutcome> {
     if !orders.iter().any(|o| o.audit.is_some()) {
-        return insert_orders_on(pool, orders).await;
+        return insert_orders_on(&mut **conn, orders).await;
     }
     let audited = async {
-        let mut txn = pool.begin().await?;
+        let mut txn = sqlx::Connection::begin(&mut **conn).await?;
         let outcomes = insert_orders_on(&mut *txn, orders).await;
         let inserted = outcomes
             .iter()
@@ -695,11 +781,24 @@ async fn complete_in_one_transaction(
     pool: &PgPool,
     group: &[Completion],
 ) -> Result<Vec<CompleteOutcome>, CompleteError> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(|err| CompleteError::Unavailable(err.into()))?;
+    let outcomes = complete_on(&mut conn, group).await;
+    close_if_refused(&mut conn, &outcomes);
+    outcomes
+}
+
+/// [`complete_in_one_transaction`] on `conn`.
+async fn complete_on(
+    conn: &mut PoolConnection<Postgres>,
+    group: &[Completion],
+) -> Result<Vec<CompleteOutcome>, CompleteError> {
     // The guard of the status update relies on READ COMMITTED: a duplicate
     // that waited for another transaction's lock reads the order's new
     // status instead of failing to serialize.
-    let mut txn = pool
-        .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
+    let mut txn = sqlx::Connection::begin_with(&mut **conn, "BEGIN ISOLATION LEVEL READ COMMITTED")
         .await
         .map_err(|err| CompleteError::Unavailable(err.into()))?;
     let completed_at = now();

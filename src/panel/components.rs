@@ -1,0 +1,550 @@
+//! The markup pages share: the one format of a moment, badges, form fields
+//! with their errors next to them, selects, a list's filter bar, search
+//! box, export link and paging, detail tables, the sections that disable,
+//! enable or delete an object, the one-time reveal of a secret, and the
+//! tables of operation-log and admin-audit entries.
+
+use chrono::{DateTime, Utc};
+use entity::{
+    admin_audit_entry, balance::GENERAL_ACCOUNT, operation_log::BalanceType,
+    operation_log::LogKind, payment_order::OrderStatus, project, server,
+};
+use maud::{Markup, Render, html};
+use sea_orm::ActiveEnum;
+use serde_json::Value;
+
+use super::{
+    form::{FieldErrors, Params},
+    page,
+    session::SignedIn,
+};
+use crate::{
+    money::signed_cents,
+    service::{admin_audit, count, keyset::Listed, ledger::Entry},
+};
+
+/// The one format of a moment: `2026-11-25 21:07:45 UTC`.
+pub fn when(at: &DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+pub fn when_or(at: Option<&DateTime<Utc>>, none: &str) -> String {
+    at.map_or_else(|| none.to_owned(), when)
+}
+
+/// A small badge (a permission, a state).
+pub fn badge(text: &str, kind: &str) -> Markup {
+    html! { span class={ "badge " (kind) } { (text) } }
+}
+
+/// An active/disabled badge.
+pub fn state_badge(active: bool) -> Markup {
+    if active {
+        badge("active", "ok")
+    } else {
+        badge("disabled", "off")
+    }
+}
+
+/// An order's status as a badge: pending (warn), completed (ok), cancelled
+/// (off).
+pub fn status_badge(status: OrderStatus) -> Markup {
+    let kind = match status {
+        OrderStatus::Pending => "warn",
+        OrderStatus::Completed => "ok",
+        OrderStatus::Cancelled => "off",
+    };
+    badge(&status.to_value(), kind)
+}
+
+/// What kind of balance change an operation-log entry is.
+pub fn kind_label(kind: LogKind) -> &'static str {
+    match kind {
+        LogKind::OrderCredit => "order credit",
+        LogKind::BalanceSet => "balance set",
+    }
+}
+
+/// Where an order's page is.
+pub fn order_path(project_id: i64, order_id: &str) -> String {
+    format!("/orders/{project_id}/{order_id}")
+}
+
+/// The name of account `server_id` of a project with `servers`.
+pub fn account_name(server_id: i64, servers: &[server::Model]) -> String {
+    if server_id == GENERAL_ACCOUNT {
+        return "General account".to_owned();
+    }
+    match servers.iter().find(|s| s.id == server_id) {
+        Some(s) => format!("{} (server {})", s.name, s.id),
+        None => format!("Server {server_id}"),
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct FieldAttrs {
+    pub kind: &'static str,
+    pub required: bool,
+    pub placeholder: Option<&'static str>,
+    pub autocomplete: Option<&'static str>,
+}
+
+impl FieldAttrs {
+    pub const TEXT: FieldAttrs = FieldAttrs {
+        kind: "text",
+        required: true,
+        placeholder: None,
+        autocomplete: None,
+    };
+    pub const OPTIONAL: FieldAttrs = FieldAttrs {
+        required: false,
+        ..FieldAttrs::TEXT
+    };
+    /// A day (`YYYY-MM-DD`, see `form::parse_day`).
+    pub const DATE: FieldAttrs = FieldAttrs {
+        kind: "date",
+        ..FieldAttrs::OPTIONAL
+    };
+
+    /// A password field, its browser's `autocomplete` hint.
+    pub const fn password(autocomplete: &'static str) -> FieldAttrs {
+        FieldAttrs {
+            kind: "password",
+            autocomplete: Some(autocomplete),
+            ..FieldAttrs::TEXT
+        }
+    }
+
+    pub const fn placeholder(self, placeholder: &'static str) -> FieldAttrs {
+        FieldAttrs {
+            placeholder: Some(placeholder),
+            ..self
+        }
+    }
+}
+
+/// A labelled input with its value and error.
+pub fn text_field(
+    label: impl Render,
+    name: &str,
+    value: &str,
+    errors: &FieldErrors,
+    attrs: FieldAttrs,
+) -> Markup {
+    html! {
+        label.field {
+            span { (label) }
+            input type=(attrs.kind) name=(name) value=(value)
+                required[attrs.required] placeholder=[attrs.placeholder]
+                autocomplete=[attrs.autocomplete]
+                id=[errors.id(name)] aria-invalid=[errors.invalid(name)]
+                aria-describedby=[errors.described_by(name)];
+            (errors.show(name))
+        }
+    }
+}
+
+/// The first option of a select.
+#[derive(Debug, Clone, Copy)]
+pub enum Blank<'a> {
+    /// None: one of the choices is always chosen.
+    None,
+    /// Any value: a filter left blank.
+    Any(&'a str),
+    /// A choice the form requires, asked for until it is made.
+    Choose(&'a str),
+}
+
+/// A labelled select of `choices` (value, text), `selected` chosen, with
+/// its error.
+pub fn select_field(
+    (label, name): (&str, &str),
+    errors: &FieldErrors,
+    blank: Blank<'_>,
+    choices: impl IntoIterator<Item = (String, String)>,
+    selected: &str,
+) -> Markup {
+    let required = matches!(blank, Blank::Choose(_));
+    html! {
+        label.field {
+            span { (label) }
+            select name=(name) required[required] id=[errors.id(name)]
+                aria-invalid=[errors.invalid(name)] aria-describedby=[errors.described_by(name)] {
+                @match blank {
+                    Blank::None => {}
+                    Blank::Any(text) => option value="" { (text) },
+                    Blank::Choose(text) => option value="" disabled selected[selected.is_empty()] { (text) },
+                }
+                @for (value, text) in choices {
+                    option value=(value) selected[selected == value] { (text) }
+                }
+            }
+            (errors.show(name))
+        }
+    }
+}
+
+/// The project select of a filter or form (`project`).
+pub fn project_field(
+    projects: &[project::Model],
+    selected: &str,
+    blank: Blank<'_>,
+    errors: &FieldErrors,
+) -> Markup {
+    let choices = projects
+        .iter()
+        .map(|p| (p.id.to_string(), format!("{} ({})", p.name, p.id)));
+    select_field(("Project", "project"), errors, blank, choices, selected)
+}
+
+/// A list's filter form at `action`: its `fields`, the days `from` and
+/// `to` of `params`, and the buttons.
+pub fn filter_bar(action: &str, params: &Params, errors: &FieldErrors, fields: Markup) -> Markup {
+    html! {
+        form.filters method="get" action=(action) {
+            (fields)
+            (text_field("From (UTC day)", "from", params.get("from"), errors, FieldAttrs::DATE))
+            (text_field("To (UTC day, included)", "to", params.get("to"), errors, FieldAttrs::DATE))
+            div.actions {
+                button type="submit" { "Filter" }
+                a.button.secondary href=(action) { "Clear" }
+            }
+        }
+    }
+}
+
+/// The search box of the list at `action`: its text `q` (the query
+/// parameter `q`), and a way back to the whole list.
+pub fn search_form(action: &str, label: &str, placeholder: &str, q: &str) -> Markup {
+    html! {
+        form.filters method="get" action=(action) {
+            label.field {
+                span { (label) }
+                input type="search" name="q" value=(q) placeholder=(placeholder);
+            }
+            button type="submit" { "Search" }
+            @if !q.is_empty() {
+                a.button.secondary href=(action) { "Clear" }
+            }
+        }
+    }
+}
+
+/// The link to the CSV export at `path` of what the `filters` of `params`
+/// keep.
+pub fn export_link(path: &str, params: &Params, filters: &[&str]) -> Markup {
+    html! {
+        div.actions {
+            a.button.secondary href={ (path) (params.query(filters)) } download { "Export CSV" }
+        }
+    }
+}
+
+/// How many entries a page of `size` shows: their number when it is the
+/// only page, else how the pages go.
+pub fn entries_count<T>(params: &Params, listed: &Listed<T>, size: u64) -> Markup {
+    html! {
+        p.muted {
+            @if listed.older.is_none() && params.get("before").is_empty() {
+                (count(listed.rows.len() as u64, "entry", "entries")) "."
+            } @else {
+                "Newest first, " (size) " entries a page."
+            }
+        }
+    }
+}
+
+/// The links under a list of `path`: back to the newest page from an older
+/// one, and on to the `older` page when there is one; both keep the
+/// filters `keep` of `params`.
+pub fn paging(path: &str, params: &Params, keep: &[&str], older: Option<i64>) -> Markup {
+    let filters = params.query(keep);
+    let paged = !params.get("before").is_empty();
+    let older = older.map(|before| {
+        let and = if filters.is_empty() { '?' } else { '&' };
+        format!("{path}{filters}{and}before={before}")
+    });
+    html! {
+        @if paged || older.is_some() {
+            nav.paging {
+                @if paged { a href={ (path) (filters) } { "← newest" } }
+                @if let Some(href) = older { a href=(href) { "older →" } }
+            }
+        }
+    }
+}
+
+/// An object's details, a row per (label, value).
+pub fn details(rows: &[(&str, Markup)]) -> Markup {
+    html! {
+        div.table-wrap { table { tbody {
+            @for (label, value) in rows { tr { th { (label) } td { (value) } } }
+        } } }
+    }
+}
+
+/// The section of an object's page that disables it while it is active,
+/// saying what `disabling` does and asking `confirm` first, or enables it,
+/// saying what `enabling` does; its form posts `active` to `action`.
+pub fn toggle_section(
+    admin: &SignedIn,
+    (action, what): (&str, &str),
+    active: bool,
+    (disabling, enabling): (&str, &str),
+    confirm: &str,
+) -> Markup {
+    html! {
+        section {
+            @if active {
+                h2 { "Disable" }
+                p { (disabling) }
+                form method="post" action=(action) data-confirm=(confirm) {
+                    (page::csrf(admin))
+                    input type="hidden" name="active" value="false";
+                    button.danger type="submit" { "Disable " (what) }
+                }
+            } @else {
+                h2 { "Enable" }
+                p { (enabling) }
+                form method="post" action=(action) {
+                    (page::csrf(admin))
+                    input type="hidden" name="active" value="true";
+                    button type="submit" { "Enable " (what) }
+                }
+            }
+        }
+    }
+}
+
+/// The section that deletes `what`, named `name`, once the name is typed
+/// (`confirm_name`, sent back as `typed` with its error); `warning` says
+/// what deleting does.
+pub fn delete_section(
+    admin: &SignedIn,
+    (action, what, name): (&str, &str, &str),
+    warning: &str,
+    typed: &str,
+    errors: &FieldErrors,
+) -> Markup {
+    let label = html! { "Type the " (what) "'s name, " code { (name) } ", to confirm" };
+    html! {
+        section {
+            h2 { "Delete" }
+            p { (warning) }
+            form method="post" action=(action) {
+                (page::csrf(admin))
+                (text_field(label, "confirm_name", typed, errors, FieldAttrs { autocomplete: Some("off"), ..FieldAttrs::TEXT }))
+                button.danger type="submit" { "Delete " (what) }
+            }
+        }
+    }
+}
+
+/// A secret shown this once (`id`, with a copy button), the page's address
+/// put in the browser's history as `address` so that a reload does not
+/// send the form again; `warning` says what to do with it.
+pub fn reveal(address: &str, (title, id, secret): (Markup, &str, &str), warning: Markup) -> Markup {
+    html! {
+        section.reveal data-address=(address) {
+            h2 { (title) }
+            p.secret id=(id) { (secret) }
+            div.actions {
+                button.secondary type="button" data-copy=(id) { "Copy" }
+            }
+            p.warning { (warning) }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Entries of the operation log and of the admin audit log.
+
+/// Operation-log entries as a table (a user's history, an order's credit).
+pub fn operations_table(entries: &[Entry], project_id: i64, servers: &[server::Model]) -> Markup {
+    html! {
+        div.table-wrap { table {
+            thead { tr {
+                th { "When" } th { "Kind" } th { "Account" } th { "Balance" }
+                th.num { "Change" } th.num { "Before" } th.num { "After" } th { "Order" }
+            } }
+            tbody {
+                @for e in entries {
+                    tr {
+                        td { (when(&e.created_at)) }
+                        td { (kind_label(e.kind)) }
+                        td { (account_name(e.server_id, servers)) }
+                        td { (match e.balance_type { BalanceType::Main => "main", BalanceType::Bonus => "bonus" }) }
+                        td.num { (signed_cents(e.amount_cents)) }
+                        td.num { (e.balance_before) }
+                        td.num { (e.balance_after) }
+                        td {
+                            @if let Some(order_id) = &e.order_id {
+                                a href=(order_path(project_id, order_id)) { (order_id) }
+                            }
+                        }
+                    }
+                }
+                @if entries.is_empty() { tr { td colspan="8" .muted { "No operation yet." } } }
+            }
+        } }
+    }
+}
+
+/// The project id in an entry's `after` or `before` JSON.
+fn project_of(entry: &admin_audit_entry::Model) -> Option<i64> {
+    [&entry.after, &entry.before]
+        .into_iter()
+        .flatten()
+        .filter_map(|json| serde_json::from_str::<Value>(json).ok())
+        .find_map(|value| value.get("project_id").and_then(Value::as_i64))
+}
+
+/// The page of an entry's object, when it has one.
+fn object_href(entry: &admin_audit_entry::Model) -> Option<String> {
+    let id = entry.object_id.as_str();
+    let number = || id.parse::<i64>().ok().filter(|n| *n > 0);
+    match entry.object_kind.as_str() {
+        "project" => number().map(|n| format!("/projects/{n}")),
+        "token" => number().map(|n| format!("/tokens/{n}")),
+        "user" => number().map(|n| format!("/users/{n}")),
+        // A balance's id is `user:server`; its user's page shows it.
+        "balance" => id
+            .split_once(':')
+            .and_then(|(user, _)| user.parse::<i64>().ok())
+            .map(|user| format!("/users/{user}")),
+        "order" => {
+            let plain =
+                !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b':');
+            let project = project_of(entry)?;
+            plain.then(|| order_path(project, id))
+        }
+        _ => None,
+    }
+}
+
+/// An entry's object: its kind and id, linked to its page when it has one.
+pub fn object_cell(entry: &admin_audit_entry::Model) -> Markup {
+    html! {
+        span.muted { (entry.object_kind) " " }
+        @match object_href(entry) {
+            Some(href) => a href=(href) { (entry.object_id) },
+            None => (entry.object_id),
+        }
+    }
+}
+
+/// Who made a change: an administrator's name, or the command line.
+pub fn actor_cell(entry: &admin_audit_entry::Model) -> Markup {
+    html! {
+        @if entry.administrator_id.is_none() && entry.actor == admin_audit::COMMAND_LINE {
+            span.muted { (entry.actor) }
+        } @else {
+            (entry.actor)
+        }
+    }
+}
+
+/// Stored JSON, indented; as stored when it is not JSON.
+fn json_cell(json: Option<&str>) -> Markup {
+    html! {
+        @if let Some(json) = json {
+            @let text = serde_json::from_str::<Value>(json)
+                .ok()
+                .and_then(|value| serde_json::to_string_pretty(&value).ok())
+                .unwrap_or_else(|| json.to_owned());
+            pre { (text) }
+        } @else {
+            span.muted { "—" }
+        }
+    }
+}
+
+/// Which entries an [`audit_table`] lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// Of any object: each row names its object, linked to its page.
+    AnyObject,
+    /// Of the one object whose page shows the table.
+    OneObject,
+}
+
+/// Admin-audit entries as a table: when, who, from which address, the
+/// action, the object (unless the table is one object's) and its state
+/// before and after; `empty` in the one row when there is no entry.
+pub fn audit_table(entries: &[admin_audit_entry::Model], listing: Listing, empty: &str) -> Markup {
+    let objects = listing == Listing::AnyObject;
+    let columns = if objects { 7 } else { 6 };
+    html! {
+        div.table-wrap { table {
+            thead { tr {
+                th { "When" } th { "Who" } th { "From" } th { "Action" }
+                @if objects { th { "Object" } }
+                th { "Before" } th { "After" }
+            } }
+            tbody {
+                @for entry in entries {
+                    tr {
+                        td.when { (when(&entry.at)) }
+                        td { (actor_cell(entry)) }
+                        td { (entry.address.as_deref().unwrap_or("—")) }
+                        td { code { (entry.action) } }
+                        @if objects { td { (object_cell(entry)) } }
+                        td.json { (json_cell(entry.before.as_deref())) }
+                        td.json { (json_cell(entry.after.as_deref())) }
+                    }
+                }
+                @if entries.is_empty() {
+                    tr { td colspan=(columns) .muted { (empty) } }
+                }
+            }
+        } }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(kind: &str, id: &str, after: Option<&str>) -> admin_audit_entry::Model {
+        admin_audit_entry::Model {
+            id: 1,
+            at: chrono::Utc::now(),
+            administrator_id: None,
+            actor: admin_audit::COMMAND_LINE.to_owned(),
+            action: format!("{kind}.create"),
+            object_kind: kind.to_owned(),
+            object_id: id.to_owned(),
+            before: None,
+            after: after.map(str::to_owned),
+            address: None,
+        }
+    }
+
+    #[test]
+    fn objects_link_to_their_pages() {
+        assert_eq!(
+            object_href(&entry("token", "7", None)).as_deref(),
+            Some("/tokens/7")
+        );
+        assert_eq!(
+            object_href(&entry("project", "2", None)).as_deref(),
+            Some("/projects/2")
+        );
+        assert_eq!(object_href(&entry("user", "x", None)), None);
+        assert_eq!(
+            object_href(&entry("balance", "5:0", None)).as_deref(),
+            Some("/users/5")
+        );
+        assert_eq!(
+            object_href(&entry(
+                "order",
+                "Order:Ab12Cd34",
+                Some(r#"{"project_id":3}"#)
+            ))
+            .as_deref(),
+            Some("/orders/3/Order:Ab12Cd34")
+        );
+        assert_eq!(object_href(&entry("order", "Order:Ab12Cd34", None)), None);
+        assert_eq!(object_href(&entry("server", "4", None)), None);
+    }
+}
