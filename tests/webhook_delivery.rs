@@ -370,7 +370,7 @@ async fn a_delivery_arrives_signed_with_its_id_and_exact_body(backend: Backend) 
     assert_eq!(attempt.next_attempt_at, None);
     let metrics = app
         .client
-        .get(app.url("/metrics"))
+        .get(format!("{}/metrics", app.metrics_base.as_deref().unwrap()))
         .send()
         .await
         .unwrap()
