@@ -630,6 +630,46 @@ mod tests {
     }
 
     #[test]
+    fn webhook_settings_are_read_and_checked() {
+        let resolve = |toml_text: &str| Settings::resolve(file(toml_text), SettingsArgs::default());
+        let defaults = resolve("").unwrap().webhooks;
+        assert_eq!(defaults.retry_schedule.len(), 9, "ten attempts in all");
+        assert_eq!(defaults.lease, Duration::from_secs(60));
+        assert!(!defaults.https_only && defaults.allow_networks.is_empty());
+        let set = resolve(
+            "webhook_allow_networks = [\"127.0.0.0/8\", \"10.1.2.3\", \"fd00::/8\"]\n\
+             webhook_retry_schedule = [\"1s\", \"2m\"]\nwebhook_disable_after = \"2days\"\n\
+             webhook_https_only = true\nwebhook_relay_concurrency = 0\n",
+        )
+        .unwrap()
+        .webhooks;
+        assert_eq!(set.allow_networks.len(), 3);
+        assert_eq!(set.allow_networks[1].to_string(), "10.1.2.3/32");
+        assert_eq!(
+            set.retry_schedule,
+            [Duration::from_secs(1), Duration::from_secs(120)]
+        );
+        assert_eq!(set.disable_after, Duration::from_secs(2 * 86_400));
+        assert!(set.https_only);
+        assert_eq!(set.relay_concurrency, 0);
+        for (text, error) in [
+            (
+                "webhook_lease_ms = 20000",
+                "webhook_lease_ms must be at least 30000",
+            ),
+            (
+                "webhook_allow_networks = [\"intranet\"]",
+                "is not a network",
+            ),
+            ("webhook_retry_schedule = [\"soon\"]", "is not a duration"),
+            ("webhook_endpoint_concurrency = 0", "must be at least 1"),
+        ] {
+            let err = resolve(text).unwrap_err().to_string();
+            assert!(err.contains(error), "{text}: {err}");
+        }
+    }
+
+    #[test]
     fn the_panel_leaves_loopback_only_with_secure_cookies() {
         let resolve = |toml_text: &str| Settings::resolve(file(toml_text), SettingsArgs::default());
         let default = resolve("").unwrap();

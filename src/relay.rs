@@ -396,7 +396,10 @@ impl Relay {
         let mut read = Vec::new();
         while read.len() < MAX_ANSWER_BYTES {
             match response.chunk().await {
-                Ok(Some(chunk)) => read.extend_from_slice(&chunk),
+                Ok(Some(chunk)) => {
+                    let room = MAX_ANSWER_BYTES - read.len();
+                    read.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
                 Ok(None) => break,
                 // A status came: it is the outcome, whatever the body did.
                 Err(_) => break,

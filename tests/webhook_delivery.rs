@@ -62,6 +62,7 @@ on_every_backend!(
         an_order_created_and_completed_through_the_api_reaches_its_endpoint,
         test_rotate_resend_and_replay_only_enqueue_and_the_relay_sends,
         the_commands_enqueue_rotate_and_refuse_in_one_line,
+        a_served_relay_logs_no_secret_or_signature_even_at_trace,
     ],
 );
 
@@ -369,7 +370,7 @@ async fn a_delivery_arrives_signed_with_its_id_and_exact_body(backend: Backend) 
     assert_eq!(attempt.next_attempt_at, None);
     let metrics = app
         .client
-        .get(app.url("/metrics"))
+        .get(format!("{}/metrics", app.metrics_base.as_deref().unwrap()))
         .send()
         .await
         .unwrap()
@@ -1079,6 +1080,35 @@ async fn the_commands_enqueue_rotate_and_refuse_in_one_line(backend: Backend) {
         2,
         "the refusals queued nothing"
     );
+}
+
+async fn a_served_relay_logs_no_secret_or_signature_even_at_trace(backend: Backend) {
+    let app = app_without_relay(backend).await;
+    let receiver = Receiver::start(|_| status(200)).await;
+    let endpoint = endpoint(&app, &receiver.url("/")).await;
+    let (id, _, _) = event(&app, endpoint, 0, Utc::now()).await;
+    let mut server = common::ServerProcess::start(
+        &app.database.url,
+        &[
+            ("MASTERPAY_LOG", "trace"),
+            ("MASTERPAY_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8"),
+            ("MASTERPAY_WEBHOOK_POLL_INTERVAL_MS", "50"),
+        ],
+    )
+    .await;
+    settled(&app, id, DeliveryStatus::Succeeded).await;
+    assert_eq!(server.terminate().code(), Some(0));
+    let log = server.log();
+    assert!(
+        log.contains("webhook attempt"),
+        "attempts are logged at debug"
+    );
+    let hits = receiver.hits();
+    let signature = hits[0].headers["webhook-signature"].clone();
+    let key = SECRET.trim_start_matches("whsec_");
+    for secret in [SECRET, key, signature.as_str(), &signature[3..]] {
+        assert!(!log.contains(secret), "{secret} is in the log");
+    }
 }
 
 /// A resolver whose answer the test changes.

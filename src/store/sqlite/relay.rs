@@ -1,7 +1,10 @@
 //! The relay's statements on SQLite (see `store::relay`): each claim and
 //! each recording is one `BEGIN IMMEDIATE` transaction on the store's write
 //! connection, after this process's other writes; the write lock keeps
-//! other processes out meanwhile. Lists of ids are bound as JSON arrays.
+//! other processes out meanwhile. A claim first asks a read-only connection
+//! whether anything is due, so that a relay with nothing to send (most
+//! polls) never queues for the writer in front of the request path. Lists of
+//! ids are bound as JSON arrays.
 
 use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
@@ -21,6 +24,12 @@ WHERE "status" = 'pending' AND "next_attempt_at" <= ?1
     AND ("leased_until" IS NULL OR "leased_until" < ?1)
     AND "endpoint_id" NOT IN (SELECT "value" FROM json_each(?2))
 ORDER BY "next_attempt_at" LIMIT ?3"#;
+
+/// Whether any pending delivery is due and free at `?1`.
+const ANY_DUE: &str = r#"SELECT 1 FROM "webhook_deliveries"
+WHERE "status" = 'pending' AND "next_attempt_at" <= ?1
+    AND ("leased_until" IS NULL OR "leased_until" < ?1)
+LIMIT 1"#;
 
 /// The lease of the chosen deliveries (JSON) until `?2` by `?3`.
 const LEASE: &str = r#"UPDATE "webhook_deliveries" SET "leased_until" = ?2, "lease_owner" = ?3
@@ -78,6 +87,18 @@ fn json_ids(ids: &[i64]) -> String {
 
 impl RelayStore for SqliteStore {
     fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, Result<Claimed, StoreError>> {
+        let at = now();
+        let due = self.readers.with_connection(|conn| {
+            conn.prepare_cached(ANY_DUE)?
+                .query_row(params![stored_time(at)], |_| Ok(()))
+                .optional()
+        });
+        if let Ok(None) = due {
+            return Box::pin(std::future::ready(Ok(Claimed {
+                now: at,
+                deliveries: Vec::new(),
+            })));
+        }
         let claim = claim.clone();
         Box::pin(self.write(move |conn| claim_now(conn, &claim).map_err(|err| classify(&err))))
     }
