@@ -17,11 +17,16 @@ After each round: every acknowledged creation and completion is in the
 database, no order was made twice or credited twice, balances equal the
 credits, `masterpay audit` is clean, every answer was a JSON error or success
 within the service's 2.5 s bound, and both instances served writes again by
-themselves. Prints the figures and `N passed, M failed`; exits 1 on a failure.
+themselves. An event endpoint of the project, a receiver of this script's own,
+takes every event type: after the rounds every committed event has reached it at
+least once (by its `webhook-id`), and every completed order has one
+`order.completed` event. Prints the figures and `N passed, M failed`; exits 1 on
+a failure.
 """
 
 import argparse
 import http.client
+import http.server
 import json
 import random
 import subprocess
@@ -46,6 +51,25 @@ WARM_UP_WRITES = 20
 # How long traffic goes on after both instances wrote again.
 AFTER_RECOVERY_S = 3
 RECOVERY_BOUND_S = 120
+# An event whose send was cut by the outage is sent again when its lease
+# (30 s here) runs out.
+EVENTS_BOUND_S = 180
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    """The integrators' endpoint: keeps each delivery's webhook-id."""
+    ids = Counter()
+    lock = threading.Lock()
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with Receiver.lock:
+            Receiver.ids[self.headers.get("webhook-id", "")] += 1
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
 
 
 class Results:
@@ -329,6 +353,21 @@ def verify(args, results, checks):
     off = [u for u in set(expected) | set(balances) if balances.get(u, 0) != expected[u]]
     checks.check(not off, f"every balance equals the credits acknowledged ({sum(expected.values())} cents)"
                  + (f"; users {off}" if off else ""))
+    events = psql(args, f"select webhook_id, event_type from webhook_events where project_id = {args.project}")
+    completed_events = Counter(
+        o for (o,) in psql(args, f"select order_id from webhook_events "
+                                 f"where project_id = {args.project} and event_type = 'order.completed'"))
+    once = [o for o, (_, _, status) in orders.items()
+            if status == "completed" and completed_events[o] != 1]
+    checks.check(not once, f"every completed order has one order.completed event ({len(events)} events in all)"
+                 + (f"; {once[:5]}" if once else ""))
+    began = time.monotonic()
+    wait_until(lambda: all(Receiver.ids[i] for i, _ in events), EVENTS_BOUND_S)
+    unsent = [i for i, _ in events if not Receiver.ids[i]]
+    checks.check(not unsent, f"every committed event reached the endpoint at least once "
+                 f"({sum(Receiver.ids.values())} deliveries of {len(events)} events; "
+                 f"the last within {time.monotonic() - began:.1f} s of the check)"
+                 + (f"; not received {unsent[:5]}" if unsent else ""))
     audit = subprocess.run([args.masterpay, "--database-url", args.database_url, "audit", "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     checks.check(audit.returncode == 0, f"masterpay audit is clean: {audit.stdout.strip()[:300]}")
@@ -348,6 +387,13 @@ def main():
     args = parser.parse_args()
     with open(args.token_file) as f:
         token = f.read().strip()
+
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    subprocess.run([args.masterpay, "--database-url", args.database_url, "webhook", "endpoint", "create",
+                    "--project", str(args.project),
+                    "--url", f"http://127.0.0.1:{receiver.server_address[1]}/events"],
+                   check=True, stdout=subprocess.DEVNULL)
 
     results = Results()
     args.pids = dict(i.split("=") for i in args.instance)

@@ -4078,12 +4078,17 @@ async fn a_page_that_is_not_a_row_id_is_a_bad_request(panel: Panel) {
 
 /// The peak resident memory of process `pid` so far, in KiB.
 fn peak_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:")
+}
+
+/// A figure of `/proc/PID/status`, in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM")
+        .expect(field)
 }
 
 /// The orders export holds every order its filters keep (100,000 here),
@@ -4091,7 +4096,11 @@ fn peak_rss_kib(pid: u32) -> u64 {
 /// page at a time: the server's peak memory stays under 64 MiB. The server
 /// measured is the real binary (`masterpay serve` on the test's database,
 /// as tests/cli.rs runs it), alone in its process: this test process's own
-/// peak would count the inserts and the tests running beside it.
+/// peak would count the inserts and the tests running beside it. What is
+/// bounded is the peak less the pages mapped from files: those are mostly
+/// the debug binary's own code (about 35 MiB of it, several times a release
+/// build's), not memory the export takes; of the rest, 12 to 25 MiB were
+/// seen while streaming, and 48 MiB is allowed.
 async fn the_orders_export_streams_every_filtered_order_in_bounded_memory(panel: Panel) {
     use entity::payment_order::OrderStatus;
     let app = &panel.app;
@@ -4158,7 +4167,10 @@ async fn the_orders_export_streams_every_filtered_order_in_bounded_memory(panel:
     let before = peak_rss_kib(server.id());
     let csv = browser.get(&export).await;
     let peak = peak_rss_kib(server.id());
-    eprintln!("peak RSS of the server: {before} KiB before the export, {peak} KiB after");
+    let code = status_kib(server.id(), "RssFile:");
+    eprintln!(
+        "peak RSS of the server: {before} KiB before the export, {peak} KiB after, {code} KiB of it files"
+    );
     let _ = server.kill();
     let _ = server.wait();
 
@@ -4196,8 +4208,8 @@ async fn the_orders_export_streams_every_filtered_order_in_bounded_memory(panel:
         .unwrap();
     assert_eq!(&marked[7], format!("'{formula}"));
     assert!(
-        peak < 64 * 1024,
-        "the server's peak RSS while exporting: {peak} KiB"
+        peak - code < 48 * 1024,
+        "the server's peak RSS while exporting: {peak} KiB, {code} KiB of it files"
     );
 }
 
