@@ -44,7 +44,12 @@ where
     F: FnOnce(TestApp) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let app = TestApp::spawn_with(backend, |s| s.webhook_retention_days = 3650).await;
+    // No relay: a send would add attempts to the deliveries counted here.
+    let app = TestApp::spawn_with(backend, |s| {
+        s.webhook_retention_days = 3650;
+        s.webhooks.relay_concurrency = 0;
+    })
+    .await;
     test(app).await
 }
 
@@ -261,9 +266,13 @@ async fn serve_runs_retention_once_at_start(app: TestApp) {
     let pending = event_aged(&app, to, 20, Some(DeliveryStatus::Pending), 1).await;
     let recent = event_aged(&app, to, 10, Some(DeliveryStatus::Succeeded), 1).await;
     assert_eq!(counts(&app).await, (4, 3, 3));
+    // Its relay is off: a send to the pending delivery would add an attempt.
     let mut server = ServerProcess::start(
         &app.database.url,
-        &[("MASTERPAY_WEBHOOK_RETENTION_DAYS", "14")],
+        &[
+            ("MASTERPAY_WEBHOOK_RETENTION_DAYS", "14"),
+            ("MASTERPAY_WEBHOOK_RELAY_CONCURRENCY", "0"),
+        ],
     )
     .await;
     // Polled, bounded: the run at start deletes the failed delivery of 20
