@@ -654,7 +654,7 @@ try {
   const secret = (await mainText()).match(/whsec_[A-Za-z0-9+/=]{40,}/)?.[0];
   if (!secret) fail("the endpoint's secret is not shown after its creation");
   await shot("webhook-created");
-  const endpointId = (await page.locator('main a[href^="/webhooks/"]').first().getAttribute("href")).split("/")[2];
+  const endpointId = idFrom(/^\/webhooks\/(\d+)$/, "the new endpoint's page");
   await visit(`/webhooks/${endpointId}`, "webhook");
   if ((await mainText()).includes(secret)) fail("the endpoint's page shows its secret again");
   step(`endpoint ${endpointId} made; its secret shown once`);
