@@ -35,6 +35,7 @@ on_every_backend!(
     webhook_endpoint_bad_input_is_one_line_error_and_changes_nothing,
     orders_written_with_the_command_line_while_the_api_writes_all_hold,
     audit_reports_an_order_without_the_event_its_endpoint_was_to_receive,
+    webhook_events_are_listed_by_order_and_shown_with_their_deliveries,
 );
 
 fn masterpay(url: &str, args: &[&str]) -> Output {
@@ -2155,4 +2156,127 @@ async fn audit_reports_an_order_without_the_event_its_endpoint_was_to_receive(ap
         stderr.contains("webhook_retention_days must be at least 14"),
         "{stderr}"
     );
+}
+
+/// `webhook event list` pages a project's events newest first and finds an
+/// order's; `webhook event show` prints the exact body sent and each
+/// delivery by endpoint; an unknown event is a one-line error.
+async fn webhook_events_are_listed_by_order_and_shown_with_their_deliveries(app: TestApp) {
+    let url = app.database.url.clone();
+    let url = url.as_str();
+    let project = app.project_id.to_string();
+    let endpoint = json(
+        url,
+        &[
+            "webhook",
+            "endpoint",
+            "create",
+            "--project",
+            &project,
+            "--url",
+            "https://hooks.example.com/in",
+        ],
+    )["id"]
+        .clone();
+    let user = app.user("alice@example.com").await.to_string();
+    let order = |amount: &str| {
+        json(
+            url,
+            &[
+                "order",
+                "create",
+                "--project",
+                &project,
+                "--user",
+                &user,
+                "--amount",
+                amount,
+                "--payment-system",
+                "cstm:paygate",
+            ],
+        )["order_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let first = order("1.00");
+    let second = order("2.00");
+    json(url, &["order", "complete", &first]);
+
+    let all = json(url, &["webhook", "event", "list", "--project", &project]);
+    let events = all["events"].as_array().unwrap();
+    let listed: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap(), e["order_id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("order.completed", first.as_str()),
+            ("order.created", second.as_str()),
+            ("order.created", first.as_str())
+        ]
+    );
+    assert_eq!(all["older"], Value::Null);
+    let of_first = json(
+        url,
+        &[
+            "webhook",
+            "event",
+            "list",
+            "--project",
+            &project,
+            "--order",
+            &first,
+        ],
+    );
+    assert_eq!(of_first["events"].as_array().unwrap().len(), 2);
+    let newest = json(
+        url,
+        &[
+            "webhook",
+            "event",
+            "list",
+            "--project",
+            &project,
+            "--limit",
+            "1",
+        ],
+    );
+    assert_eq!(newest["events"].as_array().unwrap().len(), 1);
+    let before = newest["older"].as_i64().expect("an older page").to_string();
+    let older = json(
+        url,
+        &[
+            "webhook",
+            "event",
+            "list",
+            "--project",
+            &project,
+            "--before",
+            &before,
+        ],
+    );
+    assert_eq!(older["events"].as_array().unwrap().len(), 2);
+
+    let id = events[0]["id"].as_i64().unwrap().to_string();
+    let shown = json(url, &["webhook", "event", "show", &id]);
+    let body: Value = serde_json::from_str(shown["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["type"], "order.completed");
+    assert_eq!(body["data"]["order_id"], first.as_str());
+    let deliveries = shown["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), 1, "{shown}");
+    assert_eq!(deliveries[0]["endpoint_id"], endpoint);
+    let text = masterpay(url, &["webhook", "event", "show", &id]);
+    assert!(text.status.success());
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains(events[0]["webhook_id"].as_str().unwrap()),
+        "{text}"
+    );
+
+    let missing = masterpay(url, &["webhook", "event", "show", "999999"]);
+    assert!(!missing.status.success());
+    let error = String::from_utf8(missing.stderr).unwrap();
+    assert_eq!(error.lines().count(), 1, "{error}");
 }

@@ -1,15 +1,16 @@
 //! `masterpay webhook endpoint create|list|show|update|enable|disable|delete|
-//! test|rotate-secret` and `masterpay webhook resend|replay`.
+//! test|rotate-secret`, `masterpay webhook event list|show` and
+//! `masterpay webhook resend|replay`.
 //!
 //! `create` and `rotate-secret` print the endpoint's signing secret once;
 //! nothing shows it again (it is stored sealed when `webhook_secret_key` is
 //! configured). `test`, `resend` and `replay` only record what to send: the
 //! relay of a running `serve` sends it.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use clap::Subcommand;
-use entity::webhook_endpoint;
-use sea_orm::DatabaseConnection;
+use entity::{webhook_endpoint, webhook_event};
+use sea_orm::{ActiveEnum, DatabaseConnection};
 use serde_json::{Value, json};
 
 use super::{CliResult, Output};
@@ -17,8 +18,8 @@ use crate::{
     config::Settings,
     events::{self, EventType},
     service::{
-        admin_audit::Actor, webhook_destination::Destinations, webhook_endpoints as endpoints,
-        webhook_redelivery as redelivery,
+        admin_audit::Actor, keyset::Keyset, webhook_destination::Destinations,
+        webhook_endpoints as endpoints, webhook_events, webhook_redelivery as redelivery,
     },
 };
 
@@ -27,6 +28,9 @@ pub enum WebhookCommand {
     /// Manage the endpoints events are sent to.
     #[command(subcommand)]
     Endpoint(EndpointCommand),
+    /// Read the recorded events and what became of their deliveries.
+    #[command(subcommand)]
+    Event(EventCommand),
     /// Send an event again, with its webhook-id and body (to every enabled
     /// endpoint it went to, or to --endpoint).
     Resend {
@@ -46,6 +50,25 @@ pub enum WebhookCommand {
         #[arg(long, value_parser = parse_time)]
         until: Option<DateTime<Utc>>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EventCommand {
+    /// The events of a project, newest first.
+    List {
+        #[arg(long)]
+        project: i64,
+        /// Only the events about this order.
+        #[arg(long)]
+        order: Option<String>,
+        /// Older than this event id (the `older` of the previous page).
+        #[arg(long)]
+        before: Option<i64>,
+        #[arg(long, default_value_t = 50)]
+        limit: u64,
+    },
+    /// An event, its body, and each delivery with its attempts.
+    Show { id: i64 },
 }
 
 fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
@@ -169,6 +192,7 @@ pub async fn run(
     let actor = &Actor::CommandLine;
     let cmd = match cmd {
         WebhookCommand::Endpoint(cmd) => cmd,
+        WebhookCommand::Event(cmd) => return run_event(cmd, db, out).await,
         WebhookCommand::Resend { event_id, endpoint } => {
             let endpoints = redelivery::resend(db, actor, event_id, endpoint).await?;
             out.emit(
@@ -308,4 +332,111 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+async fn run_event(cmd: EventCommand, db: &DatabaseConnection, out: Output) -> CliResult {
+    match cmd {
+        EventCommand::List {
+            project,
+            order,
+            before,
+            limit,
+        } => {
+            let filter = webhook_events::EventFilter {
+                order_id: order,
+                ..Default::default()
+            };
+            let page = Keyset {
+                before,
+                size: limit.clamp(1, 1000),
+            };
+            let listed = webhook_events::page(db, project, &filter, page).await?;
+            let events: Vec<Value> = listed.rows.iter().map(event_json).collect();
+            out.emit(json!({"events": events, "older": listed.older}), || {
+                let mut lines: Vec<String> = listed
+                    .rows
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{}\t{}\t{}\t{}\t{}",
+                            e.id,
+                            events::type_name(e.event_type),
+                            e.order_id.as_deref().unwrap_or("-"),
+                            e.webhook_id,
+                            e.created_at.to_rfc3339_opts(SecondsFormat::Secs, true)
+                        )
+                    })
+                    .collect();
+                if let Some(older) = listed.older {
+                    lines.push(format!("(older: --before {older})"));
+                }
+                lines.join("\n")
+            });
+        }
+        EventCommand::Show { id } => {
+            let (event, deliveries) = webhook_events::get(db, id).await?;
+            let deliveries: Vec<Value> = deliveries
+                .iter()
+                .map(|d| {
+                    json!({
+                        "id": d.delivery.id,
+                        "endpoint_id": d.delivery.endpoint_id,
+                        "status": d.delivery.status.to_value(),
+                        "attempts": d.attempts.iter().map(|a| json!({
+                            "at": a.attempted_at,
+                            "duration_ms": a.duration_ms,
+                            "response_status": a.response_status,
+                            "outcome": a.outcome.to_value(),
+                            "response_excerpt": a.response_excerpt,
+                            "next_attempt_at": a.next_attempt_at,
+                        })).collect::<Vec<_>>(),
+                        "next_attempt_at": d.delivery.next_attempt_at,
+                    })
+                })
+                .collect();
+            let mut answer = event_json(&event);
+            answer["body"] = event.payload.clone().into();
+            answer["deliveries"] = deliveries.clone().into();
+            out.emit(answer, || {
+                let mut text = format!(
+                    "event {} ({}, {})\n{}",
+                    event.id,
+                    events::type_name(event.event_type),
+                    event.webhook_id,
+                    event.payload
+                );
+                for d in &deliveries {
+                    text.push_str(&format!(
+                        "\ndelivery {} to endpoint {}: {} after {} attempt(s)",
+                        d["id"],
+                        d["endpoint_id"],
+                        d["status"].as_str().unwrap_or("?"),
+                        d["attempts"].as_array().map_or(0, Vec::len)
+                    ));
+                    for a in d["attempts"].as_array().into_iter().flatten() {
+                        text.push_str(&format!(
+                            "\n  {} {} {} in {} ms",
+                            a["at"].as_str().unwrap_or("?"),
+                            a["outcome"].as_str().unwrap_or("?"),
+                            a["response_status"],
+                            a["duration_ms"]
+                        ));
+                    }
+                }
+                text
+            });
+        }
+    }
+    Ok(())
+}
+
+fn event_json(event: &webhook_event::Model) -> Value {
+    json!({
+        "id": event.id,
+        "webhook_id": event.webhook_id,
+        "project_id": event.project_id,
+        "type": events::type_name(event.event_type),
+        "order_id": event.order_id,
+        "created_at": event.created_at,
+    })
 }
