@@ -66,28 +66,42 @@ pub async fn record<C: ConnectionTrait>(
         }
         .insert(txn)
         .await?;
-        let due = database_now(txn.get_database_backend());
-        let mut insert = Query::insert();
-        insert.into_table(webhook_delivery::Entity).columns([
-            webhook_delivery::Column::EventId,
-            webhook_delivery::Column::EndpointId,
-            webhook_delivery::Column::Status,
-            webhook_delivery::Column::Attempts,
-            webhook_delivery::Column::NextAttemptAt,
-            webhook_delivery::Column::CreatedAt,
-        ]);
-        for endpoint_id in endpoints {
-            insert.values_panic([
-                recorded.id.into(),
-                endpoint_id.into(),
-                webhook_delivery::DeliveryStatus::Pending.to_value().into(),
-                0i32.into(),
-                due.clone(),
-                due.clone(),
-            ]);
-        }
-        txn.execute(&insert).await?;
+        enqueue(txn, recorded.id, &endpoints).await?;
     }
+    Ok(())
+}
+
+/// Pending deliveries of `event_id` to `endpoints`, due at once by the
+/// database's clock.
+pub(super) async fn enqueue<C: ConnectionTrait>(
+    txn: &C,
+    event_id: i64,
+    endpoints: &[i64],
+) -> Result<(), DbErr> {
+    if endpoints.is_empty() {
+        return Ok(());
+    }
+    let due = database_now(txn.get_database_backend());
+    let mut insert = Query::insert();
+    insert.into_table(webhook_delivery::Entity).columns([
+        webhook_delivery::Column::EventId,
+        webhook_delivery::Column::EndpointId,
+        webhook_delivery::Column::Status,
+        webhook_delivery::Column::Attempts,
+        webhook_delivery::Column::NextAttemptAt,
+        webhook_delivery::Column::CreatedAt,
+    ]);
+    for endpoint_id in endpoints {
+        insert.values_panic([
+            event_id.into(),
+            (*endpoint_id).into(),
+            webhook_delivery::DeliveryStatus::Pending.to_value().into(),
+            0i32.into(),
+            due.clone(),
+            due.clone(),
+        ]);
+    }
+    txn.execute(&insert).await?;
     Ok(())
 }
 

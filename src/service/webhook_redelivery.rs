@@ -11,8 +11,8 @@
 use chrono::{DateTime, Duration, Utc};
 use entity::{webhook_delivery, webhook_endpoint, webhook_event};
 use sea_orm::{
-    ActiveEnum, ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr,
-    EntityTrait, QueryFilter, QuerySelect, QueryTrait, sea_query::Query,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter,
+    QuerySelect, QueryTrait,
 };
 use serde_json::json;
 
@@ -20,7 +20,7 @@ use super::{
     AdminError,
     admin_audit::{Actor, AuditedChange, Change},
     now,
-    outbox::database_now,
+    outbox::enqueue,
     webhook_secrets::{self, WebhookSecret},
 };
 use crate::{
@@ -48,40 +48,6 @@ async fn enabled_endpoint<C: ConnectionTrait>(
         ));
     }
     Ok(endpoint)
-}
-
-/// Pending deliveries of `event_id` to `endpoints`, due at once by the
-/// database's clock.
-async fn enqueue<C: ConnectionTrait>(
-    txn: &C,
-    event_id: i64,
-    endpoints: &[i64],
-) -> Result<(), DbErr> {
-    if endpoints.is_empty() {
-        return Ok(());
-    }
-    let due = database_now(txn.get_database_backend());
-    let mut insert = Query::insert();
-    insert.into_table(webhook_delivery::Entity).columns([
-        webhook_delivery::Column::EventId,
-        webhook_delivery::Column::EndpointId,
-        webhook_delivery::Column::Status,
-        webhook_delivery::Column::Attempts,
-        webhook_delivery::Column::NextAttemptAt,
-        webhook_delivery::Column::CreatedAt,
-    ]);
-    for endpoint_id in endpoints {
-        insert.values_panic([
-            event_id.into(),
-            (*endpoint_id).into(),
-            webhook_delivery::DeliveryStatus::Pending.to_value().into(),
-            0i32.into(),
-            due.clone(),
-            due.clone(),
-        ]);
-    }
-    txn.execute(&insert).await?;
-    Ok(())
 }
 
 /// Records a `webhook.test` event for the endpoint `endpoint_id` alone
