@@ -1,6 +1,7 @@
 //! The webhook relay against receivers under the tests' control: signed
 //! deliveries, the retry schedule, giving up, disabling, redirects, leases
-//! between instances, and the destination checks at send time.
+//! between instances (down to a `serve` process killed mid-send), and the
+//! destination checks at send time.
 //!
 //! Each receiver is a poem server on a free port of 127.0.0.1, which the
 //! settings allow (`webhook_allow_networks`); the schedule is shortened by
@@ -58,6 +59,7 @@ on_every_backend!(
         two_instances_deliver_2000_events_each_once,
         an_expired_lease_is_sent_again_and_a_live_one_is_left_alone,
         a_relay_whose_lease_was_taken_over_records_nothing,
+        a_delivery_cut_by_a_killed_instance_arrives_again_with_the_same_id_and_bytes,
         a_name_that_resolves_elsewhere_at_send_time_is_refused,
         an_order_created_and_completed_through_the_api_reaches_its_endpoint,
         test_rotate_resend_and_replay_only_enqueue_and_the_relay_sends,
@@ -98,6 +100,8 @@ struct Hit {
     path: String,
     headers: HashMap<String, String>,
     body: Vec<u8>,
+    /// Held open, never answered.
+    held: bool,
 }
 
 /// A receiver answering its `n`-th request (from 0) with `answer(n)`.
@@ -109,6 +113,16 @@ struct Receiver {
 
 impl Receiver {
     async fn start(answer: impl Fn(usize) -> Response + Send + Sync + 'static) -> Receiver {
+        Receiver::holding(move |n| Some(answer(n))).await
+    }
+
+    /// A receiver that holds its `n`-th request open, unanswered, when
+    /// `answer(n)` is `None`. A held request waits until the receiver is
+    /// dropped: its server's shutdown then drops the connection after its
+    /// one-second bound, so that nothing held outlives the test.
+    async fn holding(
+        answer: impl Fn(usize) -> Option<Response> + Send + Sync + 'static,
+    ) -> Receiver {
         let hits: Arc<Mutex<Vec<Hit>>> = Arc::default();
         let recorded = Arc::clone(&hits);
         let answer = Arc::new(answer);
@@ -123,16 +137,21 @@ impl Receiver {
                         .iter()
                         .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
                         .collect();
-                    let n = {
+                    let answered = {
                         let mut hits = recorded.lock().unwrap();
+                        let answered = answer(hits.len());
                         hits.push(Hit {
                             path: req.uri().path().to_owned(),
                             headers,
                             body,
+                            held: answered.is_none(),
                         });
-                        hits.len() - 1
+                        answered
                     };
-                    answer(n)
+                    match answered {
+                        Some(response) => response,
+                        None => std::future::pending().await,
+                    }
                 }
             }),
         );
@@ -733,6 +752,130 @@ async fn a_relay_whose_lease_was_taken_over_records_nothing(backend: Backend) {
     let row = delivery(&app, id).await;
     assert_eq!((row.status, row.attempts), (DeliveryStatus::Succeeded, 1));
     assert_eq!(attempts(&app, id).await.len(), 1);
+}
+
+async fn a_delivery_cut_by_a_killed_instance_arrives_again_with_the_same_id_and_bytes(
+    backend: Backend,
+) {
+    let app = app_without_relay(backend).await;
+    // Holds every request while `hold` is on: what A sends never ends.
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let holding = Arc::clone(&hold);
+    let receiver = Receiver::holding(move |_| {
+        (!holding.load(std::sync::atomic::Ordering::SeqCst)).then(|| status(200))
+    })
+    .await;
+    let endpoint = endpoint(&app, &receiver.url("/")).await;
+    let token = app.full_token().await;
+    let user = app.user("alice@example.com").await;
+    for cents in 101..=106 {
+        let amount = format!("{}.{:02}", cents / 100, cents % 100);
+        let order = app.order(user, None, &amount, "cstm:paygate").await;
+        let completed = app.complete_order(&token, &order, "cstm:paygate").await;
+        assert_eq!(completed.status, 200, "{completed:?}");
+    }
+    let events = webhook_event::Entity::find().all(&app.db).await.unwrap();
+    assert_eq!(events.len(), 12, "created and completed, per order");
+    // The shortest lease the settings allow, and the relay on: only A runs
+    // until it is killed.
+    let relay = [
+        ("MASTERPAY_LOG", "warn"),
+        ("MASTERPAY_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8"),
+        ("MASTERPAY_WEBHOOK_POLL_INTERVAL_MS", "50"),
+        ("MASTERPAY_WEBHOOK_LEASE_MS", "30000"),
+    ];
+    let mut a = common::ServerProcess::start(&app.database.url, &relay).await;
+    let a_owner = format!("{}-", a.child.id());
+    poll("a request from A held", || async {
+        receiver.hits().iter().any(|hit| hit.held).then_some(())
+    })
+    .await;
+    a.kill_hard();
+    let held: Vec<String> = receiver
+        .hits()
+        .into_iter()
+        .filter(|hit| hit.held)
+        .map(|hit| hit.headers["webhook-id"].clone())
+        .collect();
+    // What A had in flight is leased to it, and stays so until the lease
+    // expires: nothing else sends it meanwhile.
+    let leased_to_a: Vec<String> = webhook_delivery::Entity::find()
+        .find_also_related(webhook_event::Entity)
+        .all(&app.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(d, _)| {
+            d.lease_owner
+                .as_ref()
+                .is_some_and(|o| o.starts_with(&a_owner))
+        })
+        .map(|(_, event)| event.unwrap().webhook_id)
+        .collect();
+    assert!(
+        held.iter().all(|id| leased_to_a.contains(id)),
+        "held {held:?}, leased to A {leased_to_a:?}"
+    );
+
+    hold.store(false, std::sync::atomic::Ordering::SeqCst);
+    let _b = common::ServerProcess::start(&app.database.url, &relay).await;
+    poll("every delivery succeeded", || async {
+        let done = app
+            .count("SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'succeeded'")
+            .await;
+        (done == 12).then_some(())
+    })
+    .await;
+
+    let hits = receiver.hits();
+    let key = SigningKey::from_secret(SECRET).unwrap();
+    let mut copies_seen = 0;
+    for event in &events {
+        let copies: Vec<&Hit> = hits
+            .iter()
+            .filter(|hit| hit.headers["webhook-id"] == event.webhook_id)
+            .collect();
+        copies_seen += copies.len();
+        let answered: Vec<&Hit> = copies.iter().copied().filter(|hit| !hit.held).collect();
+        assert!(!answered.is_empty(), "{} never answered", event.webhook_id);
+        if held.contains(&event.webhook_id) {
+            assert!(copies.len() >= 2, "{} sent once", event.webhook_id);
+        }
+        for copy in &copies {
+            assert_eq!(copy.body, event.payload.as_bytes(), "the recorded bytes");
+            let timestamp = copy.headers["webhook-timestamp"].parse().unwrap();
+            let signature = &copy.headers["webhook-signature"];
+            assert!(verify(
+                &key,
+                signature,
+                &event.webhook_id,
+                timestamp,
+                &copy.body
+            ));
+        }
+        // One attempt, recorded by B for a copy it had answered: A, killed
+        // mid-send, recorded nothing.
+        let delivery = webhook_delivery::Entity::find()
+            .filter(webhook_delivery::Column::EventId.eq(event.id))
+            .one(&app.db)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(delivery.endpoint_id, endpoint);
+        assert_eq!((delivery.attempts, delivery.lease_owner), (1, None));
+        let tries = attempts(&app, delivery.id).await;
+        assert_eq!(tries.len(), 1, "{tries:?}");
+        assert_eq!(tries[0].outcome, AttemptOutcome::Succeeded);
+        assert_eq!(tries[0].response_status, Some(200));
+        let sent_at = tries[0].attempted_at.timestamp().to_string();
+        assert!(
+            answered
+                .iter()
+                .any(|hit| hit.headers["webhook-timestamp"] == sent_at),
+            "the attempt recorded is of an answered copy"
+        );
+    }
+    assert_eq!(copies_seen, hits.len(), "every request is of an event");
 }
 
 async fn an_order_created_and_completed_through_the_api_reaches_its_endpoint(backend: Backend) {
