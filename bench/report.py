@@ -145,10 +145,14 @@ print("\n| backend | size | endpoint | ceiling | ratio | rounds' ratios, lowest 
 print("|---|---|---|---|---:|---|")
 ratios = {}
 for (backend, size, target), r in by.items():
-    if target not in ("balance", "create", "complete"):
+    if target not in ("balance", "create", "complete", "complete-endpoint"):
         continue
     ceilings = [("healthz-create" if target == "create" else "healthz", "/healthz")]
-    if backend == "postgres":
+    if target == "complete-endpoint":
+        # Events cost: the same completions with no endpoint subscribed,
+        # their rounds alternating.
+        ceilings = [("complete-no-endpoint", "complete, no endpoint")]
+    elif backend == "postgres":
         ceilings.append((f"pgbench-{target}", f"pgbench {target}"))
     elif target != "balance":
         ceilings.append((f"sqlite-{target}", f"SQLite's own {target}"))
@@ -185,11 +189,41 @@ for size in sizes:
         r = by.get(("postgres", size, t))
         if r and r["p99_ms"] is not None:
             check(f"postgres {size}: {t} p99 <= 20 ms ({r['p99_ms']:.2f} ms)", r["p99_ms"] <= 20)
+    for backend in ("sqlite", "postgres"):
+        ratio = ratios.get((backend, size, "complete-endpoint", "complete-no-endpoint"))
+        if ratio:
+            check(f"{backend} {size}: complete with a subscribed endpoint >= 0.90 x with none ({ratio:.2f})",
+                  ratio >= 0.90)
 errors = [f"{r['backend']} {r['size']} {r['target']}" for r in rows if r["errors"]]
 check("no errors" + (f" (errors in: {', '.join(errors)})" if errors else ""), not errors)
 hwm = [r["hwm_mib"] for r in rows if r["hwm_mib"] is not None]
 if hwm:
     check(f"RSS <= 64 MiB (peak {max(hwm):.1f} MiB)", max(hwm) <= 64)
+# Outgoing events (bench/run's event rounds): each complete-endpoint round's
+# backlog at its end and the seconds it took to drain; the steady load's
+# delay from each event's commit to its first attempt.
+drains = defaultdict(list)
+if (out / "events-drain.tsv").exists():
+    for r in csv.DictReader(open(out / "events-drain.tsv"), delimiter="\t"):
+        drains[(r["backend"], r["size"])].append((int(r["backlog"]), float(r["drain_s"])))
+event_lines = []
+for (backend, size), parts in drains.items():
+    shown = ", ".join(f"{b:,} in {d:.1f} s" for b, d in parts)
+    event_lines.append(f"{backend} {size}: backlog at each complete-endpoint round's end, and its drain: {shown}")
+if (out / "events-delay.tsv").exists():
+    for r in csv.DictReader(open(out / "events-delay.tsv"), delimiter="\t"):
+        steady = by.get((r["backend"], r["size"], "complete-steady"))
+        rate = f"{steady['rps']:,.0f} completions/s" if steady else "?"
+        p50, p99 = float(r["p50_ms"]), float(r["p99_ms"])
+        event_lines.append(
+            f"{r['backend']} {r['size']}: steady {rate}: {int(r['events']):,} events, commit to first attempt "
+            f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {float(r['max_ms']):.1f} ms; "
+            f"{r['undelivered']} undelivered, {r['sent_again']} sent more than once")
+        check(f"{r['backend']} {r['size']}: commit to first attempt p50 <= 250 ms ({p50:.1f} ms)", p50 <= 250)
+        check(f"{r['backend']} {r['size']}: commit to first attempt p99 <= 2 s ({p99:.1f} ms)", p99 <= 2000)
+        check(f"{r['backend']} {r['size']}: every steady event delivered ({r['undelivered']} not)",
+              r["undelivered"] == "0")
+
 # SQLite's own cost of a balance lookup at each size (bench/sqlite_lookup.py):
 # microseconds per lookup, the counterpart of pgbench's own rate on PostgreSQL.
 lookup, lookup_version = {}, ""
@@ -222,7 +256,7 @@ for r in rows:
     # A create answers 409 only for a key used before: each request has its own.
     if r["target"] == "create" and r["status_409"]:
         check(f"{r['backend']} {r['size']} create: every key new ({r['status_409']} answered 409)", False)
-    if r["target"] != "complete":
+    if not r["target"].startswith("complete"):
         continue
     ok, dup = r["ok"], r["status_409"]
     if ok + dup and dup > 0.05 * (ok + dup):
@@ -264,6 +298,12 @@ for (backend, target, limit_ms, ceiling) in (
             name = "/healthz" if ceiling == "healthz" else "pgbench with the same SQL"
             line += f"; {name} made {latency(c)}"
         needs.append(line)
+if event_lines:
+    print("\nOutgoing events (an endpoint subscribed to order.completed, the relay sending to a receiver "
+          "that answers at once):\n")
+    for line in event_lines:
+        print(f"- {line}")
+
 if needs:
     print("\nWhat the latency targets need (Little's law; see bench/report.py):\n")
     for line in needs:
@@ -295,6 +335,10 @@ if lookup:
 # (heap-only, no index touched) and the WAL the completion rounds wrote per
 # completion (service and pgbench together).
 writes = out / "pg-writes.tsv"
+event_completions = defaultdict(int)
+for r in rows:
+    if r["backend"] == "postgres" and r["target"].startswith("complete-"):
+        event_completions[r["size"]] += r["ok"]
 if writes.exists():
     rows = {}
     for size, table, updates, hot, wal in csv.reader(open(writes), delimiter="\t"):
@@ -305,8 +349,11 @@ if writes.exists():
             parts = [f"{t} {h / u * 100:.1f} % of {u:,} updates in-page (HOT)"
                      for t, (u, h, _) in sorted(tables.items()) if u]
             orders = tables.get("payment_orders")
-            if orders and orders[0]:
-                parts.append(f"WAL {orders[2] / orders[0]:,.0f} bytes per completion")
+            # The WAL is that of the complete and pgbench-complete rounds;
+            # the event rounds' completions are left out of the count.
+            completions = orders[0] - event_completions[size] if orders else 0
+            if completions > 0:
+                parts.append(f"WAL {orders[2] / completions:,.0f} bytes per completion")
             print(f"- postgres {size}: " + "; ".join(parts))
 checkpoints = out / "pg-checkpoints.tsv"
 if checkpoints.exists():
