@@ -19,10 +19,14 @@
 //! A recording is one transaction guarded by `lease_owner`: an instance
 //! whose lease was taken over (it was too slow, and another instance has
 //! sent the delivery again) writes nothing.
+//! What a recording decides (what the endpoint's row needs, whether the
+//! endpoint is disabled, the attempt row's next time) is [`Attempt`]'s, so
+//! that each backend's `record` is only its statements, in order.
 
 use std::{collections::HashMap, time::Duration};
 
 use chrono::{DateTime, Utc};
+use sea_orm::sqlx;
 
 use super::{StoreError, StoreFuture};
 
@@ -135,6 +139,34 @@ pub struct DueDelivery {
     pub failing_since: Option<DateTime<Utc>>,
 }
 
+impl DueDelivery {
+    /// A leased delivery from a row of the claim's read on PostgreSQL or
+    /// MariaDB (its columns are named as the fields).
+    pub(crate) fn from_row<'r, R: sqlx::Row>(row: &'r R) -> Result<DueDelivery, sqlx::Error>
+    where
+        &'static str: sqlx::ColumnIndex<R>,
+        i32: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        DateTime<Utc>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    {
+        Ok(DueDelivery {
+            id: row.try_get("id")?,
+            endpoint_id: row.try_get("endpoint_id")?,
+            attempts: row.try_get("attempts")?,
+            webhook_id: row.try_get("webhook_id")?,
+            payload: row.try_get("payload")?,
+            url: row.try_get("url")?,
+            secret: row.try_get("secret")?,
+            previous_secret: row.try_get("previous_secret")?,
+            previous_secret_until: row.try_get("previous_secret_until")?,
+            enabled: row.try_get("enabled")?,
+            failing_since: row.try_get("failing_since")?,
+        })
+    }
+}
+
 /// Never the secrets.
 impl std::fmt::Debug for DueDelivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -206,22 +238,6 @@ pub enum After {
 }
 
 impl After {
-    /// The failing window's threshold and reason, for a failure.
-    pub fn failing_window(&self) -> Option<(DateTime<Utc>, &str)> {
-        match self {
-            After::Retry {
-                disable_if_failing_since,
-                reason,
-                ..
-            }
-            | After::GiveUp {
-                disable_if_failing_since,
-                reason,
-            } => Some((*disable_if_failing_since, reason)),
-            After::Succeeded | After::Disable { .. } => None,
-        }
-    }
-
     /// The delivery's status and `next_attempt_at` unless the endpoint is
     /// disabled.
     pub fn delivery(&self) -> (&'static str, Option<DateTime<Utc>>) {
@@ -250,28 +266,67 @@ pub struct Backlog {
     pub now: DateTime<Utc>,
 }
 
+/// What recording an attempt writes to its endpoint's `failing_since`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunOfFailures {
+    /// Nothing.
+    Unchanged,
+    /// A success: the run of failures ends.
+    Ends,
+    /// A sent failure of an endpoint that was not failing: the run begins
+    /// at the attempt's time (unless another recording began it meanwhile).
+    Begins(DateTime<Utc>),
+}
+
 impl Attempt {
+    /// What recording it writes to `failing_since`, given the endpoint's
+    /// `failing_since` as the recording knows it (the claim's, or the
+    /// endpoint row's when the backend locked it first).
+    pub fn run_of_failures(&self, failing_since: Option<DateTime<Utc>>) -> RunOfFailures {
+        match (&self.after, &self.sent, failing_since) {
+            (After::Succeeded, _, Some(_)) => RunOfFailures::Ends,
+            (After::Retry { .. } | After::GiveUp { .. }, Some(sent), None) => {
+                RunOfFailures::Begins(sent.attempted_at)
+            }
+            _ => RunOfFailures::Unchanged,
+        }
+    }
+
     /// Whether recording it writes the endpoint's row: a success ending a
     /// run of failures, a failure beginning one, or a disabling.
     pub fn changes_endpoint(&self) -> bool {
+        matches!(self.after, After::Disable { .. })
+            || self.run_of_failures(self.failing_since) != RunOfFailures::Unchanged
+    }
+
+    /// Why recording it disables the endpoint, if it does, given when the
+    /// endpoint's run of failures began (`None`: it was not failing): the
+    /// attempt disables it, or it is a sent failure and the endpoint has
+    /// been failing since the window's threshold or earlier (for the run's
+    /// first failure, since the attempt's time).
+    pub fn disable_reason(&self, failing_since: Option<DateTime<Utc>>) -> Option<&str> {
         match (&self.after, &self.sent) {
-            (After::Succeeded, _) => self.failing_since.is_some(),
-            (After::Disable { .. }, _) => true,
-            (_, Some(_)) => self.failing_since.is_none(),
-            (_, None) => false,
+            (After::Disable { reason }, _) => Some(reason),
+            (
+                After::Retry {
+                    disable_if_failing_since: threshold,
+                    reason,
+                    ..
+                }
+                | After::GiveUp {
+                    disable_if_failing_since: threshold,
+                    reason,
+                },
+                Some(sent),
+            ) => (failing_since.unwrap_or(sent.attempted_at) <= *threshold).then_some(reason),
+            _ => None,
         }
     }
-}
 
-/// Whether a failed attempt disables its endpoint: it has been failing
-/// since `threshold` or earlier (its run of failures began then, or, for
-/// the run's first failure, at `attempted_at`).
-pub fn window_elapsed(
-    failing_since: Option<DateTime<Utc>>,
-    attempted_at: DateTime<Utc>,
-    threshold: DateTime<Utc>,
-) -> bool {
-    failing_since.unwrap_or(attempted_at) <= threshold
+    /// The attempt row's `next_attempt_at`: none once the endpoint is disabled.
+    pub fn next_attempt(&self, disabled: bool) -> Option<DateTime<Utc>> {
+        self.after.delivery().1.filter(|_| !disabled)
+    }
 }
 
 #[cfg(test)]

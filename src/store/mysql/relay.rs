@@ -11,9 +11,7 @@ use sea_orm::sqlx::{self, MySql, Row, Transaction, pool::PoolConnection};
 use super::MySqlStore;
 use crate::store::{
     StoreError, StoreFuture, now,
-    relay::{
-        After, Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, window_elapsed,
-    },
+    relay::{Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, RunOfFailures},
 };
 
 /// `?, ?, ?` for `n` values.
@@ -142,21 +140,7 @@ impl RelayStore for MySqlStore {
             let rows = query.fetch_all(&self.pool).await?;
             let deliveries = rows
                 .iter()
-                .map(|row| {
-                    Ok(DueDelivery {
-                        id: row.try_get("id")?,
-                        endpoint_id: row.try_get("endpoint_id")?,
-                        attempts: row.try_get("attempts")?,
-                        webhook_id: row.try_get("webhook_id")?,
-                        payload: row.try_get("payload")?,
-                        url: row.try_get("url")?,
-                        secret: row.try_get("secret")?,
-                        previous_secret: row.try_get("previous_secret")?,
-                        previous_secret_until: row.try_get("previous_secret_until")?,
-                        enabled: row.try_get("enabled")?,
-                        failing_since: row.try_get("failing_since")?,
-                    })
-                })
+                .map(DueDelivery::from_row)
                 .collect::<Result<_, sqlx::Error>>()?;
             Ok(Claimed {
                 now: db_now,
@@ -174,7 +158,7 @@ impl RelayStore for MySqlStore {
             // (the foreign key's index holds the status), and two
             // recordings that both held it and then both asked to write it
             // would deadlock.
-            let locked_since: Option<DateTime<Utc>> = if attempt.changes_endpoint() {
+            let since: Option<DateTime<Utc>> = if attempt.changes_endpoint() {
                 sqlx::query_scalar(LOCK_ENDPOINT)
                     .bind(attempt.endpoint_id)
                     .fetch_optional(&mut *txn)
@@ -198,38 +182,30 @@ impl RelayStore for MySqlStore {
                 txn.rollback().await?;
                 return Ok(Recorded::LeaseLost);
             }
-            let disable = match (&attempt.after, &attempt.sent) {
-                (After::Succeeded, _) => {
-                    if locked_since.is_some() {
-                        sqlx::query(SUCCEEDING)
-                            .bind(attempt.endpoint_id)
-                            .execute(&mut *txn)
-                            .await?;
-                    }
+            let since = match attempt.run_of_failures(since) {
+                RunOfFailures::Ends => {
+                    sqlx::query(SUCCEEDING)
+                        .bind(attempt.endpoint_id)
+                        .execute(&mut *txn)
+                        .await?;
                     None
                 }
-                (After::Disable { reason }, _) => Some(reason.as_str()),
-                (after, Some(sent)) => {
-                    if locked_since.is_none() {
-                        sqlx::query(FAILING)
-                            .bind(sent.attempted_at)
-                            .bind(attempt.endpoint_id)
-                            .execute(&mut *txn)
-                            .await?;
-                    }
-                    let since = locked_since.or(Some(sent.attempted_at));
-                    after.failing_window().and_then(|(threshold, reason)| {
-                        window_elapsed(since, sent.attempted_at, threshold).then_some(reason)
-                    })
+                RunOfFailures::Begins(at) => {
+                    sqlx::query(FAILING)
+                        .bind(at)
+                        .bind(attempt.endpoint_id)
+                        .execute(&mut *txn)
+                        .await?;
+                    Some(at)
                 }
-                (_, None) => None,
+                RunOfFailures::Unchanged => since,
             };
+            let disable = attempt.disable_reason(since);
             let disabled = match disable {
                 Some(reason) => disable_endpoint(&mut txn, attempt.endpoint_id, reason).await?,
                 None => None,
             };
             if let Some(sent) = &attempt.sent {
-                let next = if disable.is_some() { None } else { next };
                 sqlx::query(ATTEMPT)
                     .bind(attempt.delivery_id)
                     .bind(sent.attempted_at)
@@ -237,7 +213,7 @@ impl RelayStore for MySqlStore {
                     .bind(sent.response_status)
                     .bind(sent.outcome)
                     .bind(&sent.excerpt)
-                    .bind(next)
+                    .bind(attempt.next_attempt(disable.is_some()))
                     .execute(&mut *txn)
                     .await?;
             }

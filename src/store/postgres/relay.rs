@@ -14,9 +14,7 @@ use sea_orm::sqlx::{self, Postgres, Row, Transaction};
 use super::PostgresStore;
 use crate::store::{
     StoreError, StoreFuture, now,
-    relay::{
-        After, Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, window_elapsed,
-    },
+    relay::{Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, RunOfFailures},
 };
 
 /// Due pending deliveries whose lease is free or expired, oldest due first
@@ -114,21 +112,7 @@ impl RelayStore for PostgresStore {
                 .await?;
             let deliveries = rows
                 .iter()
-                .map(|row| {
-                    Ok(DueDelivery {
-                        id: row.try_get("id")?,
-                        endpoint_id: row.try_get("endpoint_id")?,
-                        attempts: row.try_get("attempts")?,
-                        webhook_id: row.try_get("webhook_id")?,
-                        payload: row.try_get("payload")?,
-                        url: row.try_get("url")?,
-                        secret: row.try_get("secret")?,
-                        previous_secret: row.try_get("previous_secret")?,
-                        previous_secret_until: row.try_get("previous_secret_until")?,
-                        enabled: row.try_get("enabled")?,
-                        failing_since: row.try_get("failing_since")?,
-                    })
-                })
+                .map(DueDelivery::from_row)
                 .collect::<Result<_, sqlx::Error>>()?;
             Ok(Claimed {
                 now: db_now,
@@ -155,39 +139,28 @@ impl RelayStore for PostgresStore {
                 txn.rollback().await?;
                 return Ok(Recorded::LeaseLost);
             }
-            let disable = match (&attempt.after, &attempt.sent) {
-                (After::Succeeded, _) => {
-                    if attempt.changes_endpoint() {
-                        sqlx::query(SUCCEEDING)
-                            .bind(attempt.endpoint_id)
-                            .execute(&mut *txn)
-                            .await?;
-                    }
+            let since = match attempt.run_of_failures(attempt.failing_since) {
+                RunOfFailures::Ends => {
+                    sqlx::query(SUCCEEDING)
+                        .bind(attempt.endpoint_id)
+                        .execute(&mut *txn)
+                        .await?;
                     None
                 }
-                (After::Disable { reason }, _) => Some(reason.as_str()),
-                (after, Some(sent)) => {
-                    let since = match attempt.failing_since {
-                        Some(since) => Some(since),
-                        None => sqlx::query_scalar(FAILING)
-                            .bind(attempt.endpoint_id)
-                            .bind(sent.attempted_at)
-                            .fetch_optional(&mut *txn)
-                            .await?
-                            .flatten(),
-                    };
-                    after.failing_window().and_then(|(threshold, reason)| {
-                        window_elapsed(since, sent.attempted_at, threshold).then_some(reason)
-                    })
-                }
-                (_, None) => None,
+                RunOfFailures::Begins(at) => sqlx::query_scalar(FAILING)
+                    .bind(attempt.endpoint_id)
+                    .bind(at)
+                    .fetch_optional(&mut *txn)
+                    .await?
+                    .flatten(),
+                RunOfFailures::Unchanged => attempt.failing_since,
             };
+            let disable = attempt.disable_reason(since);
             let disabled = match disable {
                 Some(reason) => disable_endpoint(&mut txn, attempt.endpoint_id, reason).await?,
                 None => None,
             };
             if let Some(sent) = &attempt.sent {
-                let next = if disable.is_some() { None } else { next };
                 sqlx::query(ATTEMPT)
                     .bind(attempt.delivery_id)
                     .bind(sent.attempted_at)
@@ -195,7 +168,7 @@ impl RelayStore for PostgresStore {
                     .bind(sent.response_status)
                     .bind(sent.outcome)
                     .bind(&sent.excerpt)
-                    .bind(next)
+                    .bind(attempt.next_attempt(disable.is_some()))
                     .execute(&mut *txn)
                     .await?;
             }

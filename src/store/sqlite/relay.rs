@@ -6,15 +6,12 @@
 //! polls) never queues for the writer in front of the request path. Lists of
 //! ids are bound as JSON arrays.
 
-use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use super::{SqliteStore, classify, stored_time, time_column};
 use crate::store::{
     StoreError, StoreFuture, now,
-    relay::{
-        After, Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, window_elapsed,
-    },
+    relay::{Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, RunOfFailures},
 };
 
 /// Due pending deliveries whose lease is free or expired, oldest due first.
@@ -184,48 +181,34 @@ fn record_now(conn: &mut rusqlite::Connection, attempt: &Attempt) -> rusqlite::R
     if settled == 0 {
         return Ok(Recorded::LeaseLost);
     }
-    let disable = match (&attempt.after, &attempt.sent) {
-        (After::Succeeded, _) => {
-            if attempt.changes_endpoint() {
-                txn.prepare_cached(SUCCEEDING)?
-                    .execute(params![attempt.endpoint_id])?;
-            }
+    let since = match attempt.run_of_failures(attempt.failing_since) {
+        RunOfFailures::Ends => {
+            txn.prepare_cached(SUCCEEDING)?
+                .execute(params![attempt.endpoint_id])?;
             None
         }
-        (After::Disable { reason }, _) => Some(reason.as_str()),
-        (after, Some(sent)) => {
-            let since: Option<DateTime<Utc>> = match attempt.failing_since {
-                Some(since) => Some(since),
-                None => txn
-                    .prepare_cached(FAILING)?
-                    .query_row(
-                        params![attempt.endpoint_id, stored_time(sent.attempted_at)],
-                        |row| time_column(row, 0),
-                    )
-                    .optional()?
-                    .flatten(),
-            };
-            after.failing_window().and_then(|(threshold, reason)| {
-                window_elapsed(since, sent.attempted_at, threshold).then_some(reason)
+        RunOfFailures::Begins(at) => txn
+            .prepare_cached(FAILING)?
+            .query_row(params![attempt.endpoint_id, stored_time(at)], |row| {
+                time_column(row, 0)
             })
-        }
-        (_, None) => None,
+            .optional()?
+            .flatten(),
+        RunOfFailures::Unchanged => attempt.failing_since,
     };
-    let disabled = match disable {
-        Some(reason) => {
-            let disabled = txn.prepare_cached(DISABLE)?.execute(params![
-                attempt.endpoint_id,
-                reason,
-                stored_time(now())
-            ])?;
-            txn.prepare_cached(FAIL_PENDING)?
-                .execute(params![attempt.endpoint_id])?;
-            (disabled > 0).then(|| reason.to_owned())
-        }
-        None => None,
-    };
+    let disable = attempt.disable_reason(since);
+    let mut disabled = None;
+    if let Some(reason) = disable {
+        let changed = txn.prepare_cached(DISABLE)?.execute(params![
+            attempt.endpoint_id,
+            reason,
+            stored_time(now())
+        ])?;
+        txn.prepare_cached(FAIL_PENDING)?
+            .execute(params![attempt.endpoint_id])?;
+        disabled = (changed > 0).then(|| reason.to_owned());
+    }
     if let Some(sent) = &attempt.sent {
-        let next = if disable.is_some() { None } else { next };
         txn.prepare_cached(ATTEMPT)?.execute(params![
             attempt.delivery_id,
             stored_time(sent.attempted_at),
@@ -233,7 +216,7 @@ fn record_now(conn: &mut rusqlite::Connection, attempt: &Attempt) -> rusqlite::R
             sent.response_status,
             sent.outcome,
             sent.excerpt,
-            next.map(stored_time),
+            attempt.next_attempt(disable.is_some()).map(stored_time),
         ])?;
     }
     txn.commit()?;
