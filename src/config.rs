@@ -183,9 +183,9 @@ impl Default for WebhookSettings {
             lease: Duration::from_secs(60),
             disable_after: minutes(5 * 24 * 60),
             retry_after_max: minutes(24 * 60),
-            relay_concurrency: 16,
-            endpoint_concurrency: 4,
-            poll_interval: Duration::from_secs(1),
+            relay_concurrency: 64,
+            endpoint_concurrency: 16,
+            poll_interval: Duration::from_millis(100),
         }
     }
 }
