@@ -12,14 +12,21 @@
 //! request. The connections are kept in a list (at most one per thread that
 //! reads at once).
 //!
-//! **One writer at a time.** SQLite allows one writer per file. A completion
-//! is one `BEGIN IMMEDIATE` transaction on the store's one write connection,
-//! run whole on a blocking thread (one hand-off per completion, instead of
-//! one per statement on the sqlx pool; waiting for another process's write
-//! lock, up to the busy timeout, blocks no thread of the runtime). This
-//! process's writers queue on an async mutex in front of it instead of
-//! polling the file lock in SQLite's busy handler, whose back-off sleeps
-//! made the tail latency.
+//! **One writer at a time, writes committed in groups.** SQLite allows one
+//! writer per file. Each write (a completion, a creation, a relay's claim
+//! or recording) is a closure run on the store's one write connection, on a
+//! blocking thread (one hand-off per group, instead of one per statement on
+//! the sqlx pool; waiting for another process's write lock, up to the busy
+//! timeout, blocks no thread of the runtime). This process's writes queue
+//! in front of it, and whoever takes the connection runs every write then
+//! queued in one `BEGIN IMMEDIATE` transaction, each write in a savepoint of
+//! its own (a write that fails is rolled back alone), and answers them all
+//! after the one commit; a write that finds the queue empty was answered by
+//! an earlier group. A lone write is a group of one, at once. A commit
+//! writes each changed page to the WAL once per group instead of once per
+//! write, which is most of a write's cost (docs/performance.md). The queue
+//! replaces polling the file lock in SQLite's busy handler, whose back-off
+//! sleeps made the tail latency.
 //!
 //! **Readiness.** SQLite can tell a file it may not write (it opens such a
 //! file read-only), but a full disk or a failing one only by writing. So
@@ -194,8 +201,11 @@ impl Default for WalCheckpoints {
 pub struct SqliteStore {
     readers: InlineReaders,
     /// The write connection, opened at the first write; its mutex makes
-    /// this process's writers queue in order.
+    /// this process's groups of writes (and the checkpoints' second pass)
+    /// take turns.
     writer: Arc<tokio::sync::Mutex<Option<rusqlite::Connection>>>,
+    /// The writes waiting for the next group.
+    queued: Arc<Mutex<Vec<QueuedWrite>>>,
     /// How long a writer waits for another process's write lock.
     busy: Duration,
     health: WriteHealth,
@@ -242,6 +252,7 @@ impl SqliteStore {
             )?,
             checkpointing,
             writer,
+            queued: Arc::new(Mutex::new(Vec::new())),
             readers: InlineReaders {
                 path,
                 idle: Mutex::new(Vec::new()),
@@ -296,38 +307,47 @@ impl SqliteStore {
         })
     }
 
-    /// Runs `write` on the write connection, on a blocking thread, after
-    /// this process's writes before it; notes how it ended, and closes the
-    /// connection when the database refused the write.
+    /// Runs `write` on the write connection in the next group of writes
+    /// (see the module docs): inside a savepoint of its own, which its
+    /// error rolls back; answered once the group's commit is known. Notes
+    /// how it ended.
     async fn write<T, E>(
         &self,
-        write: impl FnOnce(&mut rusqlite::Connection) -> Result<T, E> + Send + 'static,
+        write: impl FnOnce(&rusqlite::Connection) -> Result<T, E> + Send + 'static,
     ) -> Result<T, E>
     where
         T: Send + 'static,
         E: From<StoreError> + WriteError + Send + 'static,
     {
-        let (bound, checkpointing) = (self.wal_bound, Arc::clone(&self.checkpointing));
-        let outcome = self
+        let (queued, answered) = queue_write(write);
+        self.queued
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(queued);
+        let (queue, bound) = (Arc::clone(&self.queued), self.wal_bound);
+        let checkpointing = Arc::clone(&self.checkpointing);
+        let group = self
             .with_writer(move |writer, path, busy| {
-                let conn = match writer.as_mut() {
-                    Some(conn) => conn,
-                    None => {
-                        writer.insert(open_writer(path, busy).map_err(|err| unavailable(&err))?)
-                    }
-                };
-                let outcome = write(conn);
-                if wal_size(path) > bound {
+                let group =
+                    std::mem::take(&mut *queue.lock().unwrap_or_else(PoisonError::into_inner));
+                if group.is_empty() {
+                    return;
+                }
+                commit_group(writer, path, busy, group);
+                if let Some(conn) = writer.as_mut()
+                    && wal_size(path) > bound
+                {
                     let _alone = checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
                     truncate_wal(conn);
                 }
-                if outcome.as_ref().is_err_and(WriteError::refuses_writes) {
-                    *writer = None;
-                }
-                outcome
             })
-            .await
-            .unwrap_or_else(|err| Err(StoreError::Failed(err.to_string()).into()));
+            .await;
+        // Unanswered only when the blocking thread failed (a panic).
+        let outcome = match (group, answered.await) {
+            (_, Ok(outcome)) => outcome,
+            (Err(err), Err(_)) => Err(StoreError::Failed(err.to_string()).into()),
+            (Ok(()), Err(_)) => Err(StoreError::Failed("the write was not answered".into()).into()),
+        };
         self.health.note(&outcome);
         outcome
     }
@@ -372,6 +392,142 @@ impl SqliteStore {
         checked
             .await
             .unwrap_or_else(|err| Readiness::of_error(&StoreError::Failed(err.to_string())))
+    }
+}
+
+/// A write waiting for its group: given the write connection inside the
+/// group's transaction, it runs and says how it went; given an error, it is
+/// not run and fails with it.
+type QueuedWrite = Box<dyn FnOnce(Result<&rusqlite::Connection, StoreError>) -> Written + Send>;
+
+/// A write of a group, waiting for the group's commit.
+struct Written {
+    succeeded: bool,
+    refuses_writes: bool,
+    /// Answers the caller with the write's outcome, or with the commit's
+    /// error when the write succeeded and the commit failed.
+    answer: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
+}
+
+/// `write` as a write of a group, and where its answer comes.
+fn queue_write<T, E>(
+    write: impl FnOnce(&rusqlite::Connection) -> Result<T, E> + Send + 'static,
+) -> (QueuedWrite, tokio::sync::oneshot::Receiver<Result<T, E>>)
+where
+    T: Send + 'static,
+    E: From<StoreError> + WriteError + Send + 'static,
+{
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let queued: QueuedWrite = Box::new(move |conn| {
+        let outcome = match conn {
+            Ok(conn) => write(conn),
+            Err(err) => Err(err.into()),
+        };
+        Written {
+            succeeded: outcome.is_ok(),
+            refuses_writes: outcome.as_ref().is_err_and(WriteError::refuses_writes),
+            answer: Box::new(move |committed| {
+                let outcome = match (outcome, committed) {
+                    (Ok(_), Err(err)) => Err(err.into()),
+                    (outcome, _) => outcome,
+                };
+                // The caller may have gone (its client hung up).
+                let _ = answer.send(outcome);
+            }),
+        }
+    });
+    (queued, answered)
+}
+
+/// Runs `group` in one `BEGIN IMMEDIATE` transaction on the write
+/// connection in `slot` (opened when empty), each write in a savepoint of
+/// its own, then commits and answers every write. Closes the connection
+/// when the database refused a write.
+fn commit_group(
+    slot: &mut Option<rusqlite::Connection>,
+    path: &Path,
+    busy: Duration,
+    group: Vec<QueuedWrite>,
+) {
+    let began = match slot {
+        Some(conn) => Ok(conn),
+        None => open_writer(path, busy)
+            .map(|conn| slot.insert(conn))
+            .map_err(|err| unavailable(&err)),
+    }
+    .and_then(|conn| {
+        // A group whose write panicked left its transaction open.
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .map(|()| conn)
+            .map_err(|err| classify(&err))
+    });
+    let conn = match began {
+        Ok(conn) => conn,
+        Err(err) => {
+            if err.refuses_writes() {
+                *slot = None;
+            }
+            for write in group {
+                (write(Err(err.clone())).answer)(Ok(()));
+            }
+            return;
+        }
+    };
+    let mut written = Vec::with_capacity(group.len());
+    // Set when the group can no longer commit: what follows is not run.
+    let mut broken: Option<StoreError> = None;
+    for write in group {
+        // A full disk or an I/O error rolls the whole transaction back,
+        // with the writes run so far.
+        if broken.is_none() && conn.is_autocommit() {
+            broken = Some(StoreError::Unavailable(
+                "the database rolled the group's transaction back".into(),
+            ));
+        }
+        if let Some(err) = &broken {
+            written.push(write(Err(err.clone())));
+            continue;
+        }
+        match conn.savepoint() {
+            Ok(savepoint) => {
+                let ran = write(Ok(&savepoint));
+                if ran.succeeded {
+                    if let Err(err) = savepoint.commit() {
+                        broken = Some(classify(&err));
+                    }
+                } else {
+                    drop(savepoint); // rolls this write back alone
+                }
+                written.push(ran);
+            }
+            Err(err) => {
+                broken = Some(classify(&err));
+                written.push(write(Err(classify(&err))));
+            }
+        }
+    }
+    if broken.is_none() && conn.is_autocommit() {
+        broken = Some(StoreError::Unavailable(
+            "the database rolled the group's transaction back".into(),
+        ));
+    }
+    let committed = match broken {
+        Some(err) => Err(err),
+        None => conn.execute_batch("COMMIT").map_err(|err| classify(&err)),
+    };
+    if committed.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    let refused = committed.as_ref().is_err_and(WriteError::refuses_writes)
+        || written.iter().any(|ran| ran.refuses_writes);
+    for ran in written {
+        (ran.answer)(committed.clone());
+    }
+    if refused {
+        *slot = None;
     }
 }
 
@@ -521,20 +677,17 @@ impl Drop for Checkpointer {
     }
 }
 
-/// The completion's transaction on the write connection: status update,
-/// credit, log row, commit; returning early rolls it back.
-fn complete_in_transaction(
-    conn: &mut rusqlite::Connection,
+/// The completion's writes on the write connection: status update, credit,
+/// log row, event; an error rolls them back (see [`commit_group`]).
+fn complete_order(
+    conn: &rusqlite::Connection,
     request: &Completion,
 ) -> Result<CompletedOrder, CompleteError> {
     let at_update = |err: rusqlite::Error| CompleteError::at_update(classify(&err));
     let at_credit = |err: rusqlite::Error| CompleteError::at_credit(classify(&err));
-    let txn = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|err| CompleteError::Unavailable(classify(&err)))?;
     let completed_at = now();
     let at = stored_time(completed_at);
-    let updated = txn
+    let updated = conn
         .prepare_cached(COMPLETE_ORDER)
         .and_then(|mut update| {
             update
@@ -564,7 +717,7 @@ fn complete_in_transaction(
         .map_err(at_update)?;
     let Some((order_ref, user_id, server_id, amount_cents, payment_id, created_at)) = updated
     else {
-        let found = txn
+        let found = conn
             .prepare_cached(FIND_ORDER)
             .and_then(|mut find| {
                 find.query_row(
@@ -580,7 +733,7 @@ fn complete_in_transaction(
         });
     };
     let server_id = server_id.unwrap_or(balance::GENERAL_ACCOUNT);
-    let after: i64 = txn
+    let after: i64 = conn
         .prepare_cached(CREDIT_MAIN)
         .and_then(|mut credit| {
             credit.query_row(
@@ -589,7 +742,7 @@ fn complete_in_transaction(
             )
         })
         .map_err(at_credit)?;
-    txn.prepare_cached(LOG_CREDIT)
+    conn.prepare_cached(LOG_CREDIT)
         .and_then(|mut log| {
             log.execute(params![
                 LogKind::OrderCredit.to_value(),
@@ -603,7 +756,7 @@ fn complete_in_transaction(
             ])
         })
         .map_err(at_credit)?;
-    log_audit(&txn, request.audit.as_ref()).map_err(at_credit)?;
+    log_audit(conn, request.audit.as_ref()).map_err(at_credit)?;
     let completed = CompletedOrder {
         order_id: request.order_id.clone(),
         payment_system: request.payment_system.clone(),
@@ -614,15 +767,14 @@ fn complete_in_transaction(
         server_id,
         balance_after: money(after)?,
     };
-    let subscribers = subscribers(&txn, request.project_id).map_err(at_credit)?;
+    let subscribers = subscribers(conn, request.project_id).map_err(at_credit)?;
     if !subscribers.is_empty() {
         let created_at = created_at.ok_or_else(|| {
             CompleteError::ProcessingFailed(StoreError::Failed("order without created_at".into()))
         })?;
         let event = completed.event(request.project_id, created_at);
-        record_events(&txn, &subscribers, &[event]).map_err(at_credit)?;
+        record_events(conn, &subscribers, &[event]).map_err(at_credit)?;
     }
-    txn.commit().map_err(at_credit)?;
     Ok(completed)
 }
 
@@ -675,9 +827,9 @@ fn record_events(
 
 /// Writes `audit`, an operator's row of the admin audit log, when there is
 /// one, in the transaction of its change.
-fn log_audit(txn: &rusqlite::Transaction<'_>, audit: Option<&AuditRow>) -> rusqlite::Result<()> {
+fn log_audit(conn: &rusqlite::Connection, audit: Option<&AuditRow>) -> rusqlite::Result<()> {
     let Some(audit) = audit else { return Ok(()) };
-    txn.prepare_cached(LOG_AUDIT)?.execute(params![
+    conn.prepare_cached(LOG_AUDIT)?.execute(params![
         stored_time(audit.at),
         audit.administrator_id,
         audit.actor,
@@ -712,28 +864,24 @@ static ORDER_NAMES: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The order's insert on the write connection, and when it inserted
-/// nothing, why; in one transaction with its audit row (an operator's
+/// nothing, why; with its audit row (an operator's
 /// order) and its event (a project with an endpoint).
 fn insert_order_now(
-    conn: &mut rusqlite::Connection,
+    conn: &rusqlite::Connection,
     order: &NewOrder,
 ) -> Result<OrderInsert, StoreError> {
-    let txn = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|err| classify(&err))?;
-    let outcome = insert_on(&txn, order)?;
+    let outcome = insert_on(conn, order)?;
     if let OrderInsert::Inserted {
         user_id,
         created_at,
     } = outcome
     {
-        log_audit(&txn, order.audit.as_ref()).map_err(|err| classify(&err))?;
-        let subscribers = subscribers(&txn, order.project_id).map_err(|err| classify(&err))?;
+        log_audit(conn, order.audit.as_ref()).map_err(|err| classify(&err))?;
+        let subscribers = subscribers(conn, order.project_id).map_err(|err| classify(&err))?;
         if !subscribers.is_empty() {
             let event = order.created_event(user_id, created_at)?;
-            record_events(&txn, &subscribers, &[event]).map_err(|err| classify(&err))?;
+            record_events(conn, &subscribers, &[event]).map_err(|err| classify(&err))?;
         }
-        txn.commit().map_err(|err| classify(&err))?;
     }
     Ok(outcome)
 }
@@ -814,7 +962,7 @@ impl Store for SqliteStore {
         completion: &'a Completion,
     ) -> StoreFuture<'a, Result<CompletedOrder, CompleteError>> {
         let request = completion.clone();
-        Box::pin(self.write(move |conn| complete_in_transaction(conn, &request)))
+        Box::pin(self.write(move |conn| complete_order(conn, &request)))
     }
 
     fn insert_order<'a>(
@@ -945,4 +1093,67 @@ fn time_column(
         .map_err(|err| {
             rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(err))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A group of writes: each answered with its own outcome, the one that
+    /// fails rolled back alone, the others committed together (none is
+    /// visible to a reader before the group's one commit).
+    #[test]
+    fn a_group_commits_once_and_a_failing_write_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("group.db");
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "PRAGMA journal_mode = WAL; CREATE TABLE t (v INTEGER NOT NULL CHECK (v >= 0))",
+            )
+            .unwrap();
+        let mut slot = Some(open_writer(&path, Duration::from_secs(5)).unwrap());
+        let reader = rusqlite::Connection::open(&path).unwrap();
+        let (writes, answers): (Vec<_>, Vec<_>) = [1, -1, 2, 3]
+            .into_iter()
+            .map(|v| {
+                let path = path.clone();
+                queue_write(move |conn| {
+                    conn.execute("INSERT INTO t (v) VALUES (?1)", [v])
+                        .map_err(|err| classify(&err))?;
+                    // What another connection sees meanwhile: nothing yet.
+                    let seen: i64 = rusqlite::Connection::open(&path)
+                        .and_then(|other| {
+                            other.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                        })
+                        .map_err(|err| classify(&err))?;
+                    Ok::<i64, StoreError>(seen)
+                })
+            })
+            .unzip();
+        commit_group(&mut slot, &path, Duration::from_secs(5), writes);
+        let answers: Vec<_> = answers
+            .into_iter()
+            .map(|mut answer| answer.try_recv().unwrap())
+            .collect();
+        assert!(matches!(answers[0], Ok(0)), "{:?}", answers[0]);
+        assert!(
+            matches!(answers[1], Err(StoreError::CheckViolated(_))),
+            "{:?}",
+            answers[1]
+        );
+        assert!(matches!(answers[2], Ok(0)), "{:?}", answers[2]);
+        assert!(matches!(answers[3], Ok(0)), "{:?}", answers[3]);
+        let mut committed = reader.prepare("SELECT v FROM t ORDER BY v").unwrap();
+        let values: Vec<i64> = committed
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(values, [1, 2, 3]);
+        assert!(
+            slot.as_ref().unwrap().is_autocommit(),
+            "the group's transaction ended"
+        );
+    }
 }

@@ -1,12 +1,12 @@
 //! The relay's statements on SQLite (see `store::relay`): each claim and
-//! each recording is one `BEGIN IMMEDIATE` transaction on the store's write
-//! connection, after this process's other writes; the write lock keeps
-//! other processes out meanwhile. A claim first asks a read-only connection
-//! whether anything is due, so that a relay with nothing to send (most
-//! polls) never queues for the writer in front of the request path. Lists of
-//! ids are bound as JSON arrays.
+//! each recording is one of the store's writes (a savepoint in a group's
+//! `BEGIN IMMEDIATE` transaction on its write connection, see
+//! `store::sqlite`); the write lock keeps other processes out meanwhile. A
+//! claim first asks a read-only connection whether anything is due, so that
+//! a relay with nothing to send (most polls) never queues for the writer in
+//! front of the request path. Lists of ids are bound as JSON arrays.
 
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, params};
 
 use super::{SqliteStore, classify, stored_time, time_column};
 use crate::store::{
@@ -119,10 +119,9 @@ impl RelayStore for SqliteStore {
     }
 }
 
-fn claim_now(conn: &mut rusqlite::Connection, claim: &Claim) -> rusqlite::Result<Claimed> {
-    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+fn claim_now(conn: &rusqlite::Connection, claim: &Claim) -> rusqlite::Result<Claimed> {
     let at = now();
-    let candidates = txn
+    let candidates = conn
         .prepare_cached(DUE)?
         .query_map(
             params![
@@ -134,12 +133,12 @@ fn claim_now(conn: &mut rusqlite::Connection, claim: &Claim) -> rusqlite::Result
         )?
         .collect::<rusqlite::Result<Vec<(i64, i64)>>>()?;
     let chosen = json_ids(&claim.capacity.choose(&candidates));
-    txn.prepare_cached(LEASE)?.execute(params![
+    conn.prepare_cached(LEASE)?.execute(params![
         chosen,
         stored_time(at + claim.lease),
         claim.owner
     ])?;
-    let deliveries = txn
+    let deliveries = conn
         .prepare_cached(LEASED)?
         .query_map(params![chosen, claim.owner], |row| {
             Ok(DueDelivery {
@@ -157,17 +156,15 @@ fn claim_now(conn: &mut rusqlite::Connection, claim: &Claim) -> rusqlite::Result
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    txn.commit()?;
     Ok(Claimed {
         now: at,
         deliveries,
     })
 }
 
-fn record_now(conn: &mut rusqlite::Connection, attempt: &Attempt) -> rusqlite::Result<Recorded> {
-    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+fn record_now(conn: &rusqlite::Connection, attempt: &Attempt) -> rusqlite::Result<Recorded> {
     let (status, next) = attempt.after.delivery();
-    let settled = txn.prepare_cached(SETTLE)?.execute(params![
+    let settled = conn.prepare_cached(SETTLE)?.execute(params![
         attempt.delivery_id,
         status,
         next.map(stored_time),
@@ -183,11 +180,11 @@ fn record_now(conn: &mut rusqlite::Connection, attempt: &Attempt) -> rusqlite::R
     }
     let since = match attempt.run_of_failures(attempt.failing_since) {
         RunOfFailures::Ends => {
-            txn.prepare_cached(SUCCEEDING)?
+            conn.prepare_cached(SUCCEEDING)?
                 .execute(params![attempt.endpoint_id])?;
             None
         }
-        RunOfFailures::Begins(at) => txn
+        RunOfFailures::Begins(at) => conn
             .prepare_cached(FAILING)?
             .query_row(params![attempt.endpoint_id, stored_time(at)], |row| {
                 time_column(row, 0)
@@ -199,17 +196,17 @@ fn record_now(conn: &mut rusqlite::Connection, attempt: &Attempt) -> rusqlite::R
     let disable = attempt.disable_reason(since);
     let mut disabled = None;
     if let Some(reason) = disable {
-        let changed = txn.prepare_cached(DISABLE)?.execute(params![
+        let changed = conn.prepare_cached(DISABLE)?.execute(params![
             attempt.endpoint_id,
             reason,
             stored_time(now())
         ])?;
-        txn.prepare_cached(FAIL_PENDING)?
+        conn.prepare_cached(FAIL_PENDING)?
             .execute(params![attempt.endpoint_id])?;
         disabled = (changed > 0).then(|| reason.to_owned());
     }
     if let Some(sent) = &attempt.sent {
-        txn.prepare_cached(ATTEMPT)?.execute(params![
+        conn.prepare_cached(ATTEMPT)?.execute(params![
             attempt.delivery_id,
             stored_time(sent.attempted_at),
             sent.duration_ms,
@@ -219,6 +216,5 @@ fn record_now(conn: &mut rusqlite::Connection, attempt: &Attempt) -> rusqlite::R
             attempt.next_attempt(disable.is_some()).map(stored_time),
         ])?;
     }
-    txn.commit()?;
     Ok(Recorded::Done { disabled })
 }
