@@ -100,6 +100,14 @@ pub struct NameForm {
     pub name: String,
 }
 
+/// A delete form: what the operator typed to confirm (the thing's name or
+/// URL, which the page compares).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct DeleteForm {
+    pub confirm_name: String,
+}
+
 /// An enable or disable form: `active` is `true` or `false`, the two
 /// values the forms send; anything else is refused.
 #[derive(Debug, Deserialize)]

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use super::{
     Answer, PanelError,
     components::{self as c, FieldAttrs, Listing},
-    form::{FieldErrors, Params, Toggle, parse_day},
+    form::{DeleteForm, FieldErrors, Params, Toggle, parse_day},
     page,
     session::{PostForm, SignedIn},
 };
@@ -619,13 +619,6 @@ async fn end_grace(admin: SignedIn, Path(id): Path<i64>, _form: PostForm) -> Ans
     tokens::end_grace(&admin.state.db, &admin.actor(), id).await?;
     let message = format!("Token {id}: the old value no longer works.");
     Ok(page::done(&admin, &format!("/tokens/{id}"), &message))
-}
-
-/// The delete form: the token's name, typed to confirm.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct DeleteForm {
-    confirm_name: String,
 }
 
 #[handler]

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use super::{
     Answer,
     components::{self as c, FieldAttrs},
-    form::{FieldErrors, Toggle},
+    form::{DeleteForm, FieldErrors, Toggle},
     page,
     session::{PostForm, SignedIn},
 };
@@ -384,13 +384,6 @@ async fn set_active(
     let done = if active { "enabled" } else { "disabled" };
     let message = format!("Webhook endpoint {id} {done}.");
     Ok(page::done(&admin, &format!("/webhooks/{id}"), &message))
-}
-
-/// The delete form: the endpoint's URL, typed to confirm.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct DeleteForm {
-    confirm_name: String,
 }
 
 #[handler]
