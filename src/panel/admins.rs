@@ -152,13 +152,12 @@ async fn invite(
 async fn set_active(
     admin: SignedIn,
     Path(id): Path<i64>,
-    PostForm(Toggle { active }): PostForm<Toggle>,
+    PostForm(toggle): PostForm<Toggle>,
 ) -> Answer {
     let target = admins::get(&admin.state.db, id).await?;
-    match admins::set_active(&admin.state.db, &admin.actor(), &target.name, active).await {
+    match admins::set_active(&admin.state.db, &admin.actor(), &target.name, toggle.active).await {
         Ok(_) => {
-            let done = if active { "enabled" } else { "disabled" };
-            let message = format!("Administrator {} {done}.", target.name);
+            let message = format!("Administrator {} {}.", target.name, toggle.done());
             Ok(page::done(&admin, "/admins", &message))
         }
         Err(AdminError::Invalid(_, message) | AdminError::Conflict(_, message)) => {

@@ -4,12 +4,13 @@
 use entity::admin_audit_entry;
 use maud::{Markup, html};
 use poem::{Route, get, handler};
+use serde::{Deserialize, Serialize};
 
 use super::{
     Answer,
     components::{self as c, FieldAttrs, Listing},
     csv_export,
-    form::{FieldErrors, Params, parse_day_range},
+    form::{FieldErrors, PageQuery, parse_day_range},
     page,
     session::SignedIn,
 };
@@ -26,8 +27,6 @@ pub fn routes(route: Route) -> Route {
 
 /// Entries a page shows at most.
 const PAGE_SIZE: u64 = 200;
-/// The filters, as the form and the query string name them.
-const FILTERS: [&str; 6] = ["actor", "action", "object_kind", "object_id", "from", "to"];
 /// Longest actor or object id a filter takes.
 const MAX_FILTER_LEN: usize = 200;
 
@@ -57,39 +56,54 @@ fn checked(is: fn(&str) -> bool, rule: &'static str) -> impl Fn(&str) -> Result<
     }
 }
 
-/// The filter the query string asks for, or what is wrong with it.
-fn parse_filter(params: &Params) -> Result<AuditFilter, FieldErrors> {
-    let mut errors = FieldErrors::default();
-    let text = checked(|_| true, "");
-    let action = checked(
-        is_action,
-        "an action such as token.create, or an object kind such as token",
-    );
-    let kind = checked(is_word, "an object kind such as token, project or order");
-    let filter = AuditFilter {
-        actor: params.parsed("actor", &mut errors, &text),
-        action: params.parsed("action", &mut errors, action),
-        object_kind: params.parsed("object_kind", &mut errors, kind),
-        object_id: params.parsed("object_id", &mut errors, &text),
-        ..AuditFilter::default()
-    };
-    let (from, until) = parse_day_range(params, &mut errors);
-    errors.or(AuditFilter {
-        from,
-        until,
-        ..filter
-    })
+/// The filters, as the form and the query string name them.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+struct Filters {
+    actor: String,
+    action: String,
+    object_kind: String,
+    object_id: String,
+    from: String,
+    to: String,
+}
+
+impl Filters {
+    /// The filter the query string asks for, or what is wrong with it.
+    fn read(&self) -> Result<AuditFilter, FieldErrors> {
+        let mut errors = FieldErrors::default();
+        let text = checked(|_| true, "");
+        let action = checked(
+            is_action,
+            "an action such as token.create, or an object kind such as token",
+        );
+        let kind = checked(is_word, "an object kind such as token, project or order");
+        let filter = AuditFilter {
+            actor: errors.check("actor", &self.actor, &text),
+            action: errors.check("action", &self.action, action),
+            object_kind: errors.check("object_kind", &self.object_kind, kind),
+            object_id: errors.check("object_id", &self.object_id, &text),
+            ..AuditFilter::default()
+        };
+        let (from, until) = parse_day_range((&self.from, &self.to), &mut errors);
+        errors.or(AuditFilter {
+            from,
+            until,
+            ..filter
+        })
+    }
 }
 
 fn list_page(
     admin: &SignedIn,
-    params: &Params,
+    query: &PageQuery<Filters>,
     errors: &FieldErrors,
     entries: &Listed<admin_audit_entry::Model>,
 ) -> Markup {
-    let field = |label: &str, name: &str, placeholder: &'static str| {
+    let f = &query.filters;
+    let field = |label: &str, name: &str, value: &str, placeholder: &'static str| {
         let attrs = FieldAttrs::OPTIONAL.placeholder(placeholder);
-        c::text_field(label, name, params.get(name), errors, attrs)
+        c::text_field(label, name, value, errors, attrs)
     };
     page::frame(
         admin,
@@ -98,37 +112,32 @@ fn list_page(
             p.muted {
                 "Every change made through the panel or the command line, written with the change itself. Secrets are never recorded."
             }
-            (c::filter_bar("/audit-log", params, errors, html! {
-                (field("Who", "actor", "name, or command line"))
-                (field("Action", "action", "token or token.create"))
-                (field("Object kind", "object_kind", "token"))
-                (field("Object id", "object_id", "42"))
+            (c::filter_bar("/audit-log", Some((&f.from, &f.to)), errors, html! {
+                (field("Who", "actor", &f.actor, "name, or command line"))
+                (field("Action", "action", &f.action, "token or token.create"))
+                (field("Object kind", "object_kind", &f.object_kind, "token"))
+                (field("Object id", "object_id", &f.object_id, "42"))
             }))
             @if errors.is_empty() {
-                (c::export_link("/audit-log.csv", params, &FILTERS))
-                (c::entries_count(params, entries, PAGE_SIZE))
+                (c::export_link("/audit-log.csv", query))
+                (c::entries_count(query, entries, PAGE_SIZE))
                 (c::audit_table(&entries.rows, Listing::AnyObject, "No entry matches."))
-                (c::paging("/audit-log", params, &FILTERS, entries.older))
+                (c::paging("/audit-log", query, entries.older))
             }
         },
     )
 }
 
 #[handler]
-async fn list(admin: SignedIn, params: Params) -> Answer {
-    let page = params.page(PAGE_SIZE)?;
-    Ok(match parse_filter(&params) {
-        Ok(filter) => {
-            let entries = admin_audit::page(&admin.state.db, &filter, page).await?;
-            page::ok(list_page(
-                &admin,
-                &params,
-                &FieldErrors::default(),
-                &entries,
-            ))
-        }
-        Err(errors) => page::invalid(list_page(&admin, &params, &errors, &Listed::default())),
-    })
+async fn list(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
+    let page = query.page(PAGE_SIZE)?;
+    let filter = query.filters.read();
+    let entries = match &filter {
+        Ok(filter) => admin_audit::page(&admin.state.db, filter, page).await?,
+        Err(_) => Listed::default(),
+    };
+    let markup = list_page(&admin, &query, FieldErrors::of_read(&filter), &entries);
+    Ok(page::ok_unless(filter.is_err(), markup))
 }
 
 /// The columns of the export, one row per entry.
@@ -147,9 +156,7 @@ const CSV_HEADER: &[&str] = &[
 fn csv_row(entry: admin_audit_entry::Model) -> Vec<String> {
     vec![
         entry.id.to_string(),
-        entry
-            .at
-            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        csv_export::moment(entry.at),
         entry.actor,
         entry.address.unwrap_or_default(),
         entry.action,
@@ -161,23 +168,15 @@ fn csv_row(entry: admin_audit_entry::Model) -> Vec<String> {
 }
 
 #[handler]
-async fn export(admin: SignedIn, params: Params) -> Answer {
-    let filter = match parse_filter(&params) {
-        Ok(filter) => filter,
-        Err(errors) => return Ok(csv_export::refused(&errors, &FILTERS)),
-    };
-    let db = admin.state.db.clone();
+async fn export(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
     Ok(csv_export::attachment(
-        "masterpay-audit-log.csv",
-        CSV_HEADER,
-        move |page| {
-            let (db, filter) = (db.clone(), filter.clone());
-            async move {
-                admin_audit::page(&db, &filter, page)
-                    .await?
-                    .try_map(|entry| Ok::<_, sea_orm::DbErr>(csv_row(entry)))
-            }
-        },
+        ("masterpay-audit-log.csv", CSV_HEADER),
+        query
+            .filters
+            .read()
+            .map(|filter| (admin.state.db.clone(), filter)),
+        |(db, filter), page| async move { admin_audit::page(&db, &filter, page).await },
+        csv_row,
     ))
 }
 
@@ -187,17 +186,12 @@ mod tests {
 
     #[test]
     fn bad_filters_are_named() {
-        let params = |pairs: &[(&str, &str)]| Params::from_pairs(pairs);
-        let filter = parse_filter(&params(&[("action", "token"), ("from", "2026-11-01")])).unwrap();
+        let read = |query: &str| serde_html_form::from_str::<Filters>(query).unwrap().read();
+        let filter = read("action=token&from=2026-11-01").unwrap();
         assert_eq!(filter.action.as_deref(), Some("token"));
         assert!(filter.from.is_some() && filter.until.is_none());
-        let errors = parse_filter(&params(&[
-            ("action", "token%"),
-            ("object_kind", "a b"),
-            ("from", "2026-13-01"),
-            ("to", "yesterday"),
-        ]))
-        .unwrap_err();
+        let errors =
+            read("action=token%25&object_kind=a+b&from=2026-13-01&to=yesterday").unwrap_err();
         for name in ["action", "object_kind", "from", "to"] {
             assert!(errors.of(name).is_some(), "{name}");
         }

@@ -10,17 +10,23 @@ use entity::{
     operation_log::LogKind, payment_order::OrderStatus, project, server,
 };
 use maud::{Markup, Render, html};
-use sea_orm::ActiveEnum;
+use sea_orm::{ActiveEnum, DatabaseConnection, DbErr};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    form::{FieldErrors, Params},
+    form::{FieldErrors, PageQuery},
     page,
     session::SignedIn,
 };
 use crate::{
     money::signed_cents,
-    service::{admin_audit, count, keyset::Listed, ledger::Entry},
+    service::{
+        admin_audit::{self, AuditFilter},
+        count,
+        keyset::Listed,
+        ledger::Entry,
+    },
 };
 
 /// The one format of a moment: `2026-11-25 21:07:45 UTC`.
@@ -197,14 +203,21 @@ pub fn project_field(
     select_field(("Project", "project"), errors, blank, choices, selected)
 }
 
-/// A list's filter form at `action`: its `fields`, the days `from` and
-/// `to` of `params`, and the buttons.
-pub fn filter_bar(action: &str, params: &Params, errors: &FieldErrors, fields: Markup) -> Markup {
+/// A list's filter form at `action`: its `fields`, the `days` `from` and
+/// `to` when it has them, and the buttons.
+pub fn filter_bar(
+    action: &str,
+    days: Option<(&str, &str)>,
+    errors: &FieldErrors,
+    fields: Markup,
+) -> Markup {
     html! {
         form.filters method="get" action=(action) {
             (fields)
-            (text_field("From (UTC day)", "from", params.get("from"), errors, FieldAttrs::DATE))
-            (text_field("To (UTC day, included)", "to", params.get("to"), errors, FieldAttrs::DATE))
+            @if let Some((from, to)) = days {
+                (text_field("From (UTC day)", "from", from, errors, FieldAttrs::DATE))
+                (text_field("To (UTC day, included)", "to", to, errors, FieldAttrs::DATE))
+            }
             div.actions {
                 button type="submit" { "Filter" }
                 a.button.secondary href=(action) { "Clear" }
@@ -230,22 +243,22 @@ pub fn search_form(action: &str, label: &str, placeholder: &str, q: &str) -> Mar
     }
 }
 
-/// The link to the CSV export at `path` of what the `filters` of `params`
+/// The link to the CSV export at `path` of what the filters of `query`
 /// keep.
-pub fn export_link(path: &str, params: &Params, filters: &[&str]) -> Markup {
+pub fn export_link(path: &str, query: &PageQuery<impl Serialize>) -> Markup {
     html! {
         div.actions {
-            a.button.secondary href={ (path) (params.query(filters)) } download { "Export CSV" }
+            a.button.secondary href={ (path) (query.keep()) } download { "Export CSV" }
         }
     }
 }
 
 /// How many entries a page of `size` shows: their number when it is the
 /// only page, else how the pages go.
-pub fn entries_count<T>(params: &Params, listed: &Listed<T>, size: u64) -> Markup {
+pub fn entries_count<T, Q>(query: &PageQuery<Q>, listed: &Listed<T>, size: u64) -> Markup {
     html! {
         p.muted {
-            @if listed.older.is_none() && params.get("before").is_empty() {
+            @if listed.older.is_none() && !query.paged() {
                 (count(listed.rows.len() as u64, "entry", "entries")) "."
             } @else {
                 "Newest first, " (size) " entries a page."
@@ -256,18 +269,17 @@ pub fn entries_count<T>(params: &Params, listed: &Listed<T>, size: u64) -> Marku
 
 /// The links under a list of `path`: back to the newest page from an older
 /// one, and on to the `older` page when there is one; both keep the
-/// filters `keep` of `params`.
-pub fn paging(path: &str, params: &Params, keep: &[&str], older: Option<i64>) -> Markup {
-    let filters = params.query(keep);
-    let paged = !params.get("before").is_empty();
+/// filters of `query`.
+pub fn paging(path: &str, query: &PageQuery<impl Serialize>, older: Option<i64>) -> Markup {
+    let filters = query.keep();
     let older = older.map(|before| {
         let and = if filters.is_empty() { '?' } else { '&' };
         format!("{path}{filters}{and}before={before}")
     });
     html! {
-        @if paged || older.is_some() {
+        @if query.paged() || older.is_some() {
             nav.paging {
-                @if paged { a href={ (path) (filters) } { "← newest" } }
+                @if query.paged() { a href={ (path) (filters) } { "← newest" } }
                 @if let Some(href) = older { a href=(href) { "older →" } }
             }
         }
@@ -457,6 +469,23 @@ fn json_cell(json: Option<&str>) -> Markup {
             span.muted { "—" }
         }
     }
+}
+
+/// Entries of an object's page's [`audit_table`] shown at most.
+const HISTORY_LIMIT: u64 = 100;
+
+/// The admin-audit entries of object `id` of `kind`, the newest first.
+pub async fn history(
+    db: &DatabaseConnection,
+    kind: &str,
+    id: String,
+) -> Result<Vec<admin_audit_entry::Model>, DbErr> {
+    let filter = AuditFilter {
+        object_kind: Some(kind.to_owned()),
+        object_id: Some(id),
+        ..AuditFilter::default()
+    };
+    admin_audit::list(db, &filter, HISTORY_LIMIT).await
 }
 
 /// Which entries an [`audit_table`] lists.

@@ -5,6 +5,7 @@
 
 use std::{fmt::Display, future::Future, io};
 
+use chrono::{DateTime, SecondsFormat, Utc};
 use futures_util::{StreamExt, stream};
 use poem::{
     Body, Response,
@@ -35,6 +36,14 @@ pub(super) fn cell(text: &str) -> String {
     }
 }
 
+/// A moment as the exports write it, RFC 3339 in UTC to the microsecond;
+/// blank when there is none.
+pub(super) fn moment(at: impl Into<Option<DateTime<Utc>>>) -> String {
+    at.into()
+        .map(|at| at.to_rfc3339_opts(SecondsFormat::Micros, true))
+        .unwrap_or_default()
+}
+
 /// `rows` as CSV, each cell through [`cell`].
 pub(super) fn to_csv<R: AsRef<[String]>>(rows: &[R]) -> io::Result<Vec<u8>> {
     let mut out = csv::Writer::from_writer(Vec::new());
@@ -44,37 +53,38 @@ pub(super) fn to_csv<R: AsRef<[String]>>(rows: &[R]) -> io::Result<Vec<u8>> {
     out.into_inner().map_err(|err| err.into_error())
 }
 
-/// The answer to an export whose filters `names` have `errors`: what is
-/// wrong with each, as text (the list page's buttons never send them).
-pub(super) fn refused(errors: &FieldErrors, names: &[&str]) -> Response {
-    let text: Vec<String> = names
-        .iter()
-        .filter_map(|name| errors.of(name).map(|message| format!("{name}: {message}")))
-        .collect();
-    Response::builder()
-        .status(StatusCode::BAD_REQUEST)
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(format!("{}\n", text.join("\n")))
-}
-
-/// A CSV attachment named `file_name`: the `header` row, then the rows
-/// `read` gives for each page from the newest to the oldest. A failure once
-/// the answer has started ends its body short of its end (and is logged),
-/// which the client sees as a broken download, never as a shorter file.
-pub(super) fn attachment<R, F, E>(
-    file_name: &str,
-    header: &'static [&'static str],
-    read: R,
+/// A CSV attachment named `file_name` of the rows a list's `filter` keeps:
+/// the `header` row, then each entry `read` gives with `filter` for each
+/// page from the newest to the oldest, as `row` writes it. A filter with
+/// errors is answered with what is wrong with each field, as text (the
+/// list page's buttons never send them). A failure once the answer has
+/// started ends its body short of its end (and is logged), which the
+/// client sees as a broken download, never as a shorter file.
+pub(super) fn attachment<S, R, F, E>(
+    (file_name, header): (&str, &'static [&'static str]),
+    filter: Result<S, FieldErrors>,
+    read: impl Fn(S, Keyset) -> F + Send + 'static,
+    row: fn(R) -> Vec<String>,
 ) -> Response
 where
-    R: Fn(Keyset) -> F + Send + 'static,
-    F: Future<Output = Result<Listed<Vec<String>>, E>> + Send + 'static,
+    S: Clone + Send + 'static,
+    R: 'static,
+    F: Future<Output = Result<Listed<R>, E>> + Send + 'static,
     E: Display,
 {
+    let filter = match filter {
+        Ok(filter) => filter,
+        Err(errors) => {
+            return Response::builder()
+                .status(StatusCode::BAD_REQUEST)
+                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .body(errors.lines());
+        }
+    };
     let header = [header.iter().map(|name| (*name).to_owned()).collect()];
     let header = stream::once(async move { to_csv::<Vec<String>>(&header) });
     let rows = stream::try_unfold(Some(Keyset::first(PAGE_SIZE)), move |page| {
-        let reading = page.map(&read);
+        let reading = page.map(|page| read(filter.clone(), page));
         async move {
             let Some(reading) = reading else {
                 return Ok(None);
@@ -87,7 +97,8 @@ where
                 before: Some(before),
                 size: PAGE_SIZE,
             });
-            Ok(Some((to_csv(&page.rows)?, next)))
+            let rows: Vec<Vec<String>> = page.rows.into_iter().map(row).collect();
+            Ok(Some((to_csv(&rows)?, next)))
         }
     });
     Response::builder()

@@ -11,11 +11,12 @@ use entity::{
 use maud::{Markup, html};
 use poem::{Route, get, handler, web::Path};
 use sea_orm::{ActiveEnum, Iterable};
+use serde::{Deserialize, Serialize};
 
 use super::{
     Answer,
     components::{self as c, Blank, FieldAttrs},
-    form::{FieldErrors, Params},
+    form::{FieldErrors, PageQuery},
     page,
     session::SignedIn,
 };
@@ -38,29 +39,37 @@ pub fn routes(route: Route) -> Route {
 /// Events a page lists at most, newest first.
 const PAGE_SIZE: u64 = 100;
 
-/// The filters a list's links keep.
-const FILTERS: [&str; 3] = ["type", "status", "order_id"];
+/// The list's filters, as the form and the query string name them.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+struct Filters {
+    r#type: String,
+    status: String,
+    order_id: String,
+}
 
-/// The list's filters as the query string gives them, or their errors.
-fn parse_filter(params: &Params) -> Result<EventFilter, FieldErrors> {
-    let mut errors = FieldErrors::default();
-    let event_type = params.parsed("type", &mut errors, |text| {
-        EventType::try_from_value(&text.to_owned()).map_err(|_| "no such event type".to_owned())
-    });
-    let status = params.parsed("status", &mut errors, |text| {
-        DeliveryStatus::try_from_value(&text.to_owned())
-            .map_err(|_| "no such delivery state".to_owned())
-    });
-    let order_id = params.parsed("order_id", &mut errors, |text| {
-        text.parse::<OrderId>()
-            .map(|id| id.to_string())
-            .map_err(|err| err.to_string())
-    });
-    errors.or(EventFilter {
-        event_type,
-        status,
-        order_id,
-    })
+impl Filters {
+    /// The filter the query string asks for, or what is wrong with it.
+    fn read(&self) -> Result<EventFilter, FieldErrors> {
+        let mut errors = FieldErrors::default();
+        let event_type = errors.check("type", &self.r#type, |text| {
+            EventType::try_from_value(&text.to_owned()).map_err(|_| "no such event type".to_owned())
+        });
+        let status = errors.check("status", &self.status, |text| {
+            DeliveryStatus::try_from_value(&text.to_owned())
+                .map_err(|_| "no such delivery state".to_owned())
+        });
+        let order_id = errors.check("order_id", &self.order_id, |text| {
+            text.parse::<OrderId>()
+                .map(|id| id.to_string())
+                .map_err(|err| err.to_string())
+        });
+        errors.or(EventFilter {
+            event_type,
+            status,
+            order_id,
+        })
+    }
 }
 
 fn status_badge(status: DeliveryStatus) -> Markup {
@@ -74,11 +83,11 @@ fn status_badge(status: DeliveryStatus) -> Markup {
 
 fn list_page(
     admin: &SignedIn,
-    (params, errors): (&Params, &FieldErrors),
+    (query, errors): (&PageQuery<Filters>, &FieldErrors),
     p: &project::Model,
     all: &Listed<webhook_event::Model>,
 ) -> Markup {
-    let path = format!("/projects/{}/events", p.id);
+    let (path, f) = (format!("/projects/{}/events", p.id), &query.filters);
     let types = EventType::iter().map(|t| (events::type_name(t), events::type_name(t)));
     let states = DeliveryStatus::iter().map(|s| (s.to_value(), s.to_value()));
     page::frame(
@@ -89,15 +98,11 @@ fn list_page(
                 a href={ "/projects/" (p.id) } { "Project " (p.name) } " · "
                 a href={ "/projects/" (p.id) "/webhooks" } { "Its webhook endpoints" }
             }
-            form.filters method="get" action=(path) {
-                (c::select_field(("Type", "type"), errors, Blank::Any("any type"), types, params.get("type")))
-                (c::select_field(("A delivery", "status"), errors, Blank::Any("in any state"), states, params.get("status")))
-                (c::text_field("Order id", "order_id", params.get("order_id"), errors, FieldAttrs::OPTIONAL))
-                div.actions {
-                    button type="submit" { "Filter" }
-                    a.button.secondary href=(path) { "Clear" }
-                }
-            }
+            (c::filter_bar(&path, None, errors, html! {
+                (c::select_field(("Type", "type"), errors, Blank::Any("any type"), types, &f.r#type))
+                (c::select_field(("A delivery", "status"), errors, Blank::Any("in any state"), states, &f.status))
+                (c::text_field("Order id", "order_id", &f.order_id, errors, FieldAttrs::OPTIONAL))
+            }))
             div.table-wrap { table {
                 thead { tr { th.num { "Id" } th { "Type" } th { "Order" } th { "webhook-id" } th { "Recorded" } } }
                 tbody {
@@ -113,25 +118,23 @@ fn list_page(
                     @if all.rows.is_empty() { tr { td colspan="5" .muted { "No event matches." } } }
                 }
             } }
-            (c::paging(&path, params, &FILTERS, all.older))
+            (c::paging(&path, query, all.older))
             p.muted { "Events are recorded only while an enabled endpoint of the project receives their type." }
         },
     )
 }
 
 #[handler]
-async fn list(admin: SignedIn, Path(id): Path<i64>, params: Params) -> Answer {
+async fn list(admin: SignedIn, Path(id): Path<i64>, query: PageQuery<Filters>) -> Answer {
     let db = &admin.state.db;
     let p = projects::get(db, id).await?;
-    let page = params.page(PAGE_SIZE)?;
-    let filter = parse_filter(&params);
+    let page = query.page(PAGE_SIZE)?;
+    let filter = query.filters.read();
     let all = match &filter {
         Ok(filter) => webhook_events::page(db, id, filter, page).await?,
         Err(_) => Listed::default(),
     };
-    let none = FieldErrors::default();
-    let errors = filter.as_ref().err().unwrap_or(&none);
-    let markup = list_page(&admin, (&params, errors), &p, &all);
+    let markup = list_page(&admin, (&query, FieldErrors::of_read(&filter)), &p, &all);
     Ok(page::ok_unless(filter.is_err(), markup))
 }
 

@@ -3,14 +3,16 @@
 //! A posted form is a `#[derive(Deserialize)]` struct read by
 //! [`PostForm`](super::session::PostForm), with one step that gives its
 //! parsed values or its [`FieldErrors`]; the struct, as sent, is also what
-//! its page shows again next to those errors. A list's filters are
-//! [`Params`], text each, so that a bad one gets its error next to its
-//! field instead of a bare 400. Values are read trimmed, passwords as typed.
+//! its page shows again next to those errors. A list's filters are read
+//! the same way from the query string, by [`PageQuery`]. Values are read
+//! trimmed, passwords as typed.
+
+use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
 use entity::balance::GENERAL_ACCOUNT;
 use maud::{Markup, html};
-use serde::{Deserialize, Deserializer, de::Error as _};
+use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned, de::Error as _};
 
 use super::PanelError;
 use crate::{
@@ -47,6 +49,40 @@ impl FieldErrors {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// The errors of a read, none when it succeeded.
+    pub fn of_read<T>(read: &Result<T, FieldErrors>) -> &FieldErrors {
+        static NONE: FieldErrors = FieldErrors(Vec::new());
+        read.as_ref().err().unwrap_or(&NONE)
+    }
+
+    /// The value a field's check gives, or none with its message next to
+    /// field `name`.
+    pub fn field<T>(&mut self, name: &'static str, checked: Result<T, String>) -> Option<T> {
+        checked.map_err(|message| self.add(name, message)).ok()
+    }
+
+    /// Field `name`'s `text` as `parse` reads it, none when blank; a value
+    /// `parse` refuses gets its message next to its field.
+    pub fn check<T>(
+        &mut self,
+        name: &'static str,
+        text: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        match text {
+            "" => None,
+            text => self.field(name, parse(text)),
+        }
+    }
+
+    /// Each error as `field: message`, a line each.
+    pub fn lines(&self) -> String {
+        self.0
+            .iter()
+            .map(|(name, message)| format!("{name}: {message}\n"))
+            .collect()
     }
 
     /// `value` when there is no error, else the errors.
@@ -108,12 +144,59 @@ pub struct DeleteForm {
     pub confirm_name: String,
 }
 
+impl DeleteForm {
+    /// The forms of the page sent back, with `edit` as the object is, when
+    /// what was typed is not the object's `name`, `what` it is (the
+    /// token's name) to type to delete the `object`.
+    pub fn refused<F>(
+        self,
+        name: &str,
+        (what, object): (&str, &str),
+        edit: F,
+    ) -> Option<PageForms<F>> {
+        let message = format!("this is not {what}: type it exactly to delete the {object}");
+        (self.confirm_name != name).then(|| PageForms {
+            edit,
+            confirm_name: self.confirm_name,
+            errors: FieldErrors::one("confirm_name", message),
+        })
+    }
+}
+
+/// The forms of an object's page: its edit form, as the object is or as
+/// sent back, and what was typed in its delete form, with the errors of
+/// either.
+pub struct PageForms<F> {
+    pub edit: F,
+    pub confirm_name: String,
+    pub errors: FieldErrors,
+}
+
+impl<F> PageForms<F> {
+    /// The edit form sent back with its `errors` (none: the forms as the
+    /// page first shows them).
+    pub fn new(edit: F, errors: FieldErrors) -> PageForms<F> {
+        PageForms {
+            edit,
+            confirm_name: String::new(),
+            errors,
+        }
+    }
+}
+
 /// An enable or disable form: `active` is `true` or `false`, the two
 /// values the forms send; anything else is refused.
 #[derive(Debug, Deserialize)]
 pub struct Toggle {
     #[serde(deserialize_with = "switch")]
     pub active: bool,
+}
+
+impl Toggle {
+    /// What the form did: `enabled` or `disabled`.
+    pub fn done(&self) -> &'static str {
+        if self.active { "enabled" } else { "disabled" }
+    }
 }
 
 fn switch<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
@@ -124,68 +207,42 @@ fn switch<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> 
     }
 }
 
-/// A list page's filters: the query string's parameters, read trimmed.
-#[derive(Debug, Default)]
-pub struct Params(Vec<(String, String)>);
+/// The fields read as typed, not trimmed: spaces at either end are part of
+/// a password.
+const PASSWORDS: [&str; 3] = ["password", "current_password", "password_again"];
 
-impl Params {
-    #[cfg(test)]
-    pub fn from_pairs(pairs: &[(&str, &str)]) -> Params {
-        Params(
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-        )
+/// `pairs` (a form's or a query string's) read as `T`, values trimmed but
+/// passwords; a form the panel's pages never send (a field of the wrong
+/// kind) is a bad request.
+pub fn read_pairs<'a, T: DeserializeOwned>(
+    pairs: impl IntoIterator<Item = (Cow<'a, str>, Cow<'a, str>)>,
+) -> Result<T, PanelError> {
+    let mut read = form_urlencoded::Serializer::new(String::new());
+    for (key, value) in pairs {
+        let as_typed = PASSWORDS.contains(&key.as_ref());
+        read.append_pair(&key, if as_typed { &value } else { value.trim() });
     }
+    serde_html_form::from_str(&read.finish()).map_err(|err| {
+        PanelError::BadRequest(format!("The form is not one the panel sends: {err}."))
+    })
+}
 
-    /// The trimmed value of `name`; empty when it is missing.
-    pub fn get(&self, name: &str) -> &str {
-        self.0
-            .iter()
-            .find(|(key, _)| key == name)
-            .map_or("", |(_, value)| value.trim())
-    }
+/// What a page's query string asks for: `T`, a list's filters (text each,
+/// so that a bad one gets its error next to its field instead of a bare
+/// 400, see [`FieldErrors::check`]), and `before`, the page of the list.
+/// A name sent more than once counts as first sent.
+#[derive(Default)]
+pub struct PageQuery<T> {
+    pub filters: T,
+    before: String,
+}
 
-    /// Filter `name` as `parse` reads it, none when blank; a value `parse`
-    /// refuses gets its message next to its field.
-    pub fn parsed<T>(
-        &self,
-        name: &'static str,
-        errors: &mut FieldErrors,
-        parse: impl FnOnce(&str) -> Result<T, String>,
-    ) -> Option<T> {
-        match self.get(name) {
-            "" => None,
-            text => parse(text)
-                .map_err(|message| errors.add(name, message))
-                .ok(),
-        }
-    }
-
-    /// A query string (`?a=1&b=2`, or empty) carrying the non-blank values
-    /// of `names`, for links that keep the filters.
-    pub fn query(&self, names: &[&str]) -> String {
-        let mut query = form_urlencoded::Serializer::new(String::new());
-        for name in names {
-            let value = self.get(name);
-            if !value.is_empty() {
-                query.append_pair(name, value);
-            }
-        }
-        let query = query.finish();
-        if query.is_empty() {
-            query
-        } else {
-            format!("?{query}")
-        }
-    }
-
+impl<T> PageQuery<T> {
     /// The page of a list that `before` asks for (the newest when it is
     /// blank), of `size` rows. Only an "older" link sends `before`, so a
     /// value that is not a row id is a bad request, not a field's error.
     pub fn page(&self, size: u64) -> Result<Keyset, PanelError> {
-        let before = match self.get("before") {
+        let before = match self.before.as_str() {
             "" => None,
             text => Some(parse_id(text).ok_or_else(|| {
                 PanelError::BadRequest("The page asked for is not a row id.".to_owned())
@@ -193,24 +250,54 @@ impl Params {
         };
         Ok(Keyset { before, size })
     }
+
+    /// Whether a page older than the newest is asked for.
+    pub fn paged(&self) -> bool {
+        !self.before.is_empty()
+    }
 }
 
-impl<'a> poem::FromRequest<'a> for Params {
+impl<T: Serialize> PageQuery<T> {
+    /// A query string (`?a=1&b=2`, or empty) carrying the non-blank
+    /// filters, for links that keep them.
+    pub fn keep(&self) -> String {
+        let all = serde_html_form::to_string(&self.filters).unwrap_or_default();
+        let kept = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form_urlencoded::parse(all.as_bytes()).filter(|(_, v)| !v.is_empty()))
+            .finish();
+        if kept.is_empty() {
+            kept
+        } else {
+            format!("?{kept}")
+        }
+    }
+}
+
+impl<'a, T: DeserializeOwned> poem::FromRequest<'a> for PageQuery<T> {
     async fn from_request(
         req: &'a poem::Request,
         _body: &mut poem::RequestBody,
     ) -> poem::Result<Self> {
-        let pairs = req
-            .uri()
-            .query()
-            .map(|query| {
-                form_urlencoded::parse(query.as_bytes())
-                    .into_owned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok(Params(pairs))
+        let mut pairs: Vec<(Cow<str>, Cow<str>)> = Vec::new();
+        for (key, value) in form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes()) {
+            if pairs.iter().all(|(name, _)| *name != key) {
+                pairs.push((key, value));
+            }
+        }
+        let before = match pairs.iter().position(|(name, _)| name == "before") {
+            Some(at) => pairs.remove(at).1.trim().to_owned(),
+            None => String::new(),
+        };
+        let filters = read_pairs(pairs)?;
+        Ok(PageQuery { filters, before })
     }
+}
+
+/// The search of a list (its query parameter `q`).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Search {
+    pub q: String,
 }
 
 /// A positive id typed in a form or filter.
@@ -262,11 +349,11 @@ pub fn parse_day(text: &str) -> Result<Option<DateTime<Utc>>, String> {
 /// start of the day after `to`. Errors go next to the fields `from` and
 /// `to`.
 pub fn parse_day_range(
-    params: &Params,
+    (from, to): (&str, &str),
     errors: &mut FieldErrors,
 ) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
-    let start = params.parsed("from", errors, parse_day).flatten();
-    let last = params.parsed("to", errors, parse_day).flatten();
+    let start = errors.check("from", from, parse_day).flatten();
+    let last = errors.check("to", to, parse_day).flatten();
     if let (Some(start), Some(last)) = (start, last)
         && last < start
     {
@@ -303,8 +390,7 @@ mod tests {
             assert!(parse_day(bad).is_err(), "{bad}");
         }
         let mut errors = FieldErrors::default();
-        let params = Params::from_pairs(&[("from", "2026-12-31"), ("to", "2026-12-31")]);
-        let (from, until) = parse_day_range(&params, &mut errors);
+        let (from, until) = parse_day_range(("2026-12-31", "2026-12-31"), &mut errors);
         assert!(errors.is_empty());
         assert_eq!(until.unwrap() - from.unwrap(), chrono::Duration::days(1));
     }

@@ -8,12 +8,13 @@ use entity::{admin_audit_entry, operation_log::LogKind, project};
 use maud::{Markup, html};
 use poem::{Route, get, handler};
 use sea_orm::ActiveEnum;
+use serde::{Deserialize, Serialize};
 
 use super::{
     Answer,
     components::{self as c, Blank, FieldAttrs},
     csv_export,
-    form::{FieldErrors, Params, parse_day_range, parse_id},
+    form::{FieldErrors, PageQuery, parse_day_range, parse_id},
     page,
     session::{PostForm, SignedIn},
 };
@@ -37,46 +38,57 @@ pub fn routes(route: Route) -> Route {
 /// Entries a page shows at most.
 const PAGE_SIZE: u64 = 100;
 /// The filters, as the form and the query string name them.
-const FILTERS: [&str; 5] = ["project", "user", "kind", "from", "to"];
-
-/// The filter the query string asks for, or what is wrong with it.
-fn parse_filter(params: &Params, all: &[project::Model]) -> Result<LedgerFilter, FieldErrors> {
-    let mut errors = FieldErrors::default();
-    let project_id = params.parsed("project", &mut errors, |text| {
-        let known = text
-            .parse()
-            .ok()
-            .filter(|id| all.iter().any(|p| p.id == *id));
-        known.ok_or_else(|| "choose a project from the list".to_owned())
-    });
-    let user_id = params.parsed("user", &mut errors, |text| {
-        parse_id(text).ok_or_else(|| "a user id is a whole number above 0".to_owned())
-    });
-    let kind = params.parsed("kind", &mut errors, |text| {
-        LogKind::try_from_value(&text.to_owned())
-            .map_err(|_| "choose a kind from the list".to_owned())
-    });
-    let (from, until) = parse_day_range(params, &mut errors);
-    errors.or(LedgerFilter {
-        project_id,
-        user_id,
-        kind,
-        from,
-        until,
-    })
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+struct Filters {
+    project: String,
+    user: String,
+    kind: String,
+    from: String,
+    to: String,
 }
 
-fn filter_form(params: &Params, errors: &FieldErrors, all: &[project::Model]) -> Markup {
+impl Filters {
+    /// The filter the query string asks for, of one of `all`, or what is
+    /// wrong with it.
+    fn read(&self, all: &[project::Model]) -> Result<LedgerFilter, FieldErrors> {
+        let mut errors = FieldErrors::default();
+        let project_id = errors.check("project", &self.project, |text| {
+            let known = text
+                .parse()
+                .ok()
+                .filter(|id| all.iter().any(|p| p.id == *id));
+            known.ok_or_else(|| "choose a project from the list".to_owned())
+        });
+        let user_id = errors.check("user", &self.user, |text| {
+            parse_id(text).ok_or_else(|| "a user id is a whole number above 0".to_owned())
+        });
+        let kind = errors.check("kind", &self.kind, |text| {
+            LogKind::try_from_value(&text.to_owned())
+                .map_err(|_| "choose a kind from the list".to_owned())
+        });
+        let (from, until) = parse_day_range((&self.from, &self.to), &mut errors);
+        errors.or(LedgerFilter {
+            project_id,
+            user_id,
+            kind,
+            from,
+            until,
+        })
+    }
+}
+
+fn filter_form(f: &Filters, errors: &FieldErrors, all: &[project::Model]) -> Markup {
     let kinds = [LogKind::OrderCredit, LogKind::BalanceSet]
         .map(|kind| (kind.to_value(), c::kind_label(kind).to_owned()));
     c::filter_bar(
         "/ledger",
-        params,
+        Some((&f.from, &f.to)),
         errors,
         html! {
-            (c::project_field(all, params.get("project"), Blank::Any("Every project"), errors))
-            (c::text_field("User id", "user", params.get("user"), errors, FieldAttrs::OPTIONAL))
-            (c::select_field(("Kind", "kind"), errors, Blank::Any("Every kind"), kinds, params.get("kind")))
+            (c::project_field(all, &f.project, Blank::Any("Every project"), errors))
+            (c::text_field("User id", "user", &f.user, errors, FieldAttrs::OPTIONAL))
+            (c::select_field(("Kind", "kind"), errors, Blank::Any("Every kind"), kinds, &f.kind))
         },
     )
 }
@@ -92,7 +104,7 @@ fn run_form(admin: &SignedIn) -> Markup {
 
 fn list_page(
     admin: &SignedIn,
-    params: &Params,
+    query: &PageQuery<Filters>,
     errors: &FieldErrors,
     all: &[project::Model],
     entries: &Listed<LedgerEntry>,
@@ -109,10 +121,10 @@ fn list_page(
             p.muted {
                 "Every balance change: each completed order's credit and each balance set, with the balance before and after. The audit checks that every balance equals the sum of its changes and that every completed order was credited exactly once."
             }
-            (filter_form(params, errors, all))
+            (filter_form(&query.filters, errors, all))
             @if errors.is_empty() {
-                (c::export_link("/ledger.csv", params, &FILTERS))
-                (c::entries_count(params, entries, PAGE_SIZE))
+                (c::export_link("/ledger.csv", query))
+                (c::entries_count(query, entries, PAGE_SIZE))
                 div.table-wrap { table {
                     thead { tr {
                         th.num { "Id" } th { "When" } th { "Project" } th.num { "User" }
@@ -153,27 +165,29 @@ fn list_page(
                         }
                     }
                 } }
-                (c::paging("/ledger", params, &FILTERS, entries.older))
+                (c::paging("/ledger", query, entries.older))
             }
         },
     )
 }
 
 #[handler]
-async fn list(admin: SignedIn, params: Params) -> Answer {
-    let page = params.page(PAGE_SIZE)?;
+async fn list(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
+    let page = query.page(PAGE_SIZE)?;
     let all = projects::list(&admin.state.db).await?;
-    Ok(match parse_filter(&params, &all) {
-        Ok(filter) => {
-            let entries = ledger::ledger(&admin.state.db, &filter, page).await?;
-            let none = FieldErrors::default();
-            page::ok(list_page(&admin, &params, &none, &all, &entries))
-        }
-        Err(errors) => {
-            let none = Listed::default();
-            page::invalid(list_page(&admin, &params, &errors, &all, &none))
-        }
-    })
+    let filter = query.filters.read(&all);
+    let entries = match &filter {
+        Ok(filter) => ledger::ledger(&admin.state.db, filter, page).await?,
+        Err(_) => Listed::default(),
+    };
+    let markup = list_page(
+        &admin,
+        &query,
+        FieldErrors::of_read(&filter),
+        &all,
+        &entries,
+    );
+    Ok(page::ok_unless(filter.is_err(), markup))
 }
 
 /// The columns of the export, one row per entry; amounts in exact decimal.
@@ -195,8 +209,7 @@ fn csv_row(entry: LedgerEntry) -> Vec<String> {
     let row = entry.row;
     vec![
         row.id.to_string(),
-        row.created_at
-            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        csv_export::moment(row.created_at),
         entry
             .project_id
             .map(|id| id.to_string())
@@ -214,24 +227,16 @@ fn csv_row(entry: LedgerEntry) -> Vec<String> {
 
 /// The entries the filters keep, every page of them, as CSV.
 #[handler]
-async fn export(admin: SignedIn, params: Params) -> Answer {
+async fn export(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
     let all = projects::list(&admin.state.db).await?;
-    let filter = match parse_filter(&params, &all) {
-        Ok(filter) => filter,
-        Err(errors) => return Ok(csv_export::refused(&errors, &FILTERS)),
-    };
-    let db = admin.state.db.clone();
     Ok(csv_export::attachment(
-        "masterpay-ledger.csv",
-        CSV_HEADER,
-        move |page| {
-            let (db, filter) = (db.clone(), filter.clone());
-            async move {
-                ledger::ledger(&db, &filter, page)
-                    .await?
-                    .try_map(|entry| Ok::<_, sea_orm::DbErr>(csv_row(entry)))
-            }
-        },
+        ("masterpay-ledger.csv", CSV_HEADER),
+        query
+            .filters
+            .read(&all)
+            .map(|filter| (admin.state.db.clone(), filter)),
+        |(db, filter), page| async move { ledger::ledger(&db, &filter, page).await },
+        csv_row,
     ))
 }
 
@@ -303,32 +308,19 @@ mod tests {
     #[test]
     fn filters_are_checked_field_by_field() {
         let all = [project(1)];
-        let filter = parse_filter(
-            &Params::from_pairs(&[
-                ("project", "1"),
-                ("kind", "balance_set"),
-                ("to", "2026-11-25"),
-            ]),
-            &all,
-        )
-        .unwrap();
+        let read = |query: &str| {
+            serde_html_form::from_str::<Filters>(query)
+                .unwrap()
+                .read(&all)
+        };
+        let filter = read("project=1&kind=balance_set&to=2026-11-25").unwrap();
         assert_eq!(filter.project_id, Some(1));
         assert_eq!(filter.kind, Some(LogKind::BalanceSet));
         assert_eq!(
             filter.until.map(|t| t.to_rfc3339()),
             Some("2026-11-26T00:00:00+00:00".to_owned())
         );
-        let errors = parse_filter(
-            &Params::from_pairs(&[
-                ("project", "2"),
-                ("user", "-3"),
-                ("kind", "gift"),
-                ("from", "2026-11-25"),
-                ("to", "2026-11-24"),
-            ]),
-            &all,
-        )
-        .unwrap_err();
+        let errors = read("project=2&user=-3&kind=gift&from=2026-11-25&to=2026-11-24").unwrap_err();
         for name in ["project", "user", "kind", "to"] {
             assert!(errors.of(name).is_some(), "{name}");
         }

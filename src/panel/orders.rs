@@ -7,21 +7,19 @@ use entity::{admin_audit_entry, payment_order::OrderStatus, project, server, use
 use maud::{Markup, html};
 use poem::{Route, get, handler, http::StatusCode, post, web::Path};
 use sea_orm::ActiveEnum;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{
     Answer, PanelError, PanelState,
     components::{self as c, Blank, FieldAttrs, Listing, account_name, order_path, status_badge},
     csv_export,
-    form::{FieldErrors, Params, parse_day_range, parse_id, parse_money, parse_server},
+    form::{FieldErrors, PageQuery, parse_day_range, parse_id, parse_money, parse_server},
     page,
     session::{PostForm, SignedIn},
 };
 use crate::domain::{OrderId, PaymentSystem};
 use crate::service::{
-    AdminError,
-    admin_audit::{self, AuditFilter},
-    count,
+    AdminError, count,
     keyset::{Keyset, Listed},
     ledger::{self, Entry},
     orders::{
@@ -34,12 +32,8 @@ use crate::service::{
 
 /// Orders a page lists at most, newest first.
 const PAGE_SIZE: u64 = 100;
-/// The list's filters, as the form and the query string name them.
-const FILTERS: [&str; 6] = ["order_id", "project", "status", "user", "from", "to"];
 /// The payment system the create form starts with.
 const PANEL_PAYMENT_SYSTEM: &str = "cstm:panel";
-/// Audit-log entries of an order shown at most.
-const AUDIT_LIMIT: u64 = 100;
 
 pub fn routes(route: Route) -> Route {
     route
@@ -57,29 +51,43 @@ fn parse_status(text: &str) -> Result<OrderStatus, String> {
         .map_err(|_| "choose pending, completed or cancelled".to_owned())
 }
 
-/// The list's filters as the service reads them, or what is wrong with
-/// them.
-fn parse_filter(params: &Params) -> Result<OrderFilter, FieldErrors> {
-    let mut errors = FieldErrors::default();
-    let order_id = params.parsed("order_id", &mut errors, |text| {
-        text.parse::<OrderId>().map_err(|err| err.to_string())
-    });
-    let project_id = params.parsed("project", &mut errors, |text| {
-        parse_id(text).ok_or_else(|| "choose a project of the list".to_owned())
-    });
-    let status = params.parsed("status", &mut errors, parse_status);
-    let user_id = params.parsed("user", &mut errors, |text| {
-        parse_id(text).ok_or_else(|| "a user id is a positive number, such as 42".to_owned())
-    });
-    let (from, until) = parse_day_range(params, &mut errors);
-    errors.or(OrderFilter {
-        project_id,
-        order_id,
-        user_id,
-        status,
-        from,
-        until,
-    })
+/// The list's filters, as the form and the query string name them.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+struct Filters {
+    order_id: String,
+    project: String,
+    status: String,
+    user: String,
+    from: String,
+    to: String,
+}
+
+impl Filters {
+    /// The list's filters as the service reads them, or what is wrong with
+    /// them.
+    fn read(&self) -> Result<OrderFilter, FieldErrors> {
+        let mut errors = FieldErrors::default();
+        let order_id = errors.check("order_id", &self.order_id, |text| {
+            text.parse::<OrderId>().map_err(|err| err.to_string())
+        });
+        let project_id = errors.check("project", &self.project, |text| {
+            parse_id(text).ok_or_else(|| "choose a project of the list".to_owned())
+        });
+        let status = errors.check("status", &self.status, parse_status);
+        let user_id = errors.check("user", &self.user, |text| {
+            parse_id(text).ok_or_else(|| "a user id is a positive number, such as 42".to_owned())
+        });
+        let (from, until) = parse_day_range((&self.from, &self.to), &mut errors);
+        errors.or(OrderFilter {
+            project_id,
+            order_id,
+            user_id,
+            status,
+            from,
+            until,
+        })
+    }
 }
 
 /// The create form, as sent and as shown.
@@ -96,11 +104,11 @@ struct OrderForm {
 impl OrderForm {
     /// The form as a list page starts it: the project and user of the
     /// filters, when they name them.
-    fn from_filters(params: &Params) -> OrderForm {
-        let valid = |name| Some(params.get(name)).filter(|text| parse_id(text).is_some());
+    fn from_filters(f: &Filters) -> OrderForm {
+        let valid = |text: &String| Some(text).filter(|text| parse_id(text).is_some()).cloned();
         OrderForm {
-            project: valid("project").unwrap_or("").to_owned(),
-            user: valid("user").unwrap_or("").to_owned(),
+            project: valid(&f.project).unwrap_or_default(),
+            user: valid(&f.user).unwrap_or_default(),
             server: "0".to_owned(),
             amount: String::new(),
             payment_system: PANEL_PAYMENT_SYSTEM.to_owned(),
@@ -126,7 +134,7 @@ impl OrderForm {
             "" => Err("give the user's id or e-mail".to_owned()),
             text => text.parse::<UserRef>().map_err(|err| err.to_string()),
         };
-        let who = who.map_err(|message| errors.add("user", message)).ok();
+        let who = errors.field("user", who);
         let server_id = parse_server(&self.server);
         if server_id.is_none() {
             let message = "a server id is a number: 0 for the general account";
@@ -137,11 +145,10 @@ impl OrderForm {
             Ok(None) => Err("give an amount, such as 10 or 10.50".to_owned()),
             Err(message) => Err(message),
         };
-        let amount = amount.map_err(|message| errors.add("amount", message)).ok();
+        let amount = errors.field("amount", amount);
         let payment_system = self.payment_system.parse::<PaymentSystem>();
-        let payment_system = payment_system
-            .map_err(|err| errors.add("payment_system", err.to_string()))
-            .ok();
+        let payment_system =
+            errors.field("payment_system", payment_system.map_err(|e| e.to_string()));
         match (project_id, who, server_id, amount, payment_system) {
             (Some(project_id), Some(who), Some(server_id), Some(amount), Some(payment_system)) => {
                 Ok(OrderRequest {
@@ -169,7 +176,7 @@ struct ListView {
 
 fn list_page(
     admin: &SignedIn,
-    (params, filter_errors): (&Params, &FieldErrors),
+    (query, filter_errors): (&PageQuery<Filters>, &FieldErrors),
     view: &ListView,
     (form, errors): (&OrderForm, &FieldErrors),
 ) -> Markup {
@@ -185,20 +192,21 @@ fn list_page(
         OrderStatus::Cancelled,
     ]
     .map(|s| (s.to_value(), s.to_value()));
+    let f = &query.filters;
     page::frame(
         admin,
         "Orders",
         html! {
             section {
-                (c::filter_bar("/orders", params, filter_errors, html! {
-                    (c::text_field("Order id", "order_id", params.get("order_id"), filter_errors, FieldAttrs::OPTIONAL.placeholder("Order:…")))
-                    (c::project_field(&view.projects, params.get("project"), Blank::Any("All projects"), filter_errors))
-                    (c::select_field(("Status", "status"), filter_errors, Blank::Any("Any status"), statuses, params.get("status")))
-                    (c::text_field("User id", "user", params.get("user"), filter_errors, FieldAttrs::OPTIONAL))
+                (c::filter_bar("/orders", Some((&f.from, &f.to)), filter_errors, html! {
+                    (c::text_field("Order id", "order_id", &f.order_id, filter_errors, FieldAttrs::OPTIONAL.placeholder("Order:…")))
+                    (c::project_field(&view.projects, &f.project, Blank::Any("All projects"), filter_errors))
+                    (c::select_field(("Status", "status"), filter_errors, Blank::Any("Any status"), statuses, &f.status))
+                    (c::text_field("User id", "user", &f.user, filter_errors, FieldAttrs::OPTIONAL))
                 }))
             }
             @if view.searched {
-                (c::export_link("/orders.csv", params, &FILTERS))
+                (c::export_link("/orders.csv", query))
                 p {
                     (count(view.total, "order matches", "orders match")) "."
                     @if view.total > PAGE_SIZE {
@@ -228,7 +236,7 @@ fn list_page(
                     @if view.orders.rows.is_empty() { tr { td colspan="7" .muted { "No order matches." } } }
                 }
             } }
-            (c::paging("/orders", params, &FILTERS, view.orders.older))
+            (c::paging("/orders", query, view.orders.older))
             section #new-order {
                 h2 { "New order" }
                 p.muted { "Creates a pending order, as the API's order creation does; completing it credits the amount to the main balance of the account chosen." }
@@ -269,14 +277,13 @@ async fn list_view(
 }
 
 #[handler]
-async fn list(admin: SignedIn, params: Params) -> Answer {
-    let page = params.page(PAGE_SIZE)?;
-    let filter = parse_filter(&params);
+async fn list(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
+    let page = query.page(PAGE_SIZE)?;
+    let filter = query.filters.read();
     let view = list_view(&admin.state, filter.as_ref().ok(), page).await?;
-    let none = FieldErrors::default();
-    let filter_errors = filter.as_ref().err().unwrap_or(&none);
-    let form = OrderForm::from_filters(&params);
-    let markup = list_page(&admin, (&params, filter_errors), &view, (&form, &none));
+    let filters = (&query, FieldErrors::of_read(&filter));
+    let form = OrderForm::from_filters(&query.filters);
+    let markup = list_page(&admin, filters, &view, (&form, &FieldErrors::default()));
     Ok(page::ok_unless(filter.is_err(), markup))
 }
 
@@ -296,10 +303,6 @@ const CSV_HEADER: &[&str] = &[
 ];
 
 fn csv_row(order: Order) -> Vec<String> {
-    let at = |at: Option<chrono::DateTime<chrono::Utc>>| {
-        at.map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
-            .unwrap_or_default()
-    };
     vec![
         order.order_id.to_string(),
         order.project_id.to_string(),
@@ -309,30 +312,23 @@ fn csv_row(order: Order) -> Vec<String> {
         order.status.to_value(),
         order.payment_system.to_string(),
         order.payment_id.unwrap_or_default(),
-        at(Some(order.created_at)),
-        at(order.completed_at),
-        at(order.cancelled_at),
+        csv_export::moment(order.created_at),
+        csv_export::moment(order.completed_at),
+        csv_export::moment(order.cancelled_at),
     ]
 }
 
 /// The orders the filters keep, every page of them, as CSV.
 #[handler]
-async fn export(admin: SignedIn, params: Params) -> Answer {
-    let filter = match parse_filter(&params) {
-        Ok(filter) => filter,
-        Err(errors) => return Ok(csv_export::refused(&errors, &FILTERS)),
-    };
-    let db = admin.state.db.clone();
+async fn export(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
     Ok(csv_export::attachment(
-        "masterpay-orders.csv",
-        CSV_HEADER,
-        move |page| {
-            let (db, filter) = (db.clone(), filter.clone());
-            async move {
-                let orders = orders::list(&db, &filter, page).await?;
-                orders.try_map(|order| Ok::<_, crate::store::StoreError>(csv_row(order)))
-            }
-        },
+        ("masterpay-orders.csv", CSV_HEADER),
+        query
+            .filters
+            .read()
+            .map(|filter| (admin.state.db.clone(), filter)),
+        |(db, filter), page| async move { orders::list(&db, &filter, page).await },
+        csv_row,
     ))
 }
 
@@ -383,7 +379,7 @@ async fn create(admin: SignedIn, PostForm(form): PostForm<OrderForm>) -> Answer 
         Keyset::first(PAGE_SIZE),
     )
     .await?;
-    let filters = (&Params::default(), &FieldErrors::default());
+    let filters = (&PageQuery::default(), &FieldErrors::default());
     Ok(page::invalid(list_page(
         &admin,
         filters,
@@ -423,12 +419,7 @@ async fn order_view(
         Err(err) => return Err(err.into()),
     };
     let servers = servers::list(db, project_id).await?;
-    let audit_filter = AuditFilter {
-        object_kind: Some("order".to_owned()),
-        object_id: Some(order.order_id.to_string()),
-        ..AuditFilter::default()
-    };
-    let audit = admin_audit::list(db, &audit_filter, AUDIT_LIMIT).await?;
+    let audit = c::history(db, "order", order.order_id.to_string()).await?;
     let log = ledger::of_order(db, project_id, &order.order_id)
         .await
         .map_err(PanelError::from)?;

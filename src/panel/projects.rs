@@ -7,7 +7,7 @@ use poem::{Route, get, handler, post, web::Path};
 use super::{
     Answer,
     components::{self as c, FieldAttrs},
-    form::{FieldErrors, NameForm, Params, Toggle},
+    form::{FieldErrors, NameForm, PageQuery, Search, Toggle},
     page,
     session::{PostForm, SignedIn},
 };
@@ -29,7 +29,7 @@ const PAGE_SIZE: u64 = 100;
 
 fn list_page(
     admin: &SignedIn,
-    params: &Params,
+    query: &PageQuery<Search>,
     all: &Listed<project::Model>,
     name: &str,
     errors: &FieldErrors,
@@ -38,7 +38,7 @@ fn list_page(
         admin,
         "Projects",
         html! {
-            (c::search_form("/projects", "Name contains", "shop", params.get("q")))
+            (c::search_form("/projects", "Name contains", "shop", &query.filters.q))
             div.table-wrap { table {
                 thead { tr { th.num { "Id" } th { "Name" } th { "State" } th { "Created" } } }
                 tbody {
@@ -51,11 +51,11 @@ fn list_page(
                         }
                     }
                     @if all.rows.is_empty() { tr { td colspan="4" .muted {
-                        @if params.get("q").is_empty() { "No project yet." } @else { "No project matches." }
+                        @if query.filters.q.is_empty() { "No project yet." } @else { "No project matches." }
                     } } }
                 }
             } }
-            (c::paging("/projects", params, &["q"], all.older))
+            (c::paging("/projects", query, all.older))
             section {
                 h2 { "New project" }
                 form method="post" action="/projects" {
@@ -69,9 +69,10 @@ fn list_page(
 }
 
 #[handler]
-async fn list(admin: SignedIn, params: Params) -> Answer {
-    let all = projects::page(&admin.state.db, params.get("q"), params.page(PAGE_SIZE)?).await?;
-    let markup = list_page(&admin, &params, &all, "", &FieldErrors::default());
+async fn list(admin: SignedIn, query: PageQuery<Search>) -> Answer {
+    let page = query.page(PAGE_SIZE)?;
+    let all = projects::page(&admin.state.db, &query.filters.q, page).await?;
+    let markup = list_page(&admin, &query, &all, "", &FieldErrors::default());
     Ok(page::ok(markup))
 }
 
@@ -86,7 +87,7 @@ async fn create(admin: SignedIn, PostForm(form): PostForm<NameForm>) -> Answer {
         Err(err) => {
             let errors = FieldErrors::refused(err)?;
             let all = projects::page(&admin.state.db, "", Keyset::first(PAGE_SIZE)).await?;
-            let markup = list_page(&admin, &Params::default(), &all, &form.name, &errors);
+            let markup = list_page(&admin, &PageQuery::default(), &all, &form.name, &errors);
             Ok(page::invalid(markup))
         }
     }
@@ -159,13 +160,9 @@ async fn rename(
 async fn set_active(
     admin: SignedIn,
     Path(id): Path<i64>,
-    PostForm(Toggle { active }): PostForm<Toggle>,
+    PostForm(toggle): PostForm<Toggle>,
 ) -> Answer {
-    projects::set_active(&admin.state.db, &admin.actor(), id, active).await?;
-    let done = if active { "enabled" } else { "disabled" };
-    Ok(page::done(
-        &admin,
-        &format!("/projects/{id}"),
-        &format!("Project {id} {done}."),
-    ))
+    projects::set_active(&admin.state.db, &admin.actor(), id, toggle.active).await?;
+    let message = format!("Project {id} {}.", toggle.done());
+    Ok(page::done(&admin, &format!("/projects/{id}"), &message))
 }

@@ -29,15 +29,11 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{PanelError, PanelState};
+use super::{PanelError, PanelState, form::read_pairs};
 use crate::service::{
     admin_audit::Actor,
     admin_sessions::{self, Secret, Session},
 };
-
-/// The fields read as typed, not trimmed: spaces at either end are part of
-/// a password.
-const PASSWORDS: [&str; 3] = ["password", "current_password", "password_again"];
 
 /// Largest form body the panel reads.
 const MAX_FORM_BYTES: usize = 64 * 1024;
@@ -341,16 +337,11 @@ impl<'a, T: DeserializeOwned> FromRequest<'a> for PostForm<T> {
             .into_bytes_limit(MAX_FORM_BYTES)
             .await
             .map_err(|_| PanelError::Forbidden("the form is too large"))?;
-        let mut sent = None;
-        let mut read = form_urlencoded::Serializer::new(String::new());
-        for (key, value) in form_urlencoded::parse(&bytes) {
-            if key == "csrf" {
-                sent.get_or_insert_with(|| value.to_string());
-            }
-            let as_typed = PASSWORDS.contains(&key.as_ref());
-            read.append_pair(&key, if as_typed { &value } else { value.trim() });
-        }
-        let sent = sent.unwrap_or_default();
+        let pairs: Vec<_> = form_urlencoded::parse(&bytes).collect();
+        let sent = pairs
+            .iter()
+            .find(|(key, _)| key == "csrf")
+            .map_or("", |(_, value)| value.as_ref());
         let matches = expected
             .iter()
             .any(|token| bool::from(sent.as_bytes().ct_eq(token.as_bytes())));
@@ -360,12 +351,7 @@ impl<'a, T: DeserializeOwned> FromRequest<'a> for PostForm<T> {
             )
             .into());
         }
-        serde_html_form::from_str(&read.finish())
-            .map(PostForm)
-            .map_err(|err| {
-                PanelError::BadRequest(format!("The form is not one the panel sends: {err}."))
-                    .into()
-            })
+        Ok(PostForm(read_pairs(pairs)?))
     }
 }
 

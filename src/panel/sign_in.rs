@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::{
     Answer, PanelState,
     components::{self as c, FieldAttrs},
-    form::{FieldErrors, Params},
+    form::{FieldErrors, PageQuery},
     page,
     session::{
         PostForm, Visitor, client_address, cookie_name, next_page, read_cookie, set_cookie,
@@ -89,8 +89,8 @@ fn sign_in_page(
 }
 
 #[handler]
-pub async fn show(req: &Request, params: Params, state: Data<&PanelState>) -> Answer {
-    let next = next_page(params.get("next"));
+pub async fn show(req: &Request, query: PageQuery<NextQuery>, state: Data<&PanelState>) -> Answer {
+    let next = next_page(&query.filters.next);
     if let Some(cookie) = session_cookie(req, &state)
         && admin_sessions::session(&state.db, &cookie).await?.is_some()
     {
@@ -105,6 +105,13 @@ pub async fn show(req: &Request, params: Params, state: Data<&PanelState>) -> An
         &FieldErrors::default(),
     );
     Ok(with_visitor_cookie(req, response, &visitor, &state))
+}
+
+/// The sign-in page's query: the page to go on to (see [`next_page`]).
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub struct NextQuery {
+    next: String,
 }
 
 /// The sign-in form; the password as typed.

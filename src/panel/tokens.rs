@@ -21,21 +21,17 @@ use serde::Deserialize;
 use super::{
     Answer, PanelError,
     components::{self as c, FieldAttrs, Listing},
-    form::{DeleteForm, FieldErrors, Params, Toggle, parse_day},
+    form::{DeleteForm, FieldErrors, PageForms, PageQuery, Search, Toggle, parse_day},
     page,
     session::{PostForm, SignedIn},
 };
 use crate::service::{
     AdminError,
-    admin_audit::{self, AuditFilter},
     keyset::Listed,
     projects,
     tokens::{self, Permission, TokenInfo, TokenValue},
     validate,
 };
-
-/// How many admin-audit entries a token's page lists.
-const HISTORY_LIMIT: u64 = 100;
 
 pub fn routes(route: Route) -> Route {
     route
@@ -90,10 +86,9 @@ impl TokenForm {
     /// is wrong (the rules are the service's).
     fn read(&self) -> Result<TokenSettings, FieldErrors> {
         let mut errors = FieldErrors::default();
-        let name = validate::check_name("token", &self.name);
-        let name = name.map_err(|message| errors.add("name", message));
+        let name = errors.field("name", validate::check_name("token", &self.name));
         let description = validate::check_description(&self.description);
-        let description = description.map_err(|message| errors.add("description", message));
+        let description = errors.field("description", description);
         let (mut permissions, mut unknown) = (Vec::new(), Vec::new());
         for value in &self.permission {
             match value.parse::<Permission>() {
@@ -110,15 +105,16 @@ impl TokenForm {
             let message = "choose at least one endpoint: a token without any can call nothing";
             errors.add("permissions", message);
         }
-        let expires_at = parse_day(&self.expires_on);
-        let expires_at = expires_at.map_err(|message| errors.add("expires_on", message));
+        let expires_at = errors.field("expires_on", parse_day(&self.expires_on));
         match (name, description, expires_at) {
-            (Ok(name), Ok(description), Ok(expires_at)) if errors.is_empty() => Ok(TokenSettings {
-                name,
-                description,
-                permissions,
-                expires_at,
-            }),
+            (Some(name), Some(description), Some(expires_at)) if errors.is_empty() => {
+                Ok(TokenSettings {
+                    name,
+                    description,
+                    permissions,
+                    expires_at,
+                })
+            }
             _ => Err(errors),
         }
     }
@@ -230,7 +226,7 @@ const PAGE_SIZE: u64 = 100;
 
 fn list_page(
     admin: &SignedIn,
-    params: &Params,
+    query: &PageQuery<Search>,
     p: &project::Model,
     all: &Listed<TokenInfo>,
 ) -> Markup {
@@ -244,7 +240,7 @@ fn list_page(
             div.actions {
                 a.button href={ (path) "/new" } { "New token" }
             }
-            (c::search_form(&path, "Name or description contains", "game panel", params.get("q")))
+            (c::search_form(&path, "Name or description contains", "game panel", &query.filters.q))
             div.table-wrap { table {
                 thead { tr {
                     th { "Name" } th { "Value" } th { "Description" } th { "Endpoints" } th { "State" }
@@ -270,27 +266,22 @@ fn list_page(
                         }
                     }
                     @if all.rows.is_empty() { tr { td colspan="8" .muted {
-                        @if params.get("q").is_empty() { "No token yet." } @else { "No token matches." }
+                        @if query.filters.q.is_empty() { "No token yet." } @else { "No token matches." }
                     } } }
                 }
             } }
-            (c::paging(&path, params, &["q"], all.older))
+            (c::paging(&path, query, all.older))
             p.muted { "A token's value is shown once, when it is created or reissued; only a hash of it is kept." }
         },
     )
 }
 
 #[handler]
-async fn list(admin: SignedIn, Path(id): Path<i64>, params: Params) -> Answer {
+async fn list(admin: SignedIn, Path(id): Path<i64>, query: PageQuery<Search>) -> Answer {
     let p = projects::get(&admin.state.db, id).await?;
-    let all = tokens::page(
-        &admin.state.db,
-        id,
-        params.get("q"),
-        params.page(PAGE_SIZE)?,
-    )
-    .await?;
-    Ok(page::ok(list_page(&admin, &params, &p, &all)))
+    let page = query.page(PAGE_SIZE)?;
+    let all = tokens::page(&admin.state.db, id, &query.filters.q, page).await?;
+    Ok(page::ok(list_page(&admin, &query, &p, &all)))
 }
 
 fn new_page(
@@ -385,43 +376,29 @@ async fn create(
     Ok(page::invalid(new_page(&admin, &p, None, &form, &errors)))
 }
 
-/// What the token's page shows of its value.
-enum Reveal {
-    /// The value, just created or reissued: shown this once.
-    Now(String),
-    /// Shown already, or never to this browser.
-    Gone,
-}
-
-/// What the token page's forms hold: the edit form, the delete form's
-/// typed name, and the errors of either.
-struct Forms<'a> {
-    edit: &'a TokenForm,
-    confirm_name: &'a str,
-    errors: &'a FieldErrors,
-}
-
+/// The token's page; `value`, when it was just created or reissued, is
+/// shown this once (none: shown already, or never to this browser).
 fn token_page(
     admin: &SignedIn,
     (info, p): (&TokenInfo, &project::Model),
-    reveal: &Reveal,
+    value: Option<&str>,
     history: &[admin_audit_entry::Model],
-    forms: &Forms<'_>,
+    forms: &PageForms<TokenForm>,
 ) -> Markup {
-    let errors = forms.errors;
+    let errors = &forms.errors;
     let t = &info.token;
     let base = format!("/tokens/{}", t.id);
     html! {
         (page::frame(admin, &format!("Token {}", t.name), html! {
             p { a href={ "/projects/" (p.id) "/tokens" } { "Tokens of " (p.name) } }
             (disabled_project_warning(p))
-            @match reveal {
-                Reveal::Now(value) => {
+            @match value {
+                Some(value) => {
                     (c::reveal(&base, (html! { "The token's value" }, "token-value", value), html! {
                         "Copy it now into your game panel's settings or a secret store: it will not be shown again, not even on this page after a reload. Only a hash of it is kept."
                     }))
                 }
-                Reveal::Gone => {
+                None => {
                     p.muted { "The value was shown once and cannot be shown again; reissue the token to get a new one." }
                 }
             }
@@ -448,7 +425,7 @@ fn token_page(
                 h2 { "Edit" }
                 form method="post" action={ (base) "/edit" } {
                     (page::csrf(admin))
-                    (token_fields(forms.edit, errors))
+                    (token_fields(&forms.edit, errors))
                     p.muted { "Changes hold from the token's next API request." }
                     button type="submit" { "Save changes" }
                 }
@@ -492,7 +469,7 @@ fn token_page(
                 admin,
                 (&format!("{base}/delete"), "token", &t.name),
                 "A deleted token is answered 403 TOKEN_NOT_FOUND from its next request on. This cannot be undone.",
-                forms.confirm_name,
+                &forms.confirm_name,
                 errors,
             ))
             section {
@@ -505,8 +482,7 @@ fn token_page(
 
 /// The token's page with its new `value`, the one time it is shown.
 async fn value_shown_once(admin: &SignedIn, info: &TokenInfo, value: &TokenValue) -> Answer {
-    let reveal = Reveal::Now(value.expose().to_owned());
-    token_answer(admin, info, &reveal, None).await
+    token_answer(admin, info, Some(value.expose()), None).await
 }
 
 /// The token's page: as asked for or with a new value shown (200), or with
@@ -514,32 +490,23 @@ async fn value_shown_once(admin: &SignedIn, info: &TokenInfo, value: &TokenValue
 async fn token_answer(
     admin: &SignedIn,
     info: &TokenInfo,
-    reveal: &Reveal,
-    refused: Option<Forms<'_>>,
+    value: Option<&str>,
+    refused: Option<PageForms<TokenForm>>,
 ) -> Answer {
     let db = &admin.state.db;
     let p = projects::get(db, info.token.project_id).await?;
-    let filter = AuditFilter {
-        object_kind: Some("token".to_owned()),
-        object_id: Some(info.token.id.to_string()),
-        ..Default::default()
-    };
-    let history = admin_audit::list(db, &filter, HISTORY_LIMIT).await?;
-    let (shown, none) = (TokenForm::of(info), FieldErrors::default());
+    let history = c::history(db, "token", info.token.id.to_string()).await?;
     let is_refused = refused.is_some();
-    let forms = refused.unwrap_or(Forms {
-        edit: &shown,
-        confirm_name: "",
-        errors: &none,
-    });
-    let markup = token_page(admin, (info, &p), reveal, &history, &forms);
+    let forms =
+        refused.unwrap_or_else(|| PageForms::new(TokenForm::of(info), FieldErrors::default()));
+    let markup = token_page(admin, (info, &p), value, &history, &forms);
     Ok(page::ok_unless(is_refused, markup))
 }
 
 #[handler]
 async fn show(admin: SignedIn, Path(id): Path<i64>) -> Answer {
     let info = tokens::get_info(&admin.state.db, id).await?;
-    token_answer(&admin, &info, &Reveal::Gone, None).await
+    token_answer(&admin, &info, None, None).await
 }
 
 #[handler]
@@ -566,27 +533,18 @@ async fn edit(admin: SignedIn, Path(id): Path<i64>, PostForm(form): PostForm<Tok
             }
         }
     };
-    let forms = Forms {
-        edit: &form,
-        confirm_name: "",
-        errors: &errors,
-    };
-    token_answer(&admin, &info, &Reveal::Gone, Some(forms)).await
+    token_answer(&admin, &info, None, Some(PageForms::new(form, errors))).await
 }
 
 #[handler]
 async fn set_active(
     admin: SignedIn,
     Path(id): Path<i64>,
-    PostForm(Toggle { active }): PostForm<Toggle>,
+    PostForm(toggle): PostForm<Toggle>,
 ) -> Answer {
-    tokens::set_active(&admin.state.db, &admin.actor(), id, active).await?;
-    let done = if active { "enabled" } else { "disabled" };
-    Ok(page::done(
-        &admin,
-        &format!("/tokens/{id}"),
-        &format!("Token {id} {done}."),
-    ))
+    tokens::set_active(&admin.state.db, &admin.actor(), id, toggle.active).await?;
+    let message = format!("Token {id} {}.", toggle.done());
+    Ok(page::done(&admin, &format!("/tokens/{id}"), &message))
 }
 
 /// The reissue form: when the old value stops working, one of
@@ -628,17 +586,9 @@ async fn delete(
     PostForm(form): PostForm<DeleteForm>,
 ) -> Answer {
     let info = tokens::get_info(&admin.state.db, id).await?;
-    if form.confirm_name != info.token.name {
-        let errors = FieldErrors::one(
-            "confirm_name",
-            "this is not the token's name: type it exactly to delete the token",
-        );
-        let forms = Forms {
-            edit: &TokenForm::of(&info),
-            confirm_name: &form.confirm_name,
-            errors: &errors,
-        };
-        return token_answer(&admin, &info, &Reveal::Gone, Some(forms)).await;
+    let shown = TokenForm::of(&info);
+    if let Some(forms) = form.refused(&info.token.name, ("the token's name", "token"), shown) {
+        return token_answer(&admin, &info, None, Some(forms)).await;
     }
     tokens::delete(&admin.state.db, &admin.actor(), id).await?;
     let to = format!("/projects/{}/tokens", info.token.project_id);

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::{
     Answer, PanelError, PanelState,
     components::{self as c, Blank, FieldAttrs, account_name},
-    form::{FieldErrors, Params, parse_money, parse_server},
+    form::{FieldErrors, PageQuery, Search, parse_money, parse_server},
     page,
     session::{PostForm, SignedIn},
 };
@@ -82,11 +82,11 @@ async fn project_view(
 fn users_page(
     admin: &SignedIn,
     view: &ProjectView,
-    params: &Params,
+    query: &PageQuery<Search>,
     (forms, errors): (&ProjectForms, &FieldErrors),
 ) -> Markup {
     let p = &view.project;
-    let q = params.get("q");
+    let q = query.filters.q.as_str();
     let path = format!("/projects/{}/users", p.id);
     let email_attrs = FieldAttrs {
         kind: "email",
@@ -122,7 +122,7 @@ fn users_page(
                         }
                     }
                 } }
-                (c::paging(&path, params, &["q"], view.found.older))
+                (c::paging(&path, query, view.found.older))
             }
             section {
                 h2 { "New user" }
@@ -160,17 +160,17 @@ fn users_page(
 }
 
 #[handler]
-async fn list(admin: SignedIn, Path(id): Path<i64>, params: Params) -> Answer {
-    let page = params.page(PAGE_SIZE)?;
-    let view = project_view(&admin.state, id, params.get("q"), page).await?;
+async fn list(admin: SignedIn, Path(id): Path<i64>, query: PageQuery<Search>) -> Answer {
+    let page = query.page(PAGE_SIZE)?;
+    let view = project_view(&admin.state, id, &query.filters.q, page).await?;
     let forms = (&ProjectForms::default(), &FieldErrors::default());
-    Ok(page::ok(users_page(&admin, &view, &params, forms)))
+    Ok(page::ok(users_page(&admin, &view, &query, forms)))
 }
 
 /// The users page with `forms` sent back with their `errors`.
 async fn refused(admin: &SignedIn, id: i64, forms: &ProjectForms, errors: &FieldErrors) -> Answer {
     let view = project_view(&admin.state, id, "", Keyset::first(PAGE_SIZE)).await?;
-    let markup = users_page(admin, &view, &Params::default(), (forms, errors));
+    let markup = users_page(admin, &view, &PageQuery::default(), (forms, errors));
     Ok(page::invalid(markup))
 }
 
@@ -251,21 +251,15 @@ impl BalanceForm {
             let message = "choose the general account or one of the project's servers";
             errors.add("server", message);
         }
-        let mut money = |field: &'static str, text: &str| {
-            parse_money(text).unwrap_or_else(|message| {
-                errors.add(field, message);
-                None
-            })
-        };
-        let (main, bonus) = (money("main", &self.main), money("bonus", &self.bonus));
+        let main = errors.field("main", parse_money(&self.main)).flatten();
+        let bonus = errors.field("bonus", parse_money(&self.bonus)).flatten();
         if errors.of("main").is_none()
             && errors.of("bonus").is_none()
             && let Err(message) = balances::check_amounts(main, bonus)
         {
             errors.add("main", message);
         }
-        let reason = validate::check_reason(&self.reason);
-        let reason = reason.map_err(|message| errors.add("reason", message)).ok();
+        let reason = errors.field("reason", validate::check_reason(&self.reason));
         match (server, reason) {
             (Some(server), Some(reason)) if errors.is_empty() => Ok(BalanceChange {
                 server,

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use super::{
     Answer,
     components::{self as c, FieldAttrs},
-    form::{DeleteForm, FieldErrors, Toggle},
+    form::{DeleteForm, FieldErrors, PageForms, Toggle},
     page,
     session::{PostForm, SignedIn},
 };
@@ -79,18 +79,15 @@ impl EndpointForm {
     async fn read(&self, destinations: &Destinations) -> Result<EndpointSettings, FieldErrors> {
         let mut errors = FieldErrors::default();
         let url = endpoints::check_destination(&self.url, destinations).await;
-        let url = url.map_err(|message| errors.add("url", message));
+        let url = errors.field("url", url);
         let description = validate::check_description(&self.description);
-        let description = description.map_err(|message| errors.add("description", message));
-        let types = if self.every_type.is_empty() {
-            events::parse_types(&self.event_type.join(","))
-                .map(Some)
-                .map_err(|message| errors.add("event_types", message))
-        } else {
-            Ok(None)
+        let description = errors.field("description", description);
+        let types = match self.every_type.as_str() {
+            "" => events::parse_types(&self.event_type.join(",")).map(Some),
+            _ => Ok(None),
         };
-        match (url, description, types) {
-            (Ok(url), Ok(description), Ok(types)) if errors.is_empty() => Ok(EndpointSettings {
+        match (url, description, errors.field("event_types", types)) {
+            (Some(url), Some(description), Some(types)) => Ok(EndpointSettings {
                 url,
                 types,
                 description: description.unwrap_or_default(),
@@ -243,18 +240,11 @@ async fn create(
     Ok(page::invalid(list_page(&admin, &p, &all, &form, &errors)))
 }
 
-/// The forms of an endpoint's page sent back with their errors.
-struct Refused<'a> {
-    edit: &'a EndpointForm,
-    confirm_name: &'a str,
-    errors: &'a FieldErrors,
-}
-
 fn endpoint_page(
     admin: &SignedIn,
     (e, p): (&webhook_endpoint::Model, &project::Model),
     secret: Option<&str>,
-    forms: &Refused<'_>,
+    forms: &PageForms<EndpointForm>,
 ) -> Markup {
     let base = format!("/webhooks/{}", e.id);
     page::frame(
@@ -290,7 +280,7 @@ fn endpoint_page(
                 h2 { "Edit" }
                 form method="post" action={ (base) "/edit" } {
                     (page::csrf(admin))
-                    (endpoint_fields(forms.edit, forms.errors))
+                    (endpoint_fields(&forms.edit, &forms.errors))
                     button type="submit" { "Save changes" }
                 }
             }
@@ -308,8 +298,8 @@ fn endpoint_page(
                 admin,
                 (&format!("{base}/delete"), "endpoint", &e.url),
                 "Deleting the endpoint deletes its deliveries and their attempts; the project's events stay. This cannot be undone.",
-                forms.confirm_name,
-                forms.errors,
+                &forms.confirm_name,
+                &forms.errors,
             ))
         },
     )
@@ -321,16 +311,12 @@ async fn endpoint_answer(
     admin: &SignedIn,
     e: &webhook_endpoint::Model,
     secret: Option<&str>,
-    refused: Option<Refused<'_>>,
+    refused: Option<PageForms<EndpointForm>>,
 ) -> Answer {
     let p = projects::get(&admin.state.db, e.project_id).await?;
-    let (shown, none) = (EndpointForm::of(e), FieldErrors::default());
     let is_refused = refused.is_some();
-    let forms = refused.unwrap_or(Refused {
-        edit: &shown,
-        confirm_name: "",
-        errors: &none,
-    });
+    let forms =
+        refused.unwrap_or_else(|| PageForms::new(EndpointForm::of(e), FieldErrors::default()));
     let markup = endpoint_page(admin, (e, &p), secret, &forms);
     Ok(page::ok_unless(is_refused, markup))
 }
@@ -366,23 +352,17 @@ async fn edit(
             }
         }
     };
-    let forms = Refused {
-        edit: &form,
-        confirm_name: "",
-        errors: &errors,
-    };
-    endpoint_answer(&admin, &e, None, Some(forms)).await
+    endpoint_answer(&admin, &e, None, Some(PageForms::new(form, errors))).await
 }
 
 #[handler]
 async fn set_active(
     admin: SignedIn,
     Path(id): Path<i64>,
-    PostForm(Toggle { active }): PostForm<Toggle>,
+    PostForm(toggle): PostForm<Toggle>,
 ) -> Answer {
-    endpoints::set_enabled(&admin.state.db, &admin.actor(), id, active).await?;
-    let done = if active { "enabled" } else { "disabled" };
-    let message = format!("Webhook endpoint {id} {done}.");
+    endpoints::set_enabled(&admin.state.db, &admin.actor(), id, toggle.active).await?;
+    let message = format!("Webhook endpoint {id} {}.", toggle.done());
     Ok(page::done(&admin, &format!("/webhooks/{id}"), &message))
 }
 
@@ -393,16 +373,8 @@ async fn delete(
     PostForm(form): PostForm<DeleteForm>,
 ) -> Answer {
     let e = endpoints::get(&admin.state.db, id).await?;
-    if form.confirm_name.trim() != e.url {
-        let errors = FieldErrors::one(
-            "confirm_name",
-            "this is not the endpoint's URL: type it exactly to delete the endpoint",
-        );
-        let forms = Refused {
-            edit: &EndpointForm::of(&e),
-            confirm_name: &form.confirm_name,
-            errors: &errors,
-        };
+    let shown = EndpointForm::of(&e);
+    if let Some(forms) = form.refused(&e.url, ("the endpoint's URL", "endpoint"), shown) {
         return endpoint_answer(&admin, &e, None, Some(forms)).await;
     }
     endpoints::delete(&admin.state.db, &admin.actor(), id).await?;
