@@ -76,6 +76,13 @@ pub fn order_path(project_id: i64, order_id: &str) -> String {
     format!("/orders/{project_id}/{order_id}")
 }
 
+/// The name of project `id` of `all`; `?` when it is not one of them.
+pub fn project_name(all: &[project::Model], id: i64) -> &str {
+    all.iter()
+        .find(|p| p.id == id)
+        .map_or("?", |p| p.name.as_str())
+}
+
 /// The name of account `server_id` of a project with `servers`.
 pub fn account_name(server_id: i64, servers: &[server::Model]) -> String {
     if server_id == GENERAL_ACCOUNT {

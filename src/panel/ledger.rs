@@ -2,8 +2,6 @@
 //! ledger audit (`masterpay audit`), run from here and recorded in the
 //! admin audit log.
 
-use std::collections::HashMap;
-
 use entity::{admin_audit_entry, operation_log::LogKind, project};
 use maud::{Markup, html};
 use poem::{Route, get, handler};
@@ -109,7 +107,6 @@ fn list_page(
     all: &[project::Model],
     entries: &Listed<LedgerEntry>,
 ) -> Markup {
-    let names: HashMap<i64, &str> = all.iter().map(|p| (p.id, p.name.as_str())).collect();
     page::frame(
         admin,
         "Ledger",
@@ -139,7 +136,7 @@ fn list_page(
                                 td.when { (c::when(&row.created_at)) }
                                 td {
                                     @if let Some(id) = e.project_id {
-                                        a href={ "/projects/" (id) } { (names.get(&id).copied().unwrap_or("?")) }
+                                        a href={ "/projects/" (id) } { (c::project_name(all, id)) }
                                     }
                                 }
                                 td.num { a href={ "/users/" (row.user_id) } { (row.user_id) } }

@@ -175,11 +175,6 @@ fn order_list(
     listed: &[payment_order::Model],
     detail: impl Fn(&payment_order::Model) -> Markup,
 ) -> Markup {
-    let project = |id: i64| {
-        all.iter()
-            .find(|p| p.id == id)
-            .map_or("?", |p| p.name.as_str())
-    };
     html! {
         @if !listed.is_empty() {
             h3 { (title) }
@@ -187,7 +182,7 @@ fn order_list(
                 @for o in listed {
                     li {
                         a href=(c::order_path(o.project_id, &o.order_id)) { (o.order_id) }
-                        " (" (project(o.project_id)) ", " (signed_cents(o.amount_cents)) "): " (detail(o))
+                        " (" (c::project_name(all, o.project_id)) ", " (signed_cents(o.amount_cents)) "): " (detail(o))
                     }
                 }
             }
@@ -221,7 +216,6 @@ fn latest_actions(actions: &[entity::admin_audit_entry::Model]) -> Markup {
 }
 
 fn unused_tokens(all: &[project::Model], unused: &[app_token::Model]) -> Markup {
-    let names: HashMap<i64, &str> = all.iter().map(|p| (p.id, p.name.as_str())).collect();
     html! {
         section {
             h2 { "Tokens never used or unused for " (UNUSED_DAYS) " days" }
@@ -234,7 +228,7 @@ fn unused_tokens(all: &[project::Model], unused: &[app_token::Model]) -> Markup 
                             td { a href={ "/tokens/" (token.id) } { (token.name) } }
                             td {
                                 a href={ "/projects/" (token.project_id) "/tokens" } {
-                                    (names.get(&token.project_id).copied().unwrap_or("?"))
+                                    (c::project_name(all, token.project_id))
                                 }
                             }
                             td.when { (c::when(&token.created_at)) }

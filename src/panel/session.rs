@@ -38,15 +38,20 @@ use crate::service::{
 /// Largest form body the panel reads.
 const MAX_FORM_BYTES: usize = 64 * 1024;
 
-/// The session cookie's name: with `Secure`, the `__Host-` prefix makes
-/// browsers refuse it unless it is Secure, host-only and for the whole
-/// path.
-pub fn cookie_name(secure: bool) -> &'static str {
+/// Cookie `name` (`__Host-…`) as the panel names it: with `Secure`, the
+/// `__Host-` prefix makes browsers refuse it unless it is Secure,
+/// host-only and for the whole path; without, the prefix is left out.
+fn named(name: &'static str, secure: bool) -> &'static str {
     if secure {
-        "__Host-masterpay_session"
+        name
     } else {
-        "masterpay_session"
+        name.trim_start_matches("__Host-")
     }
+}
+
+/// The session cookie's name.
+pub fn cookie_name(secure: bool) -> &'static str {
+    named("__Host-masterpay_session", secure)
 }
 
 /// The name of the cookie the sign-in forms' CSRF token comes from. It is
@@ -54,21 +59,13 @@ pub fn cookie_name(secure: bool) -> &'static str {
 /// SameSite=Strict session cookie and is sent to sign in, and a cookie set
 /// there must not replace a live session's.
 pub fn sign_in_cookie_name(secure: bool) -> &'static str {
-    if secure {
-        "__Host-masterpay_sign_in"
-    } else {
-        "masterpay_sign_in"
-    }
+    named("__Host-masterpay_sign_in", secure)
 }
 
 /// The name of the flash cookie: what the last change did, said once by
 /// the page the browser is sent to next ([`set_flash`], [`take_flash`]).
 pub fn flash_cookie_name(secure: bool) -> &'static str {
-    if secure {
-        "__Host-masterpay_flash"
-    } else {
-        "masterpay_flash"
-    }
+    named("__Host-masterpay_flash", secure)
 }
 
 /// How long a flash waits for its page: a redirect is followed at once.

@@ -66,11 +66,7 @@ impl EndpointForm {
             event_type: types
                 .map(|names| names.split(',').map(str::to_owned).collect())
                 .unwrap_or_default(),
-            every_type: if types.is_none() {
-                "on".to_owned()
-            } else {
-                String::new()
-            },
+            every_type: types.map_or("on", |_| "").to_owned(),
         }
     }
 
@@ -191,13 +187,8 @@ async fn list(admin: SignedIn, Path(id): Path<i64>) -> Answer {
         every_type: "on".to_owned(),
         ..EndpointForm::default()
     };
-    Ok(page::ok(list_page(
-        &admin,
-        &p,
-        &all,
-        &form,
-        &FieldErrors::default(),
-    )))
+    let markup = list_page(&admin, &p, &all, &form, &FieldErrors::default());
+    Ok(page::ok(markup))
 }
 
 #[handler]
