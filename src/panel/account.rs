@@ -39,19 +39,16 @@ fn account_page(
                 (c::when(&admin.session.expires_at)) " (sessions last 8 hours)." }
             section {
                 h2 { "Your sessions" }
-                div.table-wrap { table {
-                    thead { tr { th { "Signed in" } th { "Last seen" } th { "From" } th {} } }
-                    tbody {
-                        @for s in sessions {
-                            tr {
-                                td.when { (c::when(&s.created_at)) @if s.by_link { " " span.muted { "(link)" } } }
-                                td.when { (c::when_or(s.last_seen_at.as_ref(), "not yet")) }
-                                td { (s.address.as_deref().unwrap_or("unknown")) }
-                                td { @if s.session_hash == admin.cookie_hash { (c::badge("this session", "ok")) } }
-                            }
+                (c::table(html! { th { "Signed in" } th { "Last seen" } th { "From" } th {} }, html! {
+                    @for s in sessions {
+                        tr {
+                            td.when { (c::when(&s.created_at)) @if s.by_link { " " span.muted { "(link)" } } }
+                            td.when { (c::when_or(s.last_seen_at.as_ref(), "not yet")) }
+                            td { (s.address.as_deref().unwrap_or("unknown")) }
+                            td { @if s.session_hash == admin.cookie_hash { (c::badge("this session", "ok")) } }
                         }
                     }
-                } }
+                }))
                 form method="post" action="/account/sign-out-everywhere"
                     data-confirm="Sign out every browser, this one included?" {
                     (page::csrf(admin))

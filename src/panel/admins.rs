@@ -59,38 +59,33 @@ fn admins_page(admin: &SignedIn, all: &[administrator::Model], shown: &Shown<'_>
                     code { "masterpay admin login-link --name NAME" } " makes another."
                 }))
             }
-            div.table-wrap { table {
-                thead { tr {
-                    th { "Name" } th { "State" } th { "Created" } th { "Last sign-in" } th {}
-                } }
-                tbody {
-                    @for a in all {
-                        tr {
-                            td { (a.name) @if a.id == me { " " (c::badge("you", "")) } }
-                            td { (c::state_badge(a.active)) }
-                            td.when { (c::when(&a.created_at)) }
-                            td.when { (c::when_or(a.last_signed_in_at.as_ref(), "never")) }
-                            td {
-                                @if a.id != me {
-                                    form method="post" action={ "/admins/" (a.id) "/active" }
-                                        data-confirm=[a.active.then(|| format!("Disable {}? Their sessions end at once.", a.name))] {
-                                        (page::csrf(admin))
-                                        input type="hidden" name="active" value=(!a.active);
-                                        @if a.active {
-                                            button.danger type="submit" { "Disable" }
-                                        } @else {
-                                            button.secondary type="submit" { "Enable" }
-                                        }
+            (c::table(html! { th { "Name" } th { "State" } th { "Created" } th { "Last sign-in" } th {} }, html! {
+                @for a in all {
+                    tr {
+                        td { (a.name) @if a.id == me { " " (c::badge("you", "")) } }
+                        td { (c::state_badge(a.active)) }
+                        td.when { (c::when(&a.created_at)) }
+                        td.when { (c::when_or(a.last_signed_in_at.as_ref(), "never")) }
+                        td {
+                            @if a.id != me {
+                                form method="post" action={ "/admins/" (a.id) "/active" }
+                                    data-confirm=[a.active.then(|| format!("Disable {}? Their sessions end at once.", a.name))] {
+                                    (page::csrf(admin))
+                                    input type="hidden" name="active" value=(!a.active);
+                                    @if a.active {
+                                        button.danger type="submit" { "Disable" }
+                                    } @else {
+                                        button.secondary type="submit" { "Enable" }
                                     }
                                 }
-                                @if let Some((_, message)) = shown.refused.as_ref().filter(|(id, _)| *id == a.id) {
-                                    p.field-error id="active-error" { (message) }
-                                }
+                            }
+                            @if let Some((_, message)) = shown.refused.as_ref().filter(|(id, _)| *id == a.id) {
+                                p.field-error id="active-error" { (message) }
                             }
                         }
                     }
                 }
-            } }
+            }))
             section {
                 h2 { "Invite an administrator" }
                 form method="post" action="/admins" {

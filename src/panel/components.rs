@@ -293,6 +293,17 @@ pub fn paging(path: &str, query: &PageQuery<impl Serialize>, older: Option<i64>)
     }
 }
 
+/// A table of the header cells `head` and the `rows`, scrolled sideways
+/// on its own when it is wider than the page.
+pub fn table(head: Markup, rows: Markup) -> Markup {
+    html! {
+        div.table-wrap { table {
+            thead { tr { (head) } }
+            tbody { (rows) }
+        } }
+    }
+}
+
 /// An object's details, a row per (label, value).
 pub fn details(rows: &[(&str, Markup)]) -> Markup {
     html! {
@@ -381,31 +392,28 @@ pub fn reveal(address: &str, (title, id, secret): (Markup, &str, &str), warning:
 /// Operation-log entries as a table (a user's history, an order's credit).
 pub fn operations_table(entries: &[Entry], project_id: i64, servers: &[server::Model]) -> Markup {
     html! {
-        div.table-wrap { table {
-            thead { tr {
-                th { "When" } th { "Kind" } th { "Account" } th { "Balance" }
-                th.num { "Change" } th.num { "Before" } th.num { "After" } th { "Order" }
-            } }
-            tbody {
-                @for e in entries {
-                    tr {
-                        td { (when(&e.created_at)) }
-                        td { (kind_label(e.kind)) }
-                        td { (account_name(e.server_id, servers)) }
-                        td { (match e.balance_type { BalanceType::Main => "main", BalanceType::Bonus => "bonus" }) }
-                        td.num { (signed_cents(e.amount_cents)) }
-                        td.num { (e.balance_before) }
-                        td.num { (e.balance_after) }
-                        td {
-                            @if let Some(order_id) = &e.order_id {
-                                a href=(order_path(project_id, order_id)) { (order_id) }
-                            }
+        (table(html! {
+            th { "When" } th { "Kind" } th { "Account" } th { "Balance" }
+            th.num { "Change" } th.num { "Before" } th.num { "After" } th { "Order" }
+        }, html! {
+            @for e in entries {
+                tr {
+                    td { (when(&e.created_at)) }
+                    td { (kind_label(e.kind)) }
+                    td { (account_name(e.server_id, servers)) }
+                    td { (match e.balance_type { BalanceType::Main => "main", BalanceType::Bonus => "bonus" }) }
+                    td.num { (signed_cents(e.amount_cents)) }
+                    td.num { (e.balance_before) }
+                    td.num { (e.balance_after) }
+                    td {
+                        @if let Some(order_id) = &e.order_id {
+                            a href=(order_path(project_id, order_id)) { (order_id) }
                         }
                     }
                 }
-                @if entries.is_empty() { tr { td colspan="8" .muted { "No operation yet." } } }
             }
-        } }
+            @if entries.is_empty() { tr { td colspan="8" .muted { "No operation yet." } } }
+        }))
     }
 }
 
@@ -511,29 +519,26 @@ pub fn audit_table(entries: &[admin_audit_entry::Model], listing: Listing, empty
     let objects = listing == Listing::AnyObject;
     let columns = if objects { 7 } else { 6 };
     html! {
-        div.table-wrap { table {
-            thead { tr {
-                th { "When" } th { "Who" } th { "From" } th { "Action" }
-                @if objects { th { "Object" } }
-                th { "Before" } th { "After" }
-            } }
-            tbody {
-                @for entry in entries {
-                    tr {
-                        td.when { (when(&entry.at)) }
-                        td { (actor_cell(entry)) }
-                        td { (entry.address.as_deref().unwrap_or("—")) }
-                        td { code { (entry.action) } }
-                        @if objects { td { (object_cell(entry)) } }
-                        td.json { (json_cell(entry.before.as_deref())) }
-                        td.json { (json_cell(entry.after.as_deref())) }
-                    }
-                }
-                @if entries.is_empty() {
-                    tr { td colspan=(columns) .muted { (empty) } }
+        (table(html! {
+            th { "When" } th { "Who" } th { "From" } th { "Action" }
+            @if objects { th { "Object" } }
+            th { "Before" } th { "After" }
+        }, html! {
+            @for entry in entries {
+                tr {
+                    td.when { (when(&entry.at)) }
+                    td { (actor_cell(entry)) }
+                    td { (entry.address.as_deref().unwrap_or("—")) }
+                    td { code { (entry.action) } }
+                    @if objects { td { (object_cell(entry)) } }
+                    td.json { (json_cell(entry.before.as_deref())) }
+                    td.json { (json_cell(entry.after.as_deref())) }
                 }
             }
-        } }
+            @if entries.is_empty() {
+                tr { td colspan=(columns) .muted { (empty) } }
+            }
+        }))
     }
 }
 

@@ -103,21 +103,18 @@ fn list_page(
                 (c::select_field(("A delivery", "status"), errors, Blank::Any("in any state"), states, &f.status))
                 (c::text_field("Order id", "order_id", &f.order_id, errors, FieldAttrs::OPTIONAL))
             }))
-            div.table-wrap { table {
-                thead { tr { th.num { "Id" } th { "Type" } th { "Order" } th { "webhook-id" } th { "Recorded" } } }
-                tbody {
-                    @for e in &all.rows {
-                        tr {
-                            td.num { a href={ "/events/" (e.id) } { (e.id) } }
-                            td { a href={ "/events/" (e.id) } { (events::type_name(e.event_type)) } }
-                            td { @if let Some(order) = &e.order_id { a href=(c::order_path(p.id, order)) { (order) } } }
-                            td { code { (e.webhook_id) } }
-                            td { (c::when(&e.created_at)) }
-                        }
+            (c::table(html! { th.num { "Id" } th { "Type" } th { "Order" } th { "webhook-id" } th { "Recorded" } }, html! {
+                @for e in &all.rows {
+                    tr {
+                        td.num { a href={ "/events/" (e.id) } { (e.id) } }
+                        td { a href={ "/events/" (e.id) } { (events::type_name(e.event_type)) } }
+                        td { @if let Some(order) = &e.order_id { a href=(c::order_path(p.id, order)) { (order) } } }
+                        td { code { (e.webhook_id) } }
+                        td { (c::when(&e.created_at)) }
                     }
-                    @if all.rows.is_empty() { tr { td colspan="5" .muted { "No event matches." } } }
                 }
-            } }
+                @if all.rows.is_empty() { tr { td colspan="5" .muted { "No event matches." } } }
+            }))
             (c::paging(&path, query, all.older))
             p.muted { "Events are recorded only while an enabled endpoint of the project receives their type." }
         },
@@ -154,22 +151,19 @@ fn delivery_section(d: &DeliveryDetail) -> Markup {
                 ("Last attempt", html! { (c::when_or(delivery.last_attempt_at.as_ref(), "none yet")) }),
                 ("Next attempt", html! { (c::when_or(delivery.next_attempt_at.as_ref(), "none")) }),
             ]))
-            div.table-wrap { table {
-                thead { tr { th { "Attempted" } th.num { "Duration" } th { "Outcome" } th.num { "Status" } th { "Answer (excerpt)" } th { "Then due" } } }
-                tbody {
-                    @for a in &d.attempts {
-                        tr {
-                            td { (c::when(&a.attempted_at)) }
-                            td.num { (a.duration_ms) " ms" }
-                            td { (a.outcome.to_value()) }
-                            td.num { @if let Some(status) = a.response_status { (status) } }
-                            td { code { (a.response_excerpt) } }
-                            td { (c::when_or(a.next_attempt_at.as_ref(), "—")) }
-                        }
+            (c::table(html! { th { "Attempted" } th.num { "Duration" } th { "Outcome" } th.num { "Status" } th { "Answer (excerpt)" } th { "Then due" } }, html! {
+                @for a in &d.attempts {
+                    tr {
+                        td { (c::when(&a.attempted_at)) }
+                        td.num { (a.duration_ms) " ms" }
+                        td { (a.outcome.to_value()) }
+                        td.num { @if let Some(status) = a.response_status { (status) } }
+                        td { code { (a.response_excerpt) } }
+                        td { (c::when_or(a.next_attempt_at.as_ref(), "—")) }
                     }
-                    @if d.attempts.is_empty() { tr { td colspan="6" .muted { "Not attempted yet." } } }
                 }
-            } }
+                @if d.attempts.is_empty() { tr { td colspan="6" .muted { "Not attempted yet." } } }
+            }))
         }
     }
 }

@@ -122,46 +122,43 @@ fn list_page(
             @if errors.is_empty() {
                 (c::export_link("/ledger.csv", query))
                 (c::entries_count(query, entries, PAGE_SIZE))
-                div.table-wrap { table {
-                    thead { tr {
-                        th.num { "Id" } th { "When" } th { "Project" } th.num { "User" }
-                        th { "Account" } th { "Kind" } th.num { "Change" } th.num { "Before" }
-                        th.num { "After" } th { "Order" }
-                    } }
-                    tbody {
-                        @for e in &entries.rows {
-                            @let row = &e.row;
-                            tr {
-                                td.num { (row.id) }
-                                td.when { (c::when(&row.created_at)) }
-                                td {
-                                    @if let Some(id) = e.project_id {
-                                        a href={ "/projects/" (id) } { (c::project_name(all, id)) }
-                                    }
+                (c::table(html! {
+                    th.num { "Id" } th { "When" } th { "Project" } th.num { "User" }
+                    th { "Account" } th { "Kind" } th.num { "Change" } th.num { "Before" }
+                    th.num { "After" } th { "Order" }
+                }, html! {
+                    @for e in &entries.rows {
+                        @let row = &e.row;
+                        tr {
+                            td.num { (row.id) }
+                            td.when { (c::when(&row.created_at)) }
+                            td {
+                                @if let Some(id) = e.project_id {
+                                    a href={ "/projects/" (id) } { (c::project_name(all, id)) }
                                 }
-                                td.num { a href={ "/users/" (row.user_id) } { (row.user_id) } }
-                                td {
-                                    @if row.server_id == 0 { "general" } @else { "server " (row.server_id) }
-                                    " · " (row.balance_type.to_value())
-                                }
-                                td { (c::kind_label(row.kind)) }
-                                td.num { (signed_cents(row.amount_cents)) }
-                                td.num { (signed_cents(row.balance_before_cents)) }
-                                td.num { (signed_cents(row.balance_after_cents)) }
-                                td {
-                                    @match (&e.order_id, e.project_id) {
-                                        (Some(order), Some(project)) => a href=(c::order_path(project, order)) { (order) },
-                                        (Some(order), None) => (order),
-                                        (None, _) => span.muted { "—" },
-                                    }
+                            }
+                            td.num { a href={ "/users/" (row.user_id) } { (row.user_id) } }
+                            td {
+                                @if row.server_id == 0 { "general" } @else { "server " (row.server_id) }
+                                " · " (row.balance_type.to_value())
+                            }
+                            td { (c::kind_label(row.kind)) }
+                            td.num { (signed_cents(row.amount_cents)) }
+                            td.num { (signed_cents(row.balance_before_cents)) }
+                            td.num { (signed_cents(row.balance_after_cents)) }
+                            td {
+                                @match (&e.order_id, e.project_id) {
+                                    (Some(order), Some(project)) => a href=(c::order_path(project, order)) { (order) },
+                                    (Some(order), None) => (order),
+                                    (None, _) => span.muted { "—" },
                                 }
                             }
                         }
-                        @if entries.rows.is_empty() {
-                            tr { td colspan="10" .muted { "No entry matches." } }
-                        }
                     }
-                } }
+                    @if entries.rows.is_empty() {
+                        tr { td colspan="10" .muted { "No entry matches." } }
+                    }
+                }))
                 (c::paging("/ledger", query, entries.older))
             }
         },

@@ -216,26 +216,23 @@ fn list_page(
             } @else {
                 p.warning { "Correct the filters marked above; no order was searched." }
             }
-            div.table-wrap { table {
-                thead { tr {
-                    th { "Order" } th { "Project" } th.num { "User" } th { "Account" }
-                    th.num { "Amount" } th { "Status" } th { "Created" }
-                } }
-                tbody {
-                    @for o in &view.orders.rows {
-                        tr {
-                            td { a href=(order_path(o.project_id, &o.order_id)) { (o.order_id) } }
-                            td { a href={ "/projects/" (o.project_id) "/users" } { (project_name(o.project_id)) } }
-                            td.num { a href={ "/users/" (o.user_id) } { (o.user_id) } }
-                            td { @if o.server_id == 0 { "general" } @else { "server " (o.server_id) } }
-                            td.num { (o.amount) }
-                            td { (status_badge(o.status)) }
-                            td { (c::when(&o.created_at)) }
-                        }
+            (c::table(html! {
+                th { "Order" } th { "Project" } th.num { "User" } th { "Account" }
+                th.num { "Amount" } th { "Status" } th { "Created" }
+            }, html! {
+                @for o in &view.orders.rows {
+                    tr {
+                        td { a href=(order_path(o.project_id, &o.order_id)) { (o.order_id) } }
+                        td { a href={ "/projects/" (o.project_id) "/users" } { (project_name(o.project_id)) } }
+                        td.num { a href={ "/users/" (o.user_id) } { (o.user_id) } }
+                        td { @if o.server_id == 0 { "general" } @else { "server " (o.server_id) } }
+                        td.num { (o.amount) }
+                        td { (status_badge(o.status)) }
+                        td { (c::when(&o.created_at)) }
                     }
-                    @if view.orders.rows.is_empty() { tr { td colspan="7" .muted { "No order matches." } } }
                 }
-            } }
+                @if view.orders.rows.is_empty() { tr { td colspan="7" .muted { "No order matches." } } }
+            }))
             (c::paging("/orders", query, view.orders.older))
             section #new-order {
                 h2 { "New order" }

@@ -89,27 +89,24 @@ fn orders_today(all: &[project::Model], counts: &HashMap<i64, Today>, day: &str)
     html! {
         section {
             h2 { "Orders created today (" (day) ", UTC)" }
-            div.table-wrap { table {
-                thead { tr {
-                    th { "Project" } th { "State" } th.num { "Pending" } th.num { "Completed" }
-                    th.num { "Cancelled" }
-                } }
-                tbody {
-                    @for p in all {
-                        @let today = counts.get(&p.id).copied().unwrap_or_default();
-                        tr {
-                            td { a href={ "/projects/" (p.id) } { (p.name) } }
-                            td { (c::state_badge(p.active)) }
-                            td.num { (today.pending) }
-                            td.num { (today.completed) }
-                            td.num { (today.cancelled) }
-                        }
-                    }
-                    @if all.is_empty() {
-                        tr { td colspan="5" .muted { "No project yet. " a href="/projects" { "Create one" } } }
+            (c::table(html! {
+                th { "Project" } th { "State" } th.num { "Pending" } th.num { "Completed" }
+                th.num { "Cancelled" }
+            }, html! {
+                @for p in all {
+                    @let today = counts.get(&p.id).copied().unwrap_or_default();
+                    tr {
+                        td { a href={ "/projects/" (p.id) } { (p.name) } }
+                        td { (c::state_badge(p.active)) }
+                        td.num { (today.pending) }
+                        td.num { (today.completed) }
+                        td.num { (today.cancelled) }
                     }
                 }
-            } }
+                @if all.is_empty() {
+                    tr { td colspan="5" .muted { "No project yet. " a href="/projects" { "Create one" } } }
+                }
+            }))
         }
     }
 }
@@ -127,19 +124,16 @@ fn money_completed(all: &[project::Model], figures: &Figures) -> Markup {
         section {
             h2 { "Money completed (UTC days; the week from Monday "
                 (figures.week.format("%Y-%m-%d")) ")" }
-            div.table-wrap { table {
-                thead { tr { th { "Project" } th.num { "Today" } th.num { "This week" } } }
-                tbody {
-                    @for p in all {
-                        tr {
-                            td { a href={ "/projects/" (p.id) } { (p.name) } }
-                            td.num id={ "completed-today-" (p.id) } { (money(&figures.completed_today, p.id)) }
-                            td.num id={ "completed-week-" (p.id) } { (money(&figures.completed_this_week, p.id)) }
-                        }
+            (c::table(html! { th { "Project" } th.num { "Today" } th.num { "This week" } }, html! {
+                @for p in all {
+                    tr {
+                        td { a href={ "/projects/" (p.id) } { (p.name) } }
+                        td.num id={ "completed-today-" (p.id) } { (money(&figures.completed_today, p.id)) }
+                        td.num id={ "completed-week-" (p.id) } { (money(&figures.completed_this_week, p.id)) }
                     }
-                    @if all.is_empty() { tr { td colspan="3" .muted { "No project yet." } } }
                 }
-            } }
+                @if all.is_empty() { tr { td colspan="3" .muted { "No project yet." } } }
+            }))
         }
     }
 }
@@ -194,22 +188,19 @@ fn latest_actions(actions: &[entity::admin_audit_entry::Model]) -> Markup {
     html! {
         section {
             h2 { "Latest changes" }
-            div.table-wrap { table {
-                thead { tr { th { "When" } th { "Who" } th { "Action" } th { "Object" } } }
-                tbody {
-                    @for entry in actions {
-                        tr {
-                            td.when { (c::when(&entry.at)) }
-                            td { (c::actor_cell(entry)) }
-                            td { code { (entry.action) } }
-                            td { (c::object_cell(entry)) }
-                        }
-                    }
-                    @if actions.is_empty() {
-                        tr { td colspan="4" .muted { "No change yet." } }
+            (c::table(html! { th { "When" } th { "Who" } th { "Action" } th { "Object" } }, html! {
+                @for entry in actions {
+                    tr {
+                        td.when { (c::when(&entry.at)) }
+                        td { (c::actor_cell(entry)) }
+                        td { code { (entry.action) } }
+                        td { (c::object_cell(entry)) }
                     }
                 }
-            } }
+                @if actions.is_empty() {
+                    tr { td colspan="4" .muted { "No change yet." } }
+                }
+            }))
             p { a href="/audit-log" { "The whole audit log" } }
         }
     }
@@ -220,26 +211,23 @@ fn unused_tokens(all: &[project::Model], unused: &[app_token::Model]) -> Markup 
         section {
             h2 { "Tokens never used or unused for " (UNUSED_DAYS) " days" }
             p.muted { "Active tokens only: a key nobody uses is worth disabling." }
-            div.table-wrap { table {
-                thead { tr { th { "Name" } th { "Project" } th { "Created" } th { "Last used" } } }
-                tbody {
-                    @for token in unused {
-                        tr {
-                            td { a href={ "/tokens/" (token.id) } { (token.name) } }
-                            td {
-                                a href={ "/projects/" (token.project_id) "/tokens" } {
-                                    (c::project_name(all, token.project_id))
-                                }
+            (c::table(html! { th { "Name" } th { "Project" } th { "Created" } th { "Last used" } }, html! {
+                @for token in unused {
+                    tr {
+                        td { a href={ "/tokens/" (token.id) } { (token.name) } }
+                        td {
+                            a href={ "/projects/" (token.project_id) "/tokens" } {
+                                (c::project_name(all, token.project_id))
                             }
-                            td.when { (c::when(&token.created_at)) }
-                            td.when { (c::when_or(token.last_used_at.as_ref(), "never")) }
                         }
-                    }
-                    @if unused.is_empty() {
-                        tr { td colspan="4" .muted { "None: every active token was used in the last " (UNUSED_DAYS) " days." } }
+                        td.when { (c::when(&token.created_at)) }
+                        td.when { (c::when_or(token.last_used_at.as_ref(), "never")) }
                     }
                 }
-            } }
+                @if unused.is_empty() {
+                    tr { td colspan="4" .muted { "None: every active token was used in the last " (UNUSED_DAYS) " days." } }
+                }
+            }))
             @if unused.len() as u64 >= UNUSED_TOKENS {
                 p.muted { "The first " (UNUSED_TOKENS) " of them." }
             }

@@ -39,22 +39,19 @@ fn list_page(
         "Projects",
         html! {
             (c::search_form("/projects", "Name contains", "shop", &query.filters.q))
-            div.table-wrap { table {
-                thead { tr { th.num { "Id" } th { "Name" } th { "State" } th { "Created" } } }
-                tbody {
-                    @for p in &all.rows {
-                        tr {
-                            td.num { (p.id) }
-                            td { a href={ "/projects/" (p.id) } { (p.name) } }
-                            td { (c::state_badge(p.active)) }
-                            td { (c::when(&p.created_at)) }
-                        }
+            (c::table(html! { th.num { "Id" } th { "Name" } th { "State" } th { "Created" } }, html! {
+                @for p in &all.rows {
+                    tr {
+                        td.num { (p.id) }
+                        td { a href={ "/projects/" (p.id) } { (p.name) } }
+                        td { (c::state_badge(p.active)) }
+                        td { (c::when(&p.created_at)) }
                     }
-                    @if all.rows.is_empty() { tr { td colspan="4" .muted {
-                        @if query.filters.q.is_empty() { "No project yet." } @else { "No project matches." }
-                    } } }
                 }
-            } }
+                @if all.rows.is_empty() { tr { td colspan="4" .muted {
+                    @if query.filters.q.is_empty() { "No project yet." } @else { "No project matches." }
+                } } }
+            }))
             (c::paging("/projects", query, all.older))
             section {
                 h2 { "New project" }

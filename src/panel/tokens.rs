@@ -241,35 +241,32 @@ fn list_page(
                 a.button href={ (path) "/new" } { "New token" }
             }
             (c::search_form(&path, "Name or description contains", "game panel", &query.filters.q))
-            div.table-wrap { table {
-                thead { tr {
-                    th { "Name" } th { "Value" } th { "Description" } th { "Endpoints" } th { "State" }
-                    th { "Created" } th { "Expires" } th { "Last used" }
-                } }
-                tbody {
-                    @for info in &all.rows {
-                        @let t = &info.token;
-                        tr {
-                            td { a href={ "/tokens/" (t.id) } { (t.name) } }
-                            td {
-                                (value_end(t.last4.as_deref()))
-                                @if let Some(until) = tokens::grace_until(t) {
-                                    br; span.muted { "and " (value_end(t.previous_last4.as_deref())) " until " (c::when(&until)) }
-                                }
+            (c::table(html! {
+                th { "Name" } th { "Value" } th { "Description" } th { "Endpoints" } th { "State" }
+                th { "Created" } th { "Expires" } th { "Last used" }
+            }, html! {
+                @for info in &all.rows {
+                    @let t = &info.token;
+                    tr {
+                        td { a href={ "/tokens/" (t.id) } { (t.name) } }
+                        td {
+                            (value_end(t.last4.as_deref()))
+                            @if let Some(until) = tokens::grace_until(t) {
+                                br; span.muted { "and " (value_end(t.previous_last4.as_deref())) " until " (c::when(&until)) }
                             }
-                            td { @if let Some(d) = &t.description { (d) } }
-                            td { (permission_badges(&info.permissions)) }
-                            td { (c::state_badge(t.active)) }
-                            td { (created(t)) }
-                            td { (expiry(t)) }
-                            td { (last_used(t.last_used_at.as_ref())) }
                         }
+                        td { @if let Some(d) = &t.description { (d) } }
+                        td { (permission_badges(&info.permissions)) }
+                        td { (c::state_badge(t.active)) }
+                        td { (created(t)) }
+                        td { (expiry(t)) }
+                        td { (last_used(t.last_used_at.as_ref())) }
                     }
-                    @if all.rows.is_empty() { tr { td colspan="8" .muted {
-                        @if query.filters.q.is_empty() { "No token yet." } @else { "No token matches." }
-                    } } }
                 }
-            } }
+                @if all.rows.is_empty() { tr { td colspan="8" .muted {
+                    @if query.filters.q.is_empty() { "No token yet." } @else { "No token matches." }
+                } } }
+            }))
             (c::paging(&path, query, all.older))
             p.muted { "A token's value is shown once, when it is created or reissued; only a hash of it is kept." }
         },

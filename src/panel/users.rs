@@ -105,23 +105,20 @@ fn users_page(
             section {
                 h2 { "Users" }
                 (c::search_form(&path, "User id or e-mail", "42, alice@example.com or example.com", q))
-                div.table-wrap { table {
-                    thead { tr { th.num { "Id" } th { "E-mail" } th { "Created" } } }
-                    tbody {
-                        @for u in &view.found.rows {
-                            tr {
-                                td.num { a href={ "/users/" (u.id) } { (u.id) } }
-                                td { a href={ "/users/" (u.id) } { (u.email) } }
-                                td { (c::when(&u.created_at)) }
-                            }
-                        }
-                        @if view.found.rows.is_empty() {
-                            tr { td colspan="3" .muted {
-                                @if q.is_empty() { "No user yet." } @else { "No user matches " (q) "." }
-                            } }
+                (c::table(html! { th.num { "Id" } th { "E-mail" } th { "Created" } }, html! {
+                    @for u in &view.found.rows {
+                        tr {
+                            td.num { a href={ "/users/" (u.id) } { (u.id) } }
+                            td { a href={ "/users/" (u.id) } { (u.email) } }
+                            td { (c::when(&u.created_at)) }
                         }
                     }
-                } }
+                    @if view.found.rows.is_empty() {
+                        tr { td colspan="3" .muted {
+                            @if q.is_empty() { "No user yet." } @else { "No user matches " (q) "." }
+                        } }
+                    }
+                }))
                 (c::paging(&path, query, view.found.older))
             }
             section {
@@ -135,19 +132,16 @@ fn users_page(
             section {
                 h2 { "Servers" }
                 p.muted { "Balances are kept per user on each server and on the general account (server 0)." }
-                div.table-wrap { table {
-                    thead { tr { th.num { "Id" } th { "Name" } th { "Created" } } }
-                    tbody {
-                        @for s in &view.servers {
-                            tr {
-                                td.num { (s.id) }
-                                td { (s.name) }
-                                td { (c::when(&s.created_at)) }
-                            }
+                (c::table(html! { th.num { "Id" } th { "Name" } th { "Created" } }, html! {
+                    @for s in &view.servers {
+                        tr {
+                            td.num { (s.id) }
+                            td { (s.name) }
+                            td { (c::when(&s.created_at)) }
                         }
-                        @if view.servers.is_empty() { tr { td colspan="3" .muted { "No server yet." } } }
                     }
-                } }
+                    @if view.servers.is_empty() { tr { td colspan="3" .muted { "No server yet." } } }
+                }))
                 h2 { "New server" }
                 form method="post" action={ "/projects/" (p.id) "/servers" } {
                     (page::csrf(admin))
@@ -370,18 +364,15 @@ fn user_page(
             }
             section {
                 h2 { "Balances" }
-                div.table-wrap { table {
-                    thead { tr { th { "Account" } th.num { "Main" } th.num { "Bonus" } } }
-                    tbody {
-                        @for (server_id, balance) in &view.balances {
-                            tr {
-                                td { (account_name(*server_id, &view.servers)) }
-                                td.num { (balance.main) }
-                                td.num { (balance.bonus) }
-                            }
+                (c::table(html! { th { "Account" } th.num { "Main" } th.num { "Bonus" } }, html! {
+                    @for (server_id, balance) in &view.balances {
+                        tr {
+                            td { (account_name(*server_id, &view.servers)) }
+                            td.num { (balance.main) }
+                            td.num { (balance.bonus) }
                         }
                     }
-                } }
+                }))
             }
             section {
                 h2 { "Set balance" }

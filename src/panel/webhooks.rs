@@ -150,22 +150,19 @@ fn list_page(
                 a href={ "/projects/" (p.id) } { "Project " (p.name) } " · "
                 a href={ "/projects/" (p.id) "/events" } { "Its events" }
             }
-            div.table-wrap { table {
-                thead { tr { th.num { "Id" } th { "URL" } th { "Events" } th { "State" } th { "Description" } th { "Created" } } }
-                tbody {
-                    @for e in all {
-                        tr {
-                            td.num { a href={ "/webhooks/" (e.id) } { (e.id) } }
-                            td { a href={ "/webhooks/" (e.id) } { (e.url) } }
-                            td { (types_badges(e.event_types.as_deref())) }
-                            td { (state(e)) }
-                            td { (e.description) }
-                            td { (c::when(&e.created_at)) }
-                        }
+            (c::table(html! { th.num { "Id" } th { "URL" } th { "Events" } th { "State" } th { "Description" } th { "Created" } }, html! {
+                @for e in all {
+                    tr {
+                        td.num { a href={ "/webhooks/" (e.id) } { (e.id) } }
+                        td { a href={ "/webhooks/" (e.id) } { (e.url) } }
+                        td { (types_badges(e.event_types.as_deref())) }
+                        td { (state(e)) }
+                        td { (e.description) }
+                        td { (c::when(&e.created_at)) }
                     }
-                    @if all.is_empty() { tr { td colspan="6" .muted { "No endpoint yet: no event is recorded for this project." } } }
                 }
-            } }
+                @if all.is_empty() { tr { td colspan="6" .muted { "No endpoint yet: no event is recorded for this project." } } }
+            }))
             section {
                 h2 { "New endpoint" }
                 form method="post" action=(path) {
