@@ -73,13 +73,9 @@ impl<'a, T: Type> ApiExtractor<'a> for JsonObject<T> {
             )
             .into());
         }
-        let (limit, timeout) = request.data::<AppState>().map_or(
-            (
-                crate::config::DEFAULT_MAX_BODY_BYTES,
-                std::time::Duration::from_secs(2),
-            ),
-            |s| (s.max_body_bytes, s.body_timeout),
-        );
+        // Present as it is for authentication, which runs first.
+        let state = request.data::<AppState>().ok_or_else(ApiError::internal)?;
+        let (limit, timeout) = (state.max_body_bytes, state.body_timeout);
         // A body declared too large is refused before it is read when
         // reading it could not help: the client waits for `100 Continue`
         // (it then never sends the body), or more would come than the server
