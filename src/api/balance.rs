@@ -7,8 +7,8 @@ use super::{
         BalanceQuery, BalanceTypeSpec, BalancesShown, EmailSpec, ServerIdSpec, UserIdSpec,
     },
     error::{
-        AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, InternalErrorBody, StoreFailure,
-        UnavailableBody, ValidationErrorBody, answer, reply, shared_replies,
+        AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, InternalErrorBody,
+        UnavailableBody, ValidationErrorBody, answer, reply, shared_replies, store_failure,
     },
     params::{QueryParam, RawParam},
     security::BalanceToken,
@@ -102,7 +102,7 @@ impl From<BalanceLookupError> for BalanceReply {
         match err {
             BalanceLookupError::UserNotFound => BalanceNotFoundCode::UserNotFound.into(),
             BalanceLookupError::ServerNotFound => BalanceNotFoundCode::ServerNotFound.into(),
-            BalanceLookupError::Store(err) => StoreFailure::of(&err, "balance lookup").into(),
+            BalanceLookupError::Store(err) => store_failure(&err, "balance lookup"),
         }
     }
 }

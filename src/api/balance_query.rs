@@ -7,72 +7,60 @@ use serde_json::json;
 
 use super::{
     formats::{FieldValue, text_schema},
-    params::{ParamSpec, RawParam},
+    params::{RawParam, param_spec},
     validation::{Validation, validate},
 };
 use crate::{domain::Email, service::balances::LookupRequest};
 
-pub struct ServerIdSpec;
-impl ParamSpec for ServerIdSpec {
-    const NAME: &'static str = "ServerId";
-    const REQUIRED: bool = true;
-    fn schema() -> MetaSchema {
-        MetaSchema {
-            format: Some("int64"),
-            minimum: Some(0.0),
-            description: Some(
-                "0 for the general master-account balance, > 0 for the balance on that server.",
-            ),
-            example: Some(json!(0)),
-            ..MetaSchema::new("integer")
-        }
+param_spec!(
+    ServerIdSpec,
+    required = true,
+    MetaSchema {
+        format: Some("int64"),
+        minimum: Some(0.0),
+        description: Some(
+            "0 for the general master-account balance, > 0 for the balance on that server.",
+        ),
+        example: Some(json!(0)),
+        ..MetaSchema::new("integer")
     }
-}
+);
 
-pub struct UserIdSpec;
-impl ParamSpec for UserIdSpec {
-    const NAME: &'static str = "UserId";
-    const REQUIRED: bool = false;
-    fn schema() -> MetaSchema {
-        MetaSchema {
-            format: Some("int64"),
-            minimum: Some(1.0),
-            description: Some("The user's id. Required when email is absent."),
-            example: Some(json!(1)),
-            ..MetaSchema::new("integer")
-        }
+param_spec!(
+    UserIdSpec,
+    required = false,
+    MetaSchema {
+        format: Some("int64"),
+        minimum: Some(1.0),
+        description: Some("The user's id. Required when email is absent."),
+        example: Some(json!(1)),
+        ..MetaSchema::new("integer")
     }
-}
+);
 
-pub struct EmailSpec;
-impl ParamSpec for EmailSpec {
-    const NAME: &'static str = "Email";
-    const REQUIRED: bool = false;
-    fn schema() -> MetaSchema {
-        MetaSchema {
-            format: Some("email"),
-            description: Some(
-                "The user's e-mail address (case-insensitive). Required when user_id is absent. When both are given they must name the same user. The examples of user_id and email name the same user: the first one `masterpay serve --demo` creates on a new database.",
-            ),
-            example: Some(json!("alice1@example.com")),
-            ..text_schema::<Email>()
-        }
+param_spec!(
+    EmailSpec,
+    required = false,
+    MetaSchema {
+        format: Some("email"),
+        description: Some(
+            "The user's e-mail address (case-insensitive). Required when user_id is absent. When both are given they must name the same user. The examples of user_id and email name the same user: the first one `masterpay serve --demo` creates on a new database.",
+        ),
+        example: Some(json!("alice1@example.com")),
+        ..text_schema::<Email>()
     }
-}
+);
 
-pub struct BalanceTypeSpec;
-impl ParamSpec for BalanceTypeSpec {
-    const NAME: &'static str = "BalanceType";
-    const REQUIRED: bool = false;
-    fn schema() -> MetaSchema {
-        MetaSchema {
-            enum_items: vec![json!("main"), json!("bonus")],
-            description: Some("Which balance to return; both when omitted."),
-            example: Some(json!("main")),
-            ..MetaSchema::new("string")
-        }
+param_spec!(
+    BalanceTypeSpec,
+    required = false,
+    MetaSchema {
+        enum_items: vec![json!("main"), json!("bonus")],
+        description: Some("Which balance to return; both when omitted."),
+        example: Some(json!("main")),
+        ..MetaSchema::new("string")
     }
-}
+);
 
 /// Which balances the answer holds.
 #[derive(Clone, Copy, PartialEq, Eq)]

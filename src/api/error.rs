@@ -130,7 +130,7 @@ impl From<AuthError> for ApiError {
     }
 }
 
-/// Declares a documented error body whose `code` is one of a fixed set.
+/// Declares documented error bodies, each with a `code` of a fixed set.
 ///
 /// The code enum's description is where the meaning of each of its codes
 /// is written (OpenAPI 3.0 has no per-value descriptions, so the variants
@@ -138,14 +138,14 @@ impl From<AuthError> for ApiError {
 /// description on the property itself would make poem-openapi wrap the
 /// reference in `allOf`, which SDK generators such as openapi-python-client
 /// cannot take for an enum.
-macro_rules! error_body {
-    (
+macro_rules! error_bodies {
+    ($(
         $(#[$doc:meta])*
         $body:ident,
         $(#[$cdoc:meta])*
         $code:ident { $($variant:ident),+ $(,)? },
-        example = $example:ident
-    ) => {
+        example = $example:ident;
+    )+) => {$(
         $(#[$cdoc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
         #[oai(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -164,28 +164,22 @@ macro_rules! error_body {
             pub code: $code,
         }
 
-        impl $body {
-            pub fn new(code: $code) -> Self {
-                $body { success: false, code }
-            }
-        }
-
         impl Example for $body {
             fn example() -> Self {
-                $body::new($code::$example)
+                $body { success: false, code: $code::$example }
             }
         }
 
         /// The body of an endpoint's reply enum, written as its code.
         impl From<$code> for Json<$body> {
             fn from(code: $code) -> Json<$body> {
-                Json($body::new(code))
+                Json($body { success: false, code })
             }
         }
-    };
+    )+};
 }
 
-error_body!(
+error_bodies! {
     /// The token was refused. Checked in this order:
     /// EMPTY_TOKEN, INVALID_TOKEN, TOKEN_NOT_FOUND, TOKEN_DISABLED,
     /// EMPTY_ACCESS, then (after PROJECT_NOT_FOUND and NOT_FOUND, both 404)
@@ -206,10 +200,8 @@ error_body!(
         EmptyAccess,
         AccessDenied,
     },
-    example = AccessDenied
-);
+    example = AccessDenied;
 
-error_body!(
     /// The user, the server, the token's project or the endpoint was not found.
     BalanceNotFoundBody,
     /// What was not found: USER_NOT_FOUND (no user of the token's project
@@ -224,10 +216,8 @@ error_body!(
         ProjectNotFound,
         NotFound,
     },
-    example = UserNotFound
-);
+    example = UserNotFound;
 
-error_body!(
     /// The order, the token's project or the endpoint was not found.
     OrderNotFoundBody,
     /// What was not found: ORDER_NOT_FOUND (the order does not exist, belongs
@@ -239,12 +229,10 @@ error_body!(
         ProjectNotFound,
         NotFound,
     },
-    example = OrderNotFound
-);
+    example = OrderNotFound;
 
 // The completion's conflict; its name predates ORDER_CANCELLED and is kept
 // for the clients generated from the document.
-error_body!(
     /// The order was already completed (a duplicate webhook: treat it as
     /// success and do not resend), or was cancelled. Nothing was changed.
     AlreadyCompletedBody,
@@ -254,10 +242,8 @@ error_body!(
         OrderAlreadyCompleted,
         OrderCancelled,
     },
-    example = OrderAlreadyCompleted
-);
+    example = OrderAlreadyCompleted;
 
-error_body!(
     /// The order is no longer pending: it was completed (its amount was
     /// credited) or already cancelled. Nothing was changed.
     CancelConflictBody,
@@ -268,44 +254,30 @@ error_body!(
         OrderAlreadyCompleted,
         OrderAlreadyCancelled,
     },
-    example = OrderAlreadyCancelled
-);
+    example = OrderAlreadyCancelled;
 
-error_body!(
     /// The Idempotency-Key was already used for a request with another body
     /// in this project. Nothing was created; send a new key for a new order.
     IdempotencyConflictBody,
     /// IDEMPOTENCY_KEY_REUSED: the key was used before with another body.
-    IdempotencyConflictCode {
-        IdempotencyKeyReused,
-    },
-    example = IdempotencyKeyReused
-);
+    IdempotencyConflictCode { IdempotencyKeyReused },
+    example = IdempotencyKeyReused;
 
-error_body!(
     /// The request body is larger than the service's limit (64 KiB unless
     /// the operator configured another).
     PayloadTooLargeBody,
     /// PAYLOAD_TOO_LARGE: the request body exceeds the limit.
-    PayloadTooLargeCode {
-        PayloadTooLarge,
-    },
-    example = PayloadTooLarge
-);
+    PayloadTooLargeCode { PayloadTooLarge },
+    example = PayloadTooLarge;
 
-error_body!(
     /// The request body did not arrive in time (slow client). Nothing was
     /// changed; send the request again.
     RequestTimeoutBody,
     /// REQUEST_TIMEOUT: the request body was not received within the time
     /// limit.
-    RequestTimeoutCode {
-        RequestTimeout,
-    },
-    example = RequestTimeout
-);
+    RequestTimeoutCode { RequestTimeout },
+    example = RequestTimeout;
 
-error_body!(
     /// Completion failed and was rolled back entirely; retrying with
     /// exponential back-off is safe.
     CompleteFailedBody,
@@ -316,10 +288,8 @@ error_body!(
         OrderUpdateFailed,
         PaymentProcessingError,
     },
-    example = PaymentProcessingError
-);
+    example = PaymentProcessingError;
 
-error_body!(
     /// The order cannot be completed as it stands, and retrying will not
     /// change that: crediting its amount would take the user's main balance
     /// past 999999999999999.99, the largest balance kept. Nothing was
@@ -329,13 +299,9 @@ error_body!(
     PaymentRefusedBody,
     /// PAYMENT_PROCESSING_ERROR: the payment cannot be credited to the
     /// balance.
-    PaymentRefusedCode {
-        PaymentProcessingError,
-    },
-    example = PaymentProcessingError
-);
+    PaymentRefusedCode { PaymentProcessingError },
+    example = PaymentProcessingError;
 
-error_body!(
     /// The database could not be reached in time; nothing was changed.
     /// Retry with exponential back-off.
     CompleteUnavailableBody,
@@ -347,30 +313,22 @@ error_body!(
         PaymentProcessingError,
         ServiceUnavailable,
     },
-    example = PaymentProcessingError
-);
+    example = PaymentProcessingError;
 
-error_body!(
     /// An unexpected error; details are in the service's log.
     InternalErrorBody,
     /// INTERNAL_ERROR: an unexpected failure; details are in the service's
     /// log.
-    InternalErrorCode {
-        InternalError,
-    },
-    example = InternalError
-);
+    InternalErrorCode { InternalError },
+    example = InternalError;
 
-error_body!(
     /// The database could not be reached in time. Retry with back-off.
     UnavailableBody,
     /// SERVICE_UNAVAILABLE: the database did not answer in time, or the
     /// request took too long.
-    UnavailableCode {
-        ServiceUnavailable,
-    },
-    example = ServiceUnavailable
-);
+    UnavailableCode { ServiceUnavailable },
+    example = ServiceUnavailable;
+}
 
 /// VALIDATION_ERROR code (a one-value enum so that SDKs see the constant).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
@@ -413,23 +371,19 @@ impl Example for ValidationErrorBody {
     }
 }
 
-/// A failed database operation of an endpoint that answers 500
-/// INTERNAL_ERROR or 503 SERVICE_UNAVAILABLE: the body to send, the error
-/// logged with what failed.
-pub enum StoreFailure {
-    Internal(Json<InternalErrorBody>),
-    Unavailable(Json<UnavailableBody>),
-}
-
-impl StoreFailure {
-    pub fn of(err: &StoreError, what: &str) -> StoreFailure {
-        if err.is_unavailable() {
-            tracing::error!(error = %err, "{what}: database unavailable");
-            StoreFailure::Unavailable(UnavailableCode::ServiceUnavailable.into())
-        } else {
-            tracing::error!(error = %err, "{what} failed");
-            StoreFailure::Internal(InternalErrorCode::InternalError.into())
-        }
+/// The reply to a failed database operation of an endpoint that answers 500
+/// INTERNAL_ERROR or 503 SERVICE_UNAVAILABLE, the error logged with what
+/// failed.
+pub fn store_failure<R>(err: &StoreError, what: &str) -> R
+where
+    R: From<InternalErrorCode> + From<UnavailableCode>,
+{
+    if err.is_unavailable() {
+        tracing::error!(error = %err, "{what}: database unavailable");
+        UnavailableCode::ServiceUnavailable.into()
+    } else {
+        tracing::error!(error = %err, "{what} failed");
+        InternalErrorCode::InternalError.into()
     }
 }
 
@@ -458,25 +412,19 @@ macro_rules! reply {
 pub(crate) use reply;
 
 /// The replies endpoints share, converted into `$reply` for `?` in its
-/// handler: VALIDATION_ERROR from the validation step, each listed error
-/// code as the body of its variant, and with `store` a [`StoreFailure`] as
-/// its `Internal` or `Unavailable`.
+/// handler: VALIDATION_ERROR from the validation step, and each listed error
+/// code as the body of its variant; `store` stands for the codes of
+/// [`store_failure`].
 macro_rules! shared_replies {
-    ($reply:ident, store $(, $variant:ident: $code:ident)* $(,)?) => {
-        shared_replies!($reply $(, $variant: $code)*);
-
-        impl From<$crate::api::error::StoreFailure> for $reply {
-            fn from(failure: $crate::api::error::StoreFailure) -> Self {
-                match failure {
-                    $crate::api::error::StoreFailure::Internal(body) => $reply::Internal(body),
-                    $crate::api::error::StoreFailure::Unavailable(body) => {
-                        $reply::Unavailable(body)
-                    }
-                }
-            }
-        }
+    ($reply:ident, store $(, $variant:ident: $code:path)* $(,)?) => {
+        shared_replies!(
+            $reply,
+            Internal: $crate::api::error::InternalErrorCode,
+            Unavailable: $crate::api::error::UnavailableCode
+            $(, $variant: $code)*
+        );
     };
-    ($reply:ident $(, $variant:ident: $code:ident)* $(,)?) => {
+    ($reply:ident $(, $variant:ident: $code:path)* $(,)?) => {
         impl From<$crate::api::error::FieldErrors> for $reply {
             fn from(errors: $crate::api::error::FieldErrors) -> Self {
                 $reply::BadRequest(Json($crate::api::error::ValidationErrorBody::new(errors)))

@@ -16,7 +16,7 @@ use std::{
 
 use bytes::Bytes;
 use poem::{
-    Endpoint, IntoResponse, Request, Response, Result,
+    Endpoint, Request, Response, Result,
     http::{HeaderName, HeaderValue, header},
 };
 use rand::{Rng, distr::Alphanumeric};
@@ -53,10 +53,7 @@ pub async fn request_context<E: Endpoint>(
     let path = req.uri().path().to_owned();
     let span = tracing::info_span!("request", request_id = %id, %method, %path);
     let start = Instant::now();
-    let mut response = match inner.call(req).instrument(span.clone()).await {
-        Ok(output) => output.into_response(),
-        Err(err) => err.into_response(),
-    };
+    let mut response = inner.get_response(req).instrument(span.clone()).await;
     let elapsed = start.elapsed();
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID.clone(), value);
@@ -87,9 +84,8 @@ pub async fn request_timeout<E: Endpoint>(
     req: Request,
     limit: Duration,
 ) -> Result<Response> {
-    match tokio::time::timeout(limit, inner.call(req)).await {
-        Ok(Ok(output)) => Ok(output.into_response()),
-        Ok(Err(err)) => Ok(err.into_response()),
+    match tokio::time::timeout(limit, inner.get_response(req)).await {
+        Ok(response) => Ok(response),
         Err(_) => {
             tracing::warn!(limit_ms = limit.as_millis() as u64, "request timed out");
             Ok(ApiError::service_unavailable().to_response())
@@ -148,23 +144,19 @@ pub async fn drain_unread_body<E: Endpoint>(
 ) -> Result<Response> {
     let most = max_body_bytes.saturating_add(OVERSIZED_BODY_DRAIN_BYTES);
     if !body_to_drain(&req, most) {
-        return inner.call(req).await.map(IntoResponse::into_response);
+        return Ok(inner.get_response(req).await);
     }
     let deadline = tokio::time::Instant::now() + body_timeout;
     let body = SharedBody::new(req.take_body());
     req.set_body(body.reader());
-    let answer = inner.call(req).await.map(IntoResponse::into_response);
-    let status = match &answer {
-        Ok(response) => response.status(),
-        Err(err) => err.status(),
-    };
-    let bound = if status == poem::http::StatusCode::PAYLOAD_TOO_LARGE {
+    let answer = inner.get_response(req).await;
+    let bound = if answer.status() == poem::http::StatusCode::PAYLOAD_TOO_LARGE {
         most
     } else {
         max_body_bytes.saturating_add(UNREAD_BODY_DRAIN_BYTES)
     };
     body.drain(bound, deadline).await;
-    answer
+    Ok(answer)
 }
 
 /// Whether the client waits for `100 Continue` before it sends the body:
@@ -186,13 +178,15 @@ fn body_to_drain(req: &Request, bound: usize) -> bool {
         return false;
     }
     match headers.get(header::CONTENT_LENGTH) {
-        Some(length) => length
-            .to_str()
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|length| length > 0 && length <= bound as u64),
+        Some(_) => declared_length(headers).is_some_and(|n| n > 0 && n <= bound as u64),
         None => headers.contains_key(header::TRANSFER_ENCODING),
     }
+}
+
+/// The body length the `Content-Length` header declares, when it is a number.
+pub fn declared_length(headers: &poem::http::HeaderMap) -> Option<u64> {
+    let length = headers.get(header::CONTENT_LENGTH)?.to_str().ok()?;
+    length.parse().ok()
 }
 
 type BodyStream =
@@ -220,11 +214,14 @@ impl SharedBody {
         })))
     }
 
-    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<std::io::Result<Bytes>>> {
-        let mut state = self
-            .0
+    fn state(&self) -> std::sync::MutexGuard<'_, SharedBodyState> {
+        self.0
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<std::io::Result<Bytes>>> {
+        let mut state = self.state();
         if state.finished {
             return Poll::Ready(None);
         }
@@ -246,10 +243,7 @@ impl SharedBody {
     }
 
     fn read(&self) -> usize {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .read
+        self.state().read
     }
 
     /// Reads and throws away the rest, until the end, an error, `bound`
@@ -266,7 +260,7 @@ impl SharedBody {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use futures_util::StreamExt;

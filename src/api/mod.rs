@@ -18,11 +18,7 @@ pub mod security;
 pub mod tags;
 pub mod validation;
 
-use poem::{
-    Response,
-    error::{MethodNotAllowedError, NotFoundError, ReadBodyError, SizedLimitError},
-    http::StatusCode,
-};
+use poem::{Response, http::StatusCode};
 use poem_openapi::{
     LicenseObject, OpenApiService, ServerObject,
     error::{AuthorizationError, ContentTypeError, ParseParamError, ParseRequestPayloadError},
@@ -159,9 +155,6 @@ fn api_error_for(err: &poem::Error) -> ApiError {
     if let Some(api) = err.downcast_ref::<ApiError>() {
         return api.clone();
     }
-    if err.is::<NotFoundError>() || err.is::<MethodNotAllowedError>() {
-        return ApiError::not_found();
-    }
     if err.is::<AuthorizationError>() {
         return ApiError::new(StatusCode::FORBIDDEN, "EMPTY_TOKEN");
     }
@@ -174,18 +167,11 @@ fn api_error_for(err: &poem::Error) -> ApiError {
             "the body must be a JSON object sent as application/json",
         );
     }
-    if matches!(
-        err.downcast_ref::<ReadBodyError>(),
-        Some(ReadBodyError::PayloadTooLarge)
-    ) || matches!(
-        err.downcast_ref::<SizedLimitError>(),
-        Some(SizedLimitError::PayloadTooLarge)
-    ) || err.status() == StatusCode::PAYLOAD_TOO_LARGE
-    {
-        return ApiError::payload_too_large();
-    }
+    // Also poem's own body errors, by the status they carry.
     let status = err.status();
-    if status.is_server_error() {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::payload_too_large()
+    } else if status.is_server_error() {
         tracing::error!(error = %err, "unhandled error");
         ApiError::internal()
     } else if status == StatusCode::NOT_FOUND || status == StatusCode::METHOD_NOT_ALLOWED {

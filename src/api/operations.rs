@@ -10,10 +10,10 @@ use super::{
     balance_query::{EmailSpec, UserIdSpec},
     error::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, FieldErrors, InternalErrorBody,
-        StoreFailure, UnavailableBody, ValidationErrorBody, answer, reply, shared_replies,
+        UnavailableBody, ValidationErrorBody, answer, reply, shared_replies, store_failure,
     },
     formats::example_time,
-    params::{ParamSpec, QueryParam, RawParam},
+    params::{QueryParam, RawParam, param_spec},
     security::OperationsToken,
     tags::ApiTags,
     validation::validate,
@@ -148,48 +148,39 @@ impl Example for OperationsPage {
     }
 }
 
-pub struct AccountFilterSpec;
-impl ParamSpec for AccountFilterSpec {
-    const NAME: &'static str = "AccountFilter";
-    const REQUIRED: bool = false;
-    fn schema() -> MetaSchema {
-        MetaSchema {
-            format: Some("int64"),
-            minimum: Some(0.0),
-            example: Some(json!(0)),
-            ..MetaSchema::new("integer")
-        }
+param_spec!(
+    AccountFilterSpec,
+    required = false,
+    MetaSchema {
+        format: Some("int64"),
+        minimum: Some(0.0),
+        example: Some(json!(0)),
+        ..MetaSchema::new("integer")
     }
-}
+);
 
-pub struct LimitSpec;
-impl ParamSpec for LimitSpec {
-    const NAME: &'static str = "Limit";
-    const REQUIRED: bool = false;
-    fn schema() -> MetaSchema {
-        MetaSchema {
-            format: Some("int32"),
-            minimum: Some(1.0),
-            maximum: Some(ledger::MAX_LIMIT as f64),
-            default: Some(json!(ledger::DEFAULT_LIMIT)),
-            example: Some(json!(ledger::DEFAULT_LIMIT)),
-            ..MetaSchema::new("integer")
-        }
+param_spec!(
+    LimitSpec,
+    required = false,
+    MetaSchema {
+        format: Some("int32"),
+        minimum: Some(1.0),
+        maximum: Some(ledger::MAX_LIMIT as f64),
+        default: Some(json!(ledger::DEFAULT_LIMIT)),
+        example: Some(json!(ledger::DEFAULT_LIMIT)),
+        ..MetaSchema::new("integer")
     }
-}
+);
 
-pub struct CursorSpec;
-impl ParamSpec for CursorSpec {
-    const NAME: &'static str = "Cursor";
-    const REQUIRED: bool = false;
-    fn schema() -> MetaSchema {
-        MetaSchema {
-            max_length: Some(64),
-            example: Some(json!("000000000000002a5c0b7e61d9a4f3c2b1e08d7a")),
-            ..MetaSchema::new("string")
-        }
+param_spec!(
+    CursorSpec,
+    required = false,
+    MetaSchema {
+        max_length: Some(64),
+        example: Some(json!("000000000000002a5c0b7e61d9a4f3c2b1e08d7a")),
+        ..MetaSchema::new("string")
     }
-}
+);
 
 reply! {
     pub enum OperationsReply {
@@ -224,7 +215,7 @@ impl From<HistoryError> for OperationsReply {
             .into(),
             HistoryError::UserNotFound => BalanceNotFoundCode::UserNotFound.into(),
             HistoryError::ServerNotFound => BalanceNotFoundCode::ServerNotFound.into(),
-            HistoryError::Store(err) => StoreFailure::of(&err, "operation history").into(),
+            HistoryError::Store(err) => store_failure(&err, "operation history"),
         }
     }
 }

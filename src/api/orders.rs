@@ -16,11 +16,11 @@ use super::{
         AuthErrorBody, BalanceNotFoundBody, BalanceNotFoundCode, CancelConflictBody,
         CancelConflictCode, IdempotencyConflictBody, IdempotencyConflictCode, InternalErrorBody,
         InternalErrorCode, OrderNotFoundBody, OrderNotFoundCode, PayloadTooLargeBody,
-        RequestTimeoutBody, StoreFailure, UnavailableBody, ValidationErrorBody, answer, reply,
-        shared_replies,
+        RequestTimeoutBody, UnavailableBody, ValidationErrorBody, answer, reply, shared_replies,
+        store_failure,
     },
     formats::{example_time, text_schema},
-    params::{HeaderParam, ParamSpec, QueryParam, RawParam},
+    params::{HeaderParam, QueryParam, RawParam, param_spec},
     request_body::JsonObject,
     security::{CancelToken, CreateToken, ReadToken},
     tags::ApiTags,
@@ -180,29 +180,23 @@ impl Example for CancelOrderRequest {
     }
 }
 
-pub struct IdempotencyKeySpec;
-impl ParamSpec for IdempotencyKeySpec {
-    const NAME: &'static str = "IdempotencyKey";
-    const REQUIRED: bool = false;
-    fn schema() -> MetaSchema {
-        MetaSchema {
-            example: IdempotencyKey::example().to_json(),
-            ..text_schema::<IdempotencyKey>()
-        }
+param_spec!(
+    IdempotencyKeySpec,
+    required = false,
+    MetaSchema {
+        example: IdempotencyKey::example().to_json(),
+        ..text_schema::<IdempotencyKey>()
     }
-}
+);
 
-pub struct OrderIdSpec;
-impl ParamSpec for OrderIdSpec {
-    const NAME: &'static str = "OrderId";
-    const REQUIRED: bool = true;
-    fn schema() -> MetaSchema {
-        MetaSchema {
-            example: OrderId::example().to_json(),
-            ..text_schema::<OrderId>()
-        }
+param_spec!(
+    OrderIdSpec,
+    required = true,
+    MetaSchema {
+        example: OrderId::example().to_json(),
+        ..text_schema::<OrderId>()
     }
-}
+);
 
 reply! {
     pub enum CreateReply {
@@ -305,11 +299,11 @@ impl From<CreateError> for CreateReply {
             CreateError::UserNotFound => BalanceNotFoundCode::UserNotFound.into(),
             CreateError::ServerNotFound => BalanceNotFoundCode::ServerNotFound.into(),
             CreateError::KeyReused => IdempotencyConflictCode::IdempotencyKeyReused.into(),
-            CreateError::Store(err) => StoreFailure::of(&err, "order creation").into(),
+            CreateError::Store(err) => store_failure(&err, "order creation"),
             // The request was validated, and names no order id.
             err @ (CreateError::Invalid(..) | CreateError::OrderIdTaken(_)) => {
                 tracing::error!(error = %err, "order creation refused a validated request");
-                Self::Internal(InternalErrorCode::InternalError.into())
+                InternalErrorCode::InternalError.into()
             }
         }
     }
@@ -321,7 +315,7 @@ impl From<CancelError> for CancelReply {
             CancelError::OrderNotFound => OrderNotFoundCode::OrderNotFound.into(),
             CancelError::AlreadyCompleted => CancelConflictCode::OrderAlreadyCompleted.into(),
             CancelError::AlreadyCancelled => CancelConflictCode::OrderAlreadyCancelled.into(),
-            CancelError::Store(err) => StoreFailure::of(&err, "order cancellation").into(),
+            CancelError::Store(err) => store_failure(&err, "order cancellation"),
         }
     }
 }
@@ -459,7 +453,7 @@ impl OrdersApi {
             let project_id = caller.0.principal.project_id;
             let order = orders::get(&state.db, Some(project_id), &order_id)
                 .await
-                .map_err(|err| StoreFailure::of(&err, "order read"))?
+                .map_err(|err| store_failure::<ReadReply>(&err, "order read"))?
                 .ok_or(OrderNotFoundCode::OrderNotFound)?;
             Ok(ReadReply::Ok(Json(order.into())))
         })

@@ -30,6 +30,23 @@ pub trait ParamSpec: Send + Sync + 'static {
     fn schema() -> MetaSchema;
 }
 
+/// Declares `$spec`, the [`ParamSpec`] of a parameter published with the
+/// schema `$schema`.
+macro_rules! param_spec {
+    ($spec:ident, required = $required:literal, $schema:expr) => {
+        pub struct $spec;
+
+        impl $crate::api::params::ParamSpec for $spec {
+            const NAME: &'static str = stringify!($spec);
+            const REQUIRED: bool = $required;
+            fn schema() -> poem_openapi::registry::MetaSchema {
+                $schema
+            }
+        }
+    };
+}
+pub(crate) use param_spec;
+
 /// All values a parameter was given, unparsed, and its name.
 pub struct RawParam<S> {
     name: &'static str,

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::{
     error::ApiError,
+    middleware,
     validation::{Fields, Validation},
 };
 use crate::state::AppState;
@@ -72,28 +73,17 @@ impl<'a, T: Type> ApiExtractor<'a> for JsonObject<T> {
             )
             .into());
         }
-        let (limit, timeout) = request.data::<AppState>().map_or(
-            (
-                crate::config::DEFAULT_MAX_BODY_BYTES,
-                std::time::Duration::from_secs(2),
-            ),
-            |s| (s.max_body_bytes, s.body_timeout),
-        );
+        // Present as it is for authentication, which runs first.
+        let state = request.data::<AppState>().ok_or_else(ApiError::internal)?;
+        let (limit, timeout) = (state.max_body_bytes, state.body_timeout);
         // A body declared too large is refused before it is read when
         // reading it could not help: the client waits for `100 Continue`
         // (it then never sends the body), or more would come than the server
         // drains anyway.
-        let declared = request
-            .headers()
-            .get(poem::http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        let expects_continue = super::middleware::expects_continue(request.headers());
-        if let Some(declared) = declared
+        let drained = limit.saturating_add(middleware::OVERSIZED_BODY_DRAIN_BYTES) as u64;
+        if let Some(declared) = middleware::declared_length(request.headers())
             && declared > limit as u64
-            && (expects_continue
-                || declared
-                    > limit.saturating_add(super::middleware::OVERSIZED_BODY_DRAIN_BYTES) as u64)
+            && (middleware::expects_continue(request.headers()) || declared > drained)
         {
             return Err(ApiError::payload_too_large().into());
         }

@@ -27,14 +27,6 @@ pub fn validate<T>(read: impl FnOnce(&mut Validation) -> Option<T>) -> Result<T,
     }
 }
 
-/// What an integer in `range` must be, as its refusal says it.
-fn integer_rule(range: &RangeInclusive<i64>) -> String {
-    match *range.end() {
-        i64::MAX => format!("must be an integer >= {}", range.start()),
-        end => format!("must be an integer from {} to {end}", range.start()),
-    }
-}
-
 impl Validation {
     /// Records that `name` offends: `rule` says what it must be.
     pub fn refuse(&mut self, name: &str, rule: impl Display) {
@@ -84,6 +76,20 @@ impl Validation {
         })
     }
 
+    /// `n` when it is an integer in `range`, else its refusal recorded
+    /// under `name`.
+    fn integer(&mut self, name: &str, n: Option<i64>, range: RangeInclusive<i64>) -> Option<i64> {
+        let n = n.filter(|n| range.contains(n));
+        if n.is_none() {
+            let rule = match *range.end() {
+                i64::MAX => format!("must be an integer >= {}", range.start()),
+                end => format!("must be an integer from {} to {end}", range.start()),
+            };
+            self.refuse(name, rule);
+        }
+        n
+    }
+
     /// The single value of a parameter: `Some(None)` when absent.
     fn single<'p, S>(&mut self, raw: &'p RawParam<S>) -> Option<Option<&'p str>> {
         self.check(raw.name(), raw.single())
@@ -107,13 +113,9 @@ impl Validation {
     ) -> Option<Option<i64>> {
         match self.single(raw)? {
             None => Some(None),
-            Some(text) => match parse_integer(text) {
-                Some(n) if range.contains(&n) => Some(Some(n)),
-                _ => {
-                    self.refuse(raw.name(), integer_rule(&range));
-                    None
-                }
-            },
+            Some(text) => self
+                .integer(raw.name(), parse_integer(text), range)
+                .map(Some),
         }
     }
 
@@ -187,13 +189,10 @@ impl<'a> Fields<'a, '_> {
     pub fn integer(&mut self, name: &str, min: i64) -> Option<Option<i64>> {
         match self.value(name) {
             None => Some(None),
-            Some(value) => match value.as_i64() {
-                Some(n) if n >= min => Some(Some(n)),
-                _ => {
-                    self.check.refuse(name, integer_rule(&(min..=i64::MAX)));
-                    None
-                }
-            },
+            Some(value) => self
+                .check
+                .integer(name, value.as_i64(), min..=i64::MAX)
+                .map(Some),
         }
     }
 
