@@ -1,12 +1,14 @@
 //! Exact money.
 //!
 //! Amounts live as `i64` minor units (cents) in storage and in the service
-//! layer, and become a two-digit string only at the edges (HTTP and command
-//! line). No float is ever involved: sea-orm would read a `Decimal` column on
-//! SQLite through `f64`, so the database only ever sees integers, and
-//! `SET main_cents = main_cents + ?` stays an atomic increment.
+//! layer, and become `rust_decimal::Decimal` or a two-digit string only at the
+//! edges (HTTP and command line). No float is ever involved: sea-orm would read
+//! a `Decimal` column on SQLite through `f64`, so the database only ever sees
+//! integers, and `SET main_cents = main_cents + ?` stays an atomic increment.
 
 use std::{fmt, str::FromStr};
+
+use rust_decimal::Decimal;
 
 /// The largest amount or balance stored: 999 999 999 999 999.99, fifteen
 /// integer digits. The schema carries the same ceiling as a CHECK constraint.
@@ -54,6 +56,27 @@ impl Money {
     /// Minor units, for storage.
     pub fn cents(self) -> i64 {
         self.0
+    }
+
+    pub fn to_decimal(self) -> Decimal {
+        Decimal::new(self.0, 2)
+    }
+
+    /// Exact conversion: a value with more than two significant fraction
+    /// digits is refused rather than rounded.
+    pub fn from_decimal(value: Decimal) -> Result<Self, MoneyError> {
+        if value.is_sign_negative() && !value.is_zero() {
+            return Err(MoneyError::Negative);
+        }
+        let value = value.normalize();
+        if value.scale() > 2 {
+            return Err(MoneyError::TooPrecise);
+        }
+        let cents = value
+            .checked_mul(Decimal::ONE_HUNDRED)
+            .ok_or(MoneyError::TooLarge)?;
+        let cents: i64 = cents.try_into().map_err(|_| MoneyError::TooLarge)?;
+        Self::from_cents(cents)
     }
 
     /// The amount when it is not zero: what an order may ask for.
@@ -106,9 +129,8 @@ impl FromStr for Money {
         if int.len() > 15 {
             return Err(MoneyError::TooLarge);
         }
-        // At most 17 digits: within `i64`.
-        let cents = format!("{int}{:0<2}", frac.unwrap_or_default());
-        Money::from_cents(cents.parse().map_err(|_| MoneyError::Malformed)?)
+        let decimal = Decimal::from_str_exact(text).map_err(|_| MoneyError::TooLarge)?;
+        Money::from_decimal(decimal)
     }
 }
 
@@ -212,6 +234,22 @@ mod tests {
         }
         assert_eq!(Money::ZERO.positive(), Err(MoneyError::Zero));
         assert_eq!(Money::MAX.positive(), Ok(Money::MAX));
+    }
+
+    #[test]
+    fn decimal_conversion_is_exact() {
+        let d = Decimal::from_str_exact("123456789012345.67").unwrap();
+        assert_eq!(Money::from_decimal(d).unwrap().to_decimal(), d);
+        assert_eq!(
+            Money::from_decimal(Decimal::from_str_exact("1.230").unwrap())
+                .unwrap()
+                .cents(),
+            123
+        );
+        assert_eq!(
+            Money::from_decimal(Decimal::from_str_exact("1.001").unwrap()),
+            Err(MoneyError::TooPrecise)
+        );
     }
 
     #[test]
