@@ -1,9 +1,11 @@
 //! The hot path's storage seam.
 //!
 //! Each rule written in SQL here is written once per backend module
-//! ([`sqlite`], [`postgres`], [`mysql`]): a change to one is made in all
-//! three, and tests/store.rs, the conformance suite of [`Store`], must pass
-//! on all three. Every new store operation joins that suite.
+//! ([`sqlite`], [`postgres`], [`mysql`]), but for the statements the
+//! backends run alike, written once here and in [`relay`]: a change to one
+//! is made in all three, and tests/store.rs, the conformance suite of
+//! [`Store`], must pass on all three. Every new store operation joins that
+//! suite.
 //!
 //! The requests that come in volume need three things of the database: a
 //! token read by its hash (every v2 request; for a balance request with the
@@ -342,6 +344,41 @@ pub struct AuditRow {
     pub after: Option<String>,
     pub address: Option<String>,
 }
+
+// Statements that several backends run alike, written once: in
+// PostgreSQL's dialect (SQLite reads `$1` as a named parameter numbered at
+// its first appearance, and each first appears in order), or in SQLite's
+// where PostgreSQL runs its own; MariaDB's are made from them
+// (`mysql::dialect`).
+
+/// An operator's row of the admin audit log, written with the change.
+pub const LOG_AUDIT: &str = r#"INSERT INTO "admin_audit_log" ("at", "administrator_id", "actor", "action", "object_kind",
+    "object_id", "before", "after", "address")
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"#;
+
+/// When a token's value was last used: `$1` the current value's hash and
+/// `$2` the time, `$3` and `$4` the same for the value a reissue replaced,
+/// `$5` the token.
+pub const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens"
+SET "last_used_at" = CASE WHEN "token_hash" = $1 THEN $2 ELSE "last_used_at" END,
+    "previous_last_used_at" = CASE WHEN "previous_hash" = $3 THEN $4 ELSE "previous_last_used_at" END
+WHERE "id" = $5"#;
+
+/// The status of the order a completion names, if it exists (PostgreSQL,
+/// SQLite).
+pub const ORDER_STATUS: &str = r#"SELECT "status" FROM "payment_orders"
+WHERE "order_id" = $1 AND "project_id" = $2 AND "payment_system" = $3"#;
+
+/// The enabled endpoints of a project: whether (and to whom) a change of
+/// it records an event. One read of `ix_webhook_endpoints_project`, which
+/// finds nothing for most projects (SQLite, MariaDB).
+pub const SUBSCRIBERS: &str = r#"SELECT "id", "event_types" FROM "webhook_endpoints"
+WHERE "project_id" = ?1 AND "enabled""#;
+
+/// The operation-log row of a credited order (SQLite, MariaDB).
+pub const LOG_CREDIT: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type",
+    "amount_cents", "balance_before_cents", "balance_after_cents", "created_at")
+VALUES (?1, ?2, ?3, ?4, 'main', ?5, ?6, ?7, ?8)"#;
 
 /// Writes `audits`, operators' rows of the admin audit log, with `statement`
 /// (a sqlx backend's insert, its parameters the fields in their order) in

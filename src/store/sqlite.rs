@@ -77,12 +77,13 @@ use sea_orm::{ActiveEnum, sqlx::sqlite::SqliteConnectOptions};
 mod relay;
 
 use super::{
-    AccountKey, AccountRow, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder,
-    OrderInsert, Readiness, Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries,
-    money, now, permission_list,
+    AccountKey, AccountRow, AuditRow, CompleteError, CompletedOrder, Completion, LOG_AUDIT,
+    NewOrder, ORDER_STATUS, OrderInsert, RECORD_TOKEN_USE, Readiness, Store, StoreError,
+    StoreFuture, Subscriber, TokenRow, deliveries, money, now, permission_list,
     readiness::{READ_ONLY, WriteError, WriteHealth},
     relay::RelayStore,
 };
+pub use super::{LOG_CREDIT, SUBSCRIBERS};
 use crate::events::{NewEvent, new_webhook_id};
 
 /// The token by its hash, with its project's state and permissions, and the
@@ -118,32 +119,12 @@ SET "status" = ?1, "completed_at" = ?2, "payment_id" = ?3
 WHERE "order_id" = ?4 AND "project_id" = ?5 AND "payment_system" = ?6 AND "status" = ?7
 RETURNING "id", "user_id", "server_id", "amount_cents", "payment_id", "created_at""#;
 
-/// The status of the order a completion names, if it exists.
-const FIND_ORDER: &str = r#"SELECT "status" FROM "payment_orders"
-WHERE "order_id" = ?1 AND "project_id" = ?2 AND "payment_system" = ?3"#;
-
 /// The credit of the main balance, creating the balance row when missing.
 pub const CREDIT_MAIN: &str = r#"INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id")
 VALUES (?1, ?2, ?3, 0, ?4, ?5)
 ON CONFLICT ("user_id", "server_id") DO UPDATE
 SET "main_cents" = "balances"."main_cents" + ?3, "updated_at" = ?4
 RETURNING "main_cents""#;
-
-/// The operation-log row of a credited order.
-pub const LOG_CREDIT: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type",
-    "amount_cents", "balance_before_cents", "balance_after_cents", "created_at")
-VALUES (?1, ?2, ?3, ?4, 'main', ?5, ?6, ?7, ?8)"#;
-
-/// An operator's row of the admin audit log, written with the change.
-const LOG_AUDIT: &str = r#"INSERT INTO "admin_audit_log" ("at", "administrator_id", "actor", "action", "object_kind",
-    "object_id", "before", "after", "address")
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"#;
-
-/// The enabled endpoints of a project: whether (and to whom) a change of
-/// it records an event. One read of `ix_webhook_endpoints_project`, which
-/// finds nothing for most projects.
-pub const SUBSCRIBERS: &str = r#"SELECT "id", "event_types" FROM "webhook_endpoints"
-WHERE "project_id" = ?1 AND "enabled""#;
 
 /// An event, recorded with its change.
 const INSERT_EVENT: &str = r#"INSERT INTO "webhook_events" ("webhook_id", "project_id", "event_type", "order_id",
@@ -167,12 +148,6 @@ const ORDER_USER: &str = r#"CASE WHEN :user_id IS NOT NULL
 /// Whether the order's server is the general account or one of the project's.
 const ORDER_SERVER: &str = r#"(:server_id = 0 OR EXISTS (SELECT 1 FROM "servers" AS s
         WHERE s."id" = :server_id AND s."project_id" = :project_id))"#;
-
-/// When a token's value (`?3`, its hash) was last used.
-const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens"
-SET "last_used_at" = CASE WHEN "token_hash" = ?3 THEN ?1 ELSE "last_used_at" END,
-    "previous_last_used_at" = CASE WHEN "previous_hash" = ?3 THEN ?1 ELSE "previous_last_used_at" END
-WHERE "id" = ?2"#;
 
 /// How long an inline read waits for a locked file (WAL recovery after a
 /// crashed writer, another process holding it exclusively) before it counts
@@ -718,7 +693,7 @@ fn complete_order(
     let Some((order_ref, user_id, server_id, amount_cents, payment_id, created_at)) = updated
     else {
         let found = conn
-            .prepare_cached(FIND_ORDER)
+            .prepare_cached(ORDER_STATUS)
             .and_then(|mut find| {
                 find.query_row(
                     params![request.order_id, request.project_id, request.payment_system],
@@ -983,7 +958,8 @@ impl Store for SqliteStore {
         Box::pin(self.write(move |conn| {
             conn.prepare_cached(RECORD_TOKEN_USE)
                 .and_then(|mut record| {
-                    record.execute(params![stored_time(at), token_id, token_hash])
+                    let at = stored_time(at);
+                    record.execute(params![token_hash, at, token_hash, at, token_id])
                 })
                 .map(drop)
                 .map_err(|err| classify(&err))
