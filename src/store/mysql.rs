@@ -25,38 +25,23 @@ use sea_orm::{
 mod relay;
 
 use super::{
-    AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Readiness, Store,
-    StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money, now,
+    AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, ORDER_SERVER, ORDER_USER,
+    OrderInsert, Readiness, Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries,
+    log_audits, money, now,
     readiness::{WriteError, WriteHealth, close_if_refused},
     relay::RelayStore,
     token_row_of,
 };
 use crate::events::{NewEvent, new_webhook_id};
 
-/// The token by its hash, with its project's state and permissions, and the
-/// asked account of its project (all NULL when no account is asked): the
-/// user by e-mail, the balance of the user (by id, else by e-mail) on the
-/// server, the user by id (proved by the balance row, which carries its
-/// user's project; read from users only without one), and the server.
-/// Parameters: token hash, token hash, user id, user id, e-mail, user id,
-/// server id, server id, token hash, token hash.
-const READ_TOKEN: &str = r#"SELECT t.id AS token_id, t.project_id, t.active AS token_active,
-    t.expires_at, p.active AS project_active,
-    CASE WHEN t.token_hash = ? THEN NULL ELSE t.previous_until END AS grace_until,
-    CASE WHEN t.token_hash = ? THEN t.last_used_at ELSE t.previous_last_used_at END AS last_used_at,
-    (SELECT GROUP_CONCAT(g.permission SEPARATOR ',') FROM token_permissions AS g
-        WHERE g.token_id = t.id) AS permissions,
-    CASE WHEN b.user_id = ? THEN b.user_id
-        ELSE (SELECT u.id FROM users AS u WHERE u.id = ? AND u.project_id = t.project_id)
-    END AS user_by_id,
-    by_email.id AS user_by_email, b.main_cents, b.bonus_cents, s.id AS server_found
-FROM app_tokens AS t
-LEFT JOIN projects AS p ON p.id = t.project_id
-LEFT JOIN users AS by_email ON by_email.email = ? AND by_email.project_id = t.project_id
-LEFT JOIN balances AS b ON b.user_id = COALESCE(?, by_email.id) AND b.server_id = ?
-    AND b.project_id = t.project_id
-LEFT JOIN servers AS s ON s.id = ? AND s.project_id = t.project_id
-WHERE t.token_hash = ? OR t.previous_hash = ?"#;
+/// The token by its hash with the asked account (see
+/// [`super::read_token`]). Parameters: token hash, token hash, user id, user
+/// id, e-mail, user id, server id, server id, token hash, token hash.
+static READ_TOKEN: LazyLock<String> = LazyLock::new(|| {
+    dialect(&super::read_token(
+        r#"GROUP_CONCAT(g."permission" SEPARATOR ',')"#,
+    ))
+});
 
 /// The status update of a completion, guarded so that it matches a pending
 /// order only once. Parameters: completed status, time, payment id, order
@@ -97,18 +82,18 @@ ON DUPLICATE KEY UPDATE main_cents = main_cents + VALUES(main_cents), updated_at
 const MAIN_BALANCE: &str =
     r#"SELECT main_cents FROM balances WHERE user_id = ? AND server_id = ? FOR UPDATE"#;
 
-/// The user an order names in its project (by id, and then the e-mail too
-/// when given must be theirs; else by e-mail) and whether its server is the
-/// general account or one of the project's. Parameters: user id, user id,
-/// project id, e-mail, e-mail, e-mail, project id, server id, server id,
-/// project id, project id.
-const ORDER_NAMES: &str = r#"SELECT CASE WHEN ? IS NOT NULL
-        THEN (SELECT u.id FROM users AS u WHERE u.id = ? AND u.project_id = ?
-            AND (? IS NULL OR u.email = ?))
-        ELSE (SELECT u.id FROM users AS u WHERE u.email = ? AND u.project_id = ?)
-    END AS user_id,
-    (? = 0 OR EXISTS (SELECT 1 FROM servers AS s WHERE s.id = ? AND s.project_id = ?)) AS server_found,
-    EXISTS (SELECT 1 FROM webhook_endpoints AS e WHERE e.project_id = ? AND e.enabled) AS notify"#;
+/// The user an order names in its project and whether its server is the
+/// general account or one of the project's (as SQLite's insert judges them),
+/// and whether the project has an enabled endpoint. Parameters: user id,
+/// user id, project id, e-mail, e-mail, e-mail, project id, server id,
+/// server id, project id, project id.
+static ORDER_NAMES: LazyLock<String> = LazyLock::new(|| {
+    dialect(&format!(
+        r#"SELECT {ORDER_USER} AS "user_id", {ORDER_SERVER} AS "server_found",
+    EXISTS (SELECT 1 FROM "webhook_endpoints" AS e WHERE e."project_id" = :project_id AND e."enabled")
+        AS "notify""#
+    ))
+});
 
 /// The insert of a pending order. Parameters: order id, project id, user
 /// id, server id (NULL for the general account), payment system, amount,
@@ -131,16 +116,19 @@ const WRITE_PROBE: &str = "UPDATE seaql_migrations SET version = version WHERE 1
 
 /// `sql`, written in PostgreSQL's or SQLite's dialect with each numbered
 /// parameter once and in order, in MariaDB's: identifiers quoted with
-/// backticks, parameters `?`.
+/// backticks, parameters (numbered or named) `?`, bound where they appear.
 pub(super) fn dialect(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len());
     let mut chars = sql.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
             '"' => out.push('`'),
-            '$' | '?' => {
+            '$' | '?' | ':' => {
                 out.push('?');
-                while chars.next_if(char::is_ascii_digit).is_some() {}
+                while chars
+                    .next_if(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .is_some()
+                {}
             }
             c => out.push(c),
         }
@@ -192,7 +180,7 @@ impl MySqlStore {
     ) -> Result<Option<TokenRow>, StoreError> {
         let user_id = account.and_then(|a| a.user_id);
         let server_id = account.map(|a| a.server_id);
-        let row = sqlx::query(READ_TOKEN)
+        let row = sqlx::query(READ_TOKEN.as_str())
             .bind(token_hash)
             .bind(token_hash)
             .bind(user_id)
@@ -313,7 +301,7 @@ impl MySqlStore {
         order: &NewOrder,
     ) -> Result<OrderInsert, StoreError> {
         let mut txn = sqlx::Connection::begin(&mut **conn).await?;
-        let names = sqlx::query(ORDER_NAMES)
+        let names = sqlx::query(ORDER_NAMES.as_str())
             .bind(order.user_id)
             .bind(order.user_id)
             .bind(order.project_id)
