@@ -214,7 +214,7 @@ impl Relay {
     /// Sends `delivery` (claimed at `db_now`, database time, which was
     /// `claimed_at` here) and records what came of it.
     async fn deliver(&self, delivery: DueDelivery, db_now: DateTime<Utc>, claimed_at: Instant) {
-        let attempt = if delivery.enabled {
+        let (sent, after) = if delivery.enabled {
             let started = Instant::now();
             // To the microsecond, as every backend stores it: the
             // `webhook-timestamp` sent is the second the record shows.
@@ -254,32 +254,26 @@ impl Relay {
                 ms = elapsed.as_millis() as u64,
                 "webhook attempt"
             );
-            Attempt {
-                owner: self.owner.clone(),
-                delivery_id: delivery.id,
-                endpoint_id: delivery.endpoint_id,
-                failing_since: delivery.failing_since,
-                sent: Some(Sent {
-                    attempted_at,
-                    duration_ms: i32::try_from(elapsed.as_millis()).unwrap_or(i32::MAX),
-                    response_status: answer.status.map(i32::from),
-                    outcome: answer.outcome.as_str(),
-                    excerpt: answer.excerpt,
-                }),
-                after,
-            }
+            let sent = Sent {
+                attempted_at,
+                duration_ms: i32::try_from(elapsed.as_millis()).unwrap_or(i32::MAX),
+                response_status: answer.status.map(i32::from),
+                outcome: answer.outcome.as_str(),
+                excerpt: answer.excerpt,
+            };
+            (Some(sent), after)
         } else {
             // Disabled since the event was recorded: it fails unsent.
-            Attempt {
-                owner: self.owner.clone(),
-                delivery_id: delivery.id,
-                endpoint_id: delivery.endpoint_id,
-                failing_since: delivery.failing_since,
-                sent: None,
-                after: After::Disable {
-                    reason: "disabled".to_owned(),
-                },
-            }
+            let reason = "disabled".to_owned();
+            (None, After::Disable { reason })
+        };
+        let attempt = Attempt {
+            owner: self.owner.clone(),
+            delivery_id: delivery.id,
+            endpoint_id: delivery.endpoint_id,
+            failing_since: delivery.failing_since,
+            sent,
+            after,
         };
         match self.record(&attempt).await {
             Ok(Recorded::Done {

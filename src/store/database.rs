@@ -254,35 +254,37 @@ fn sqlx_refuses_writes(err: &sqlx::Error) -> bool {
     db_err.code().is_some_and(|code| code == "25006")
 }
 
+/// What `err` is when the database could not do the statement (see the
+/// functions above) rather than the statement failing; `None` otherwise.
+fn sqlx_kind(err: &sqlx::Error) -> Option<fn(String) -> StoreError> {
+    if sqlx_is_unavailable(err) {
+        Some(StoreError::Unavailable)
+    } else if sqlx_is_contended(err) {
+        Some(StoreError::Contended)
+    } else if sqlx_refuses_writes(err) {
+        Some(StoreError::WritesRefused)
+    } else {
+        None
+    }
+}
+
 impl From<DbErr> for StoreError {
     fn from(err: DbErr) -> StoreError {
-        match sqlx_error(&err) {
-            Some(sqlx) if sqlx_is_unavailable(sqlx) => StoreError::Unavailable(err.to_string()),
-            Some(sqlx) if sqlx_is_contended(sqlx) => StoreError::Contended(err.to_string()),
-            Some(sqlx) if sqlx_refuses_writes(sqlx) => StoreError::WritesRefused(err.to_string()),
-            _ if matches!(err, DbErr::ConnectionAcquire(_)) => {
-                StoreError::Unavailable(err.to_string())
-            }
-            _ => StoreError::Failed(err.to_string()),
-        }
+        let kind = match sqlx_error(&err) {
+            Some(sqlx) => sqlx_kind(sqlx),
+            None => matches!(err, DbErr::ConnectionAcquire(_))
+                .then_some(StoreError::Unavailable as fn(String) -> StoreError),
+        };
+        kind.unwrap_or(StoreError::Failed)(err.to_string())
     }
 }
 
 impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> StoreError {
-        if sqlx_is_unavailable(&err) {
-            StoreError::Unavailable(err.to_string())
-        } else if sqlx_is_contended(&err) {
-            StoreError::Contended(err.to_string())
-        } else if sqlx_refuses_writes(&err) {
-            StoreError::WritesRefused(err.to_string())
-        } else if err
+        let check = err
             .as_database_error()
-            .is_some_and(|db| db.kind() == sqlx::error::ErrorKind::CheckViolation)
-        {
-            StoreError::CheckViolated(err.to_string())
-        } else {
-            StoreError::Failed(err.to_string())
-        }
+            .is_some_and(|db| db.kind() == sqlx::error::ErrorKind::CheckViolation);
+        let kind = sqlx_kind(&err).or(check.then_some(StoreError::CheckViolated as _));
+        kind.unwrap_or(StoreError::Failed)(err.to_string())
     }
 }

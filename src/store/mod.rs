@@ -1,9 +1,11 @@
 //! The hot path's storage seam.
 //!
 //! Each rule written in SQL here is written once per backend module
-//! ([`sqlite`], [`postgres`], [`mysql`]): a change to one is made in all
-//! three, and tests/store.rs, the conformance suite of [`Store`], must pass
-//! on all three. Every new store operation joins that suite.
+//! ([`sqlite`], [`postgres`], [`mysql`]), but for the statements the
+//! backends run alike, written once here and in [`relay`]: a change to one
+//! is made in all three, and tests/store.rs, the conformance suite of
+//! [`Store`], must pass on all three. Every new store operation joins that
+//! suite.
 //!
 //! The requests that come in volume need three things of the database: a
 //! token read by its hash (every v2 request; for a balance request with the
@@ -342,6 +344,85 @@ pub struct AuditRow {
     pub after: Option<String>,
     pub address: Option<String>,
 }
+
+// Statements that several backends run alike, written once: in
+// PostgreSQL's dialect (SQLite reads `$1` as a named parameter numbered at
+// its first appearance, and each first appears in order), or in SQLite's
+// where PostgreSQL runs its own; MariaDB's are made from them
+// (`mysql::dialect`, each named parameter a `?` where it appears).
+
+/// An operator's row of the admin audit log, written with the change.
+pub const LOG_AUDIT: &str = r#"INSERT INTO "admin_audit_log" ("at", "administrator_id", "actor", "action", "object_kind",
+    "object_id", "before", "after", "address")
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"#;
+
+/// When a token's value was last used: `$1` the current value's hash and
+/// `$2` the time, `$3` and `$4` the same for the value a reissue replaced,
+/// `$5` the token.
+pub const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens"
+SET "last_used_at" = CASE WHEN "token_hash" = $1 THEN $2 ELSE "last_used_at" END,
+    "previous_last_used_at" = CASE WHEN "previous_hash" = $3 THEN $4 ELSE "previous_last_used_at" END
+WHERE "id" = $5"#;
+
+/// The status of the order a completion names, if it exists (PostgreSQL,
+/// SQLite).
+pub const ORDER_STATUS: &str = r#"SELECT "status" FROM "payment_orders"
+WHERE "order_id" = $1 AND "project_id" = $2 AND "payment_system" = $3"#;
+
+/// The enabled endpoints of a project: whether (and to whom) a change of
+/// it records an event. One read of `ix_webhook_endpoints_project`, which
+/// finds nothing for most projects (SQLite, MariaDB).
+pub const SUBSCRIBERS: &str = r#"SELECT "id", "event_types" FROM "webhook_endpoints"
+WHERE "project_id" = ?1 AND "enabled""#;
+
+/// The operation-log row of a credited order (SQLite, MariaDB).
+pub const LOG_CREDIT: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type",
+    "amount_cents", "balance_before_cents", "balance_after_cents", "created_at")
+VALUES (?1, ?2, ?3, ?4, 'main', ?5, ?6, ?7, ?8)"#;
+
+/// The token by its hash, with its project's state and permissions, and the
+/// asked account of its project (all NULL when no account is asked): the
+/// user by e-mail, the balance of the user (by id, else by e-mail) on the
+/// server, the user by id, and the server. A balance row carries its user's
+/// project, so when it is there it proves the user by id; the users table is
+/// read for an id only when the account has no balance row (one B-tree fewer
+/// per lookup). `permissions` is the backend's aggregate of the token's
+/// permissions, comma-separated (SQLite, MariaDB; PostgreSQL reads a group
+/// of tokens at once).
+fn read_token(permissions: &str) -> String {
+    format!(
+        r#"SELECT t."id" AS "token_id", t."project_id", t."active" AS "token_active",
+    t."expires_at", p."active" AS "project_active",
+    CASE WHEN t."token_hash" = :token_hash THEN NULL ELSE t."previous_until" END AS "grace_until",
+    CASE WHEN t."token_hash" = :token_hash THEN t."last_used_at" ELSE t."previous_last_used_at" END
+        AS "last_used_at",
+    (SELECT {permissions} FROM "token_permissions" AS g
+        WHERE g."token_id" = t."id") AS "permissions",
+    CASE WHEN b."user_id" = :user_id THEN b."user_id"
+        ELSE (SELECT u."id" FROM "users" AS u WHERE u."id" = :user_id AND u."project_id" = t."project_id")
+    END AS "user_by_id",
+    by_email."id" AS "user_by_email", b."main_cents", b."bonus_cents", s."id" AS "server_found"
+FROM "app_tokens" AS t
+LEFT JOIN "projects" AS p ON p."id" = t."project_id"
+LEFT JOIN "users" AS by_email ON by_email."email" = :email AND by_email."project_id" = t."project_id"
+LEFT JOIN "balances" AS b ON b."user_id" = COALESCE(:user_id, by_email."id")
+    AND b."server_id" = :server_id AND b."project_id" = t."project_id"
+LEFT JOIN "servers" AS s ON s."id" = :server_id AND s."project_id" = t."project_id"
+WHERE t."token_hash" = :token_hash OR t."previous_hash" = :token_hash"#
+    )
+}
+
+/// The user an order names in its project: by id (and then the e-mail too,
+/// when given, must be theirs), else by e-mail; NULL when there is none.
+pub(super) const ORDER_USER: &str = r#"CASE WHEN :user_id IS NOT NULL
+        THEN (SELECT u."id" FROM "users" AS u WHERE u."id" = :user_id AND u."project_id" = :project_id
+            AND (:email IS NULL OR u."email" = :email))
+        ELSE (SELECT u."id" FROM "users" AS u WHERE u."email" = :email AND u."project_id" = :project_id)
+    END"#;
+
+/// Whether the order's server is the general account or one of the project's.
+pub(super) const ORDER_SERVER: &str = r#"(:server_id = 0 OR EXISTS (SELECT 1 FROM "servers" AS s
+        WHERE s."id" = :server_id AND s."project_id" = :project_id))"#;
 
 /// Writes `audits`, operators' rows of the admin audit log, with `statement`
 /// (a sqlx backend's insert, its parameters the fields in their order) in

@@ -11,6 +11,8 @@
 //! probe was refused is closed rather than pooled again (see
 //! [`super::readiness`]).
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use entity::{
     balance, operation_log::LogKind, payment_order::OrderStatus, webhook_delivery::DeliveryStatus,
@@ -23,38 +25,23 @@ use sea_orm::{
 mod relay;
 
 use super::{
-    AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, OrderInsert, Readiness, Store,
-    StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money, now,
-    readiness::{WriteError, WriteHealth, close_idle},
+    AccountKey, CompleteError, CompletedOrder, Completion, NewOrder, ORDER_SERVER, ORDER_USER,
+    OrderInsert, Readiness, Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries,
+    log_audits, money, now,
+    readiness::{WriteError, WriteHealth, close_if_refused},
     relay::RelayStore,
     token_row_of,
 };
 use crate::events::{NewEvent, new_webhook_id};
 
-/// The token by its hash, with its project's state and permissions, and the
-/// asked account of its project (all NULL when no account is asked): the
-/// user by e-mail, the balance of the user (by id, else by e-mail) on the
-/// server, the user by id (proved by the balance row, which carries its
-/// user's project; read from users only without one), and the server.
-/// Parameters: token hash, token hash, user id, user id, e-mail, user id,
-/// server id, server id, token hash, token hash.
-const READ_TOKEN: &str = r#"SELECT t.id AS token_id, t.project_id, t.active AS token_active,
-    t.expires_at, p.active AS project_active,
-    CASE WHEN t.token_hash = ? THEN NULL ELSE t.previous_until END AS grace_until,
-    CASE WHEN t.token_hash = ? THEN t.last_used_at ELSE t.previous_last_used_at END AS last_used_at,
-    (SELECT GROUP_CONCAT(g.permission SEPARATOR ',') FROM token_permissions AS g
-        WHERE g.token_id = t.id) AS permissions,
-    CASE WHEN b.user_id = ? THEN b.user_id
-        ELSE (SELECT u.id FROM users AS u WHERE u.id = ? AND u.project_id = t.project_id)
-    END AS user_by_id,
-    by_email.id AS user_by_email, b.main_cents, b.bonus_cents, s.id AS server_found
-FROM app_tokens AS t
-LEFT JOIN projects AS p ON p.id = t.project_id
-LEFT JOIN users AS by_email ON by_email.email = ? AND by_email.project_id = t.project_id
-LEFT JOIN balances AS b ON b.user_id = COALESCE(?, by_email.id) AND b.server_id = ?
-    AND b.project_id = t.project_id
-LEFT JOIN servers AS s ON s.id = ? AND s.project_id = t.project_id
-WHERE t.token_hash = ? OR t.previous_hash = ?"#;
+/// The token by its hash with the asked account (see
+/// [`super::read_token`]). Parameters: token hash, token hash, user id, user
+/// id, e-mail, user id, server id, server id, token hash, token hash.
+static READ_TOKEN: LazyLock<String> = LazyLock::new(|| {
+    dialect(&super::read_token(
+        r#"GROUP_CONCAT(g."permission" SEPARATOR ',')"#,
+    ))
+});
 
 /// The status update of a completion, guarded so that it matches a pending
 /// order only once. Parameters: completed status, time, payment id, order
@@ -71,10 +58,6 @@ const FIND_ORDER: &str = r#"SELECT o.id, o.user_id, o.server_id, o.amount_cents,
         AS notify
 FROM payment_orders AS o
 WHERE o.order_id = ? AND o.project_id = ? AND o.payment_system = ?"#;
-
-/// The enabled endpoints of a project. Parameters: project id.
-const SUBSCRIBERS: &str =
-    r#"SELECT id, event_types FROM webhook_endpoints WHERE project_id = ? AND enabled"#;
 
 /// An event, recorded with its change. Parameters: webhook id, project id,
 /// type, order id, payload, time.
@@ -99,38 +82,18 @@ ON DUPLICATE KEY UPDATE main_cents = main_cents + VALUES(main_cents), updated_at
 const MAIN_BALANCE: &str =
     r#"SELECT main_cents FROM balances WHERE user_id = ? AND server_id = ? FOR UPDATE"#;
 
-/// When a token's value was last used. Parameters: hash, time, hash, time,
-/// token id.
-const RECORD_TOKEN_USE: &str = r#"UPDATE app_tokens
-SET last_used_at = CASE WHEN token_hash = ? THEN ? ELSE last_used_at END,
-    previous_last_used_at = CASE WHEN previous_hash = ? THEN ? ELSE previous_last_used_at END
-WHERE id = ?"#;
-
-/// The operation-log row of a credited order. Parameters: kind, order row
-/// id, user id, server id, amount, balance before, balance after, time.
-const LOG_CREDIT: &str = r#"INSERT INTO operation_log (kind, order_ref, user_id, server_id, balance_type,
-    amount_cents, balance_before_cents, balance_after_cents, created_at)
-VALUES (?, ?, ?, ?, 'main', ?, ?, ?, ?)"#;
-
-/// An operator's row of the admin audit log, written with the change
-/// (`before` is a reserved word). Parameters: time, administrator id, actor,
-/// action, object kind, object id, before, after, address.
-const LOG_AUDIT: &str = r#"INSERT INTO admin_audit_log (at, administrator_id, actor, action, object_kind, object_id,
-    `before`, `after`, address)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"#;
-
-/// The user an order names in its project (by id, and then the e-mail too
-/// when given must be theirs; else by e-mail) and whether its server is the
-/// general account or one of the project's. Parameters: user id, user id,
-/// project id, e-mail, e-mail, e-mail, project id, server id, server id,
-/// project id, project id.
-const ORDER_NAMES: &str = r#"SELECT CASE WHEN ? IS NOT NULL
-        THEN (SELECT u.id FROM users AS u WHERE u.id = ? AND u.project_id = ?
-            AND (? IS NULL OR u.email = ?))
-        ELSE (SELECT u.id FROM users AS u WHERE u.email = ? AND u.project_id = ?)
-    END AS user_id,
-    (? = 0 OR EXISTS (SELECT 1 FROM servers AS s WHERE s.id = ? AND s.project_id = ?)) AS server_found,
-    EXISTS (SELECT 1 FROM webhook_endpoints AS e WHERE e.project_id = ? AND e.enabled) AS notify"#;
+/// The user an order names in its project and whether its server is the
+/// general account or one of the project's (as SQLite's insert judges them),
+/// and whether the project has an enabled endpoint. Parameters: user id,
+/// user id, project id, e-mail, e-mail, e-mail, project id, server id,
+/// server id, project id, project id.
+static ORDER_NAMES: LazyLock<String> = LazyLock::new(|| {
+    dialect(&format!(
+        r#"SELECT {ORDER_USER} AS "user_id", {ORDER_SERVER} AS "server_found",
+    EXISTS (SELECT 1 FROM "webhook_endpoints" AS e WHERE e."project_id" = :project_id AND e."enabled")
+        AS "notify""#
+    ))
+});
 
 /// The insert of a pending order. Parameters: order id, project id, user
 /// id, server id (NULL for the general account), payment system, amount,
@@ -139,10 +102,39 @@ const INSERT_ORDER: &str = r#"INSERT INTO payment_orders (order_id, project_id, 
     amount_cents, status, created_at, idempotency_key, request_hash)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"#;
 
+/// The statements MariaDB runs alike with another backend (see
+/// `store`), in its dialect.
+static SUBSCRIBERS: LazyLock<String> = LazyLock::new(|| dialect(super::SUBSCRIBERS));
+static LOG_CREDIT: LazyLock<String> = LazyLock::new(|| dialect(super::LOG_CREDIT));
+static LOG_AUDIT: LazyLock<String> = LazyLock::new(|| dialect(super::LOG_AUDIT));
+static RECORD_TOKEN_USE: LazyLock<String> = LazyLock::new(|| dialect(super::RECORD_TOKEN_USE));
+
 /// A write that changes nothing, refused as any write is when the server is
 /// in `read_only` mode for the service's user or the session is read-only;
 /// on the migrations' table, which no request locks.
 const WRITE_PROBE: &str = "UPDATE seaql_migrations SET version = version WHERE 1 = 0";
+
+/// `sql`, written in PostgreSQL's or SQLite's dialect with each numbered
+/// parameter once and in order, in MariaDB's: identifiers quoted with
+/// backticks, parameters (numbered or named) `?`, bound where they appear.
+pub(super) fn dialect(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => out.push('`'),
+            '$' | '?' | ':' => {
+                out.push('?');
+                while chars
+                    .next_if(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .is_some()
+                {}
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 /// MariaDB's "duplicate entry for a unique key".
 const DUPLICATE_KEY: u16 = 1062;
@@ -172,9 +164,7 @@ impl MySqlStore {
         let outcome = match self.pool.acquire().await {
             Ok(mut conn) => {
                 let outcome = write(&mut conn).await;
-                if outcome.as_ref().is_err_and(WriteError::refuses_writes) {
-                    conn.close_on_drop();
-                }
+                close_if_refused(&mut conn, &outcome);
                 outcome
             }
             Err(err) => Err(StoreError::Unavailable(err.to_string()).into()),
@@ -190,7 +180,7 @@ impl MySqlStore {
     ) -> Result<Option<TokenRow>, StoreError> {
         let user_id = account.and_then(|a| a.user_id);
         let server_id = account.map(|a| a.server_id);
-        let row = sqlx::query(READ_TOKEN)
+        let row = sqlx::query(READ_TOKEN.as_str())
             .bind(token_hash)
             .bind(token_hash)
             .bind(user_id)
@@ -267,7 +257,7 @@ impl MySqlStore {
             .fetch_one(&mut *txn)
             .await
             .map_err(read)?;
-        sqlx::query(LOG_CREDIT)
+        sqlx::query(LOG_CREDIT.as_str())
             .bind(LogKind::OrderCredit.to_value())
             .bind(order_ref)
             .bind(user_id)
@@ -279,7 +269,7 @@ impl MySqlStore {
             .execute(&mut *txn)
             .await
             .map_err(read)?;
-        log_audits(&mut txn, LOG_AUDIT, request.audit.iter())
+        log_audits(&mut txn, &LOG_AUDIT, request.audit.iter())
             .await
             .map_err(read)?;
         let completed = CompletedOrder {
@@ -311,7 +301,7 @@ impl MySqlStore {
         order: &NewOrder,
     ) -> Result<OrderInsert, StoreError> {
         let mut txn = sqlx::Connection::begin(&mut **conn).await?;
-        let names = sqlx::query(ORDER_NAMES)
+        let names = sqlx::query(ORDER_NAMES.as_str())
             .bind(order.user_id)
             .bind(order.user_id)
             .bind(order.project_id)
@@ -348,7 +338,7 @@ impl MySqlStore {
             .await;
         match inserted {
             Ok(_) => {
-                log_audits(&mut txn, LOG_AUDIT, order.audit.iter()).await?;
+                log_audits(&mut txn, &LOG_AUDIT, order.audit.iter()).await?;
                 if names.try_get::<i64, _>("notify")? != 0 {
                     let event = order.created_event(user_id, created_at)?;
                     record_events(&mut txn, order.project_id, &[event]).await?;
@@ -378,7 +368,7 @@ async fn record_events(
     project_id: i64,
     events: &[NewEvent],
 ) -> Result<(), sqlx::Error> {
-    let subscribers: Vec<Subscriber> = sqlx::query(SUBSCRIBERS)
+    let subscribers: Vec<Subscriber> = sqlx::query(SUBSCRIBERS.as_str())
         .bind(project_id)
         .fetch_all(&mut **txn)
         .await?
@@ -448,7 +438,7 @@ impl Store for MySqlStore {
         at: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(self.on_connection(async move |conn| {
-            sqlx::query(RECORD_TOKEN_USE)
+            sqlx::query(RECORD_TOKEN_USE.as_str())
                 .bind(token_hash)
                 .bind(at)
                 .bind(token_hash)
@@ -461,13 +451,7 @@ impl Store for MySqlStore {
     }
 
     fn readiness(&self) -> StoreFuture<'_, Readiness> {
-        Box::pin(self.health.check(move |probe| async move {
-            let readiness = check_writable(&self.pool).await;
-            if readiness.is_ready() && !probe.was_ready {
-                close_idle(&self.pool);
-            }
-            readiness
-        }))
+        Box::pin(self.health.check_pool(&self.pool, check_writable))
     }
 }
 
@@ -477,14 +461,13 @@ async fn check_writable(pool: &MySqlPool) -> Readiness {
         Ok(conn) => conn,
         Err(err) => return Readiness::of_error(&err.into()),
     };
-    match sqlx::query(WRITE_PROBE).execute(&mut *conn).await {
+    let probed = sqlx::query(WRITE_PROBE)
+        .execute(&mut *conn)
+        .await
+        .map_err(StoreError::from);
+    close_if_refused(&mut conn, &probed);
+    match probed {
         Ok(_) => Readiness::Ready,
-        Err(err) => {
-            let err = StoreError::from(err);
-            if err.refuses_writes() {
-                conn.close_on_drop();
-            }
-            Readiness::of_error(&err)
-        }
+        Err(err) => Readiness::of_error(&err),
     }
 }

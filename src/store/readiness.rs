@@ -27,7 +27,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sea_orm::sqlx;
+use sea_orm::sqlx::{self, pool::PoolConnection};
 
 use super::{CompleteError, StoreError};
 
@@ -147,6 +147,40 @@ impl WriteHealth {
         }
         *last = Some((Instant::now(), readiness.clone()));
         readiness
+    }
+}
+
+impl WriteHealth {
+    /// [`WriteHealth::check`] of a store on a sqlx pool: `writable` checks
+    /// it, and when the database accepts writes again after refusing them,
+    /// the pool's idle connections are closed ([`close_idle`]).
+    pub async fn check_pool<'p, DB: sqlx::Database, F>(
+        &self,
+        pool: &'p sqlx::Pool<DB>,
+        writable: impl FnOnce(&'p sqlx::Pool<DB>) -> F,
+    ) -> Readiness
+    where
+        F: Future<Output = Readiness>,
+    {
+        self.check(move |probe| async move {
+            let readiness = writable(pool).await;
+            if readiness.is_ready() && !probe.was_ready {
+                close_idle(pool);
+            }
+            readiness
+        })
+        .await
+    }
+}
+
+/// Closes `conn` instead of pooling it again when `outcome` says the
+/// database refused its write (see the module docs).
+pub fn close_if_refused<DB: sqlx::Database, T, E: WriteError>(
+    conn: &mut PoolConnection<DB>,
+    outcome: &Result<T, E>,
+) {
+    if outcome.as_ref().is_err_and(WriteError::refuses_writes) {
+        conn.close_on_drop();
     }
 }
 

@@ -35,6 +35,43 @@ pub const PENDING: &str = "pending";
 pub const SUCCEEDED: &str = "succeeded";
 pub const FAILED: &str = "failed";
 
+// The statements of a recording that every backend runs alike, written
+// once in PostgreSQL's dialect. SQLite runs them as they are: `$1` is a
+// named parameter to it, numbered at its first appearance, and they first
+// appear in order. MariaDB's are made from them (`mysql::dialect`).
+
+/// A delivery after its attempt, guarded by its lease: status `$1`, next
+/// attempt `$2`, `$3` attempts more, last attempt at `$4`; the delivery
+/// `$5`, its owner `$6`.
+pub const SETTLE: &str = r#"UPDATE "webhook_deliveries"
+SET "status" = $1, "next_attempt_at" = $2, "attempts" = "attempts" + $3,
+    "last_attempt_at" = COALESCE($4, "last_attempt_at"), "leased_until" = NULL, "lease_owner" = NULL
+WHERE "id" = $5 AND "lease_owner" = $6 AND "status" = 'pending'"#;
+
+/// An endpoint's run of failures ends.
+pub const SUCCEEDING: &str = r#"UPDATE "webhook_endpoints" SET "failing_since" = NULL
+WHERE "id" = $1 AND "failing_since" IS NOT NULL"#;
+
+/// An endpoint's run of failures begins at `$1` unless it has begun; when it
+/// began (PostgreSQL and SQLite: MariaDB has no `RETURNING`).
+pub const FAILING: &str = r#"UPDATE "webhook_endpoints" SET "failing_since" = COALESCE("failing_since", $1)
+WHERE "id" = $2 RETURNING "failing_since""#;
+
+/// An endpoint disabled (`$1` why, `$2` when, `$3` the endpoint), once.
+pub const DISABLE: &str = r#"UPDATE "webhook_endpoints"
+SET "enabled" = FALSE, "disabled_reason" = $1, "updated_at" = $2
+WHERE "id" = $3 AND "enabled""#;
+
+/// Every pending delivery of a disabled endpoint fails.
+pub const FAIL_PENDING: &str = r#"UPDATE "webhook_deliveries"
+SET "status" = 'failed', "next_attempt_at" = NULL, "leased_until" = NULL, "lease_owner" = NULL
+WHERE "endpoint_id" = $1 AND "status" = 'pending'"#;
+
+/// An attempt's row.
+pub const ATTEMPT: &str = r#"INSERT INTO "webhook_attempts" ("delivery_id", "attempted_at", "duration_ms",
+    "response_status", "outcome", "response_excerpt", "next_attempt_at")
+VALUES ($1, $2, $3, $4, $5, $6, $7)"#;
+
 /// The relay's database operations (see the module docs).
 pub trait RelayStore: Send + Sync {
     /// Leases, for `claim.owner` and `claim.lease`, due pending deliveries

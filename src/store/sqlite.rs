@@ -77,39 +77,18 @@ use sea_orm::{ActiveEnum, sqlx::sqlite::SqliteConnectOptions};
 mod relay;
 
 use super::{
-    AccountKey, AccountRow, AuditRow, CompleteError, CompletedOrder, Completion, NewOrder,
-    OrderInsert, Readiness, Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries,
-    money, now, permission_list,
+    AccountKey, AccountRow, AuditRow, CompleteError, CompletedOrder, Completion, LOG_AUDIT,
+    NewOrder, ORDER_SERVER, ORDER_STATUS, ORDER_USER, OrderInsert, RECORD_TOKEN_USE, Readiness,
+    Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries, money, now, permission_list,
     readiness::{READ_ONLY, WriteError, WriteHealth},
     relay::RelayStore,
 };
+pub use super::{LOG_CREDIT, SUBSCRIBERS};
 use crate::events::{NewEvent, new_webhook_id};
 
-/// The token by its hash, with its project's state and permissions, and the
-/// asked account of its project (all NULL when no account is asked): the
-/// user by e-mail, the balance of the user (by id, else by e-mail) on the
-/// server, the user by id, and the server. A balance row carries its user's
-/// project, so when it is there it proves the user by id; the users table is
-/// read for an id only when the account has no balance row (one B-tree fewer
-/// per lookup).
-const READ_TOKEN: &str = r#"SELECT t."id" AS "token_id", t."project_id", t."active" AS "token_active",
-    t."expires_at", p."active" AS "project_active",
-    CASE WHEN t."token_hash" = :token_hash THEN NULL ELSE t."previous_until" END AS "grace_until",
-    CASE WHEN t."token_hash" = :token_hash THEN t."last_used_at" ELSE t."previous_last_used_at" END
-        AS "last_used_at",
-    (SELECT group_concat(g."permission", ',') FROM "token_permissions" AS g
-        WHERE g."token_id" = t."id") AS "permissions",
-    CASE WHEN b."user_id" = :user_id THEN b."user_id"
-        ELSE (SELECT u."id" FROM "users" AS u WHERE u."id" = :user_id AND u."project_id" = t."project_id")
-    END AS "user_by_id",
-    by_email."id" AS "user_by_email", b."main_cents", b."bonus_cents", s."id" AS "server_found"
-FROM "app_tokens" AS t
-LEFT JOIN "projects" AS p ON p."id" = t."project_id"
-LEFT JOIN "users" AS by_email ON by_email."email" = :email AND by_email."project_id" = t."project_id"
-LEFT JOIN "balances" AS b ON b."user_id" = COALESCE(:user_id, by_email."id")
-    AND b."server_id" = :server_id AND b."project_id" = t."project_id"
-LEFT JOIN "servers" AS s ON s."id" = :server_id AND s."project_id" = t."project_id"
-WHERE t."token_hash" = :token_hash OR t."previous_hash" = :token_hash"#;
+/// The token by its hash with the asked account (see [`super::read_token`]).
+static READ_TOKEN: LazyLock<String> =
+    LazyLock::new(|| super::read_token(r#"group_concat(g."permission", ',')"#));
 
 /// The status update of a completion, guarded so that it matches a pending
 /// order only once.
@@ -118,32 +97,12 @@ SET "status" = ?1, "completed_at" = ?2, "payment_id" = ?3
 WHERE "order_id" = ?4 AND "project_id" = ?5 AND "payment_system" = ?6 AND "status" = ?7
 RETURNING "id", "user_id", "server_id", "amount_cents", "payment_id", "created_at""#;
 
-/// The status of the order a completion names, if it exists.
-const FIND_ORDER: &str = r#"SELECT "status" FROM "payment_orders"
-WHERE "order_id" = ?1 AND "project_id" = ?2 AND "payment_system" = ?3"#;
-
 /// The credit of the main balance, creating the balance row when missing.
 pub const CREDIT_MAIN: &str = r#"INSERT INTO "balances" ("user_id", "server_id", "main_cents", "bonus_cents", "updated_at", "project_id")
 VALUES (?1, ?2, ?3, 0, ?4, ?5)
 ON CONFLICT ("user_id", "server_id") DO UPDATE
 SET "main_cents" = "balances"."main_cents" + ?3, "updated_at" = ?4
 RETURNING "main_cents""#;
-
-/// The operation-log row of a credited order.
-pub const LOG_CREDIT: &str = r#"INSERT INTO "operation_log" ("kind", "order_ref", "user_id", "server_id", "balance_type",
-    "amount_cents", "balance_before_cents", "balance_after_cents", "created_at")
-VALUES (?1, ?2, ?3, ?4, 'main', ?5, ?6, ?7, ?8)"#;
-
-/// An operator's row of the admin audit log, written with the change.
-const LOG_AUDIT: &str = r#"INSERT INTO "admin_audit_log" ("at", "administrator_id", "actor", "action", "object_kind",
-    "object_id", "before", "after", "address")
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"#;
-
-/// The enabled endpoints of a project: whether (and to whom) a change of
-/// it records an event. One read of `ix_webhook_endpoints_project`, which
-/// finds nothing for most projects.
-pub const SUBSCRIBERS: &str = r#"SELECT "id", "event_types" FROM "webhook_endpoints"
-WHERE "project_id" = ?1 AND "enabled""#;
 
 /// An event, recorded with its change.
 const INSERT_EVENT: &str = r#"INSERT INTO "webhook_events" ("webhook_id", "project_id", "event_type", "order_id",
@@ -155,24 +114,6 @@ RETURNING "id""#;
 const INSERT_DELIVERY: &str = r#"INSERT INTO "webhook_deliveries" ("event_id", "endpoint_id", "status", "attempts",
     "next_attempt_at", "created_at")
 VALUES (?1, ?2, ?3, 0, ?4, ?4)"#;
-
-/// The user an order names in its project: by id (and then the e-mail too,
-/// when given, must be theirs), else by e-mail; NULL when there is none.
-const ORDER_USER: &str = r#"CASE WHEN :user_id IS NOT NULL
-        THEN (SELECT u."id" FROM "users" AS u WHERE u."id" = :user_id AND u."project_id" = :project_id
-            AND (:email IS NULL OR u."email" = :email))
-        ELSE (SELECT u."id" FROM "users" AS u WHERE u."email" = :email AND u."project_id" = :project_id)
-    END"#;
-
-/// Whether the order's server is the general account or one of the project's.
-const ORDER_SERVER: &str = r#"(:server_id = 0 OR EXISTS (SELECT 1 FROM "servers" AS s
-        WHERE s."id" = :server_id AND s."project_id" = :project_id))"#;
-
-/// When a token's value (`?3`, its hash) was last used.
-const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens"
-SET "last_used_at" = CASE WHEN "token_hash" = ?3 THEN ?1 ELSE "last_used_at" END,
-    "previous_last_used_at" = CASE WHEN "previous_hash" = ?3 THEN ?1 ELSE "previous_last_used_at" END
-WHERE "id" = ?2"#;
 
 /// How long an inline read waits for a locked file (WAL recovery after a
 /// crashed writer, another process holding it exclusively) before it counts
@@ -269,7 +210,7 @@ impl SqliteStore {
         account: Option<&AccountKey>,
     ) -> Result<Option<TokenRow>, StoreError> {
         self.readers.with_connection(|conn| {
-            let mut statement = conn.prepare_cached(READ_TOKEN)?;
+            let mut statement = conn.prepare_cached(&READ_TOKEN)?;
             statement
                 .query_row(
                     named_params! {
@@ -718,7 +659,7 @@ fn complete_order(
     let Some((order_ref, user_id, server_id, amount_cents, payment_id, created_at)) = updated
     else {
         let found = conn
-            .prepare_cached(FIND_ORDER)
+            .prepare_cached(ORDER_STATUS)
             .and_then(|mut find| {
                 find.query_row(
                     params![request.order_id, request.project_id, request.payment_system],
@@ -983,7 +924,8 @@ impl Store for SqliteStore {
         Box::pin(self.write(move |conn| {
             conn.prepare_cached(RECORD_TOKEN_USE)
                 .and_then(|mut record| {
-                    record.execute(params![stored_time(at), token_id, token_hash])
+                    let at = stored_time(at);
+                    record.execute(params![token_hash, at, token_hash, at, token_id])
                 })
                 .map(drop)
                 .map_err(|err| classify(&err))

@@ -5,13 +5,17 @@
 //! transaction. The relay's transactions run at READ COMMITTED (see
 //! [`read_committed`]).
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use sea_orm::sqlx::{self, MySql, Row, Transaction, pool::PoolConnection};
 
-use super::MySqlStore;
+use super::{MySqlStore, dialect};
 use crate::store::{
     StoreError, StoreFuture, now,
-    relay::{Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, RunOfFailures},
+    relay::{
+        self, Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, RunOfFailures,
+    },
 };
 
 /// `?, ?, ?` for `n` values.
@@ -61,35 +65,19 @@ ORDER BY d.next_attempt_at",
     )
 }
 
-/// A delivery after its attempt, guarded by its lease. Parameters: status,
-/// next attempt, attempts more, last attempt, id, owner.
-const SETTLE: &str = r#"UPDATE webhook_deliveries
-SET status = ?, next_attempt_at = ?, attempts = attempts + ?,
-    last_attempt_at = COALESCE(?, last_attempt_at), leased_until = NULL, lease_owner = NULL
-WHERE id = ? AND lease_owner = ? AND status = 'pending'"#;
-
-/// An endpoint's run of failures ends.
-const SUCCEEDING: &str = "UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ?";
+/// The statements of a recording that every backend runs alike (see
+/// `store::relay`), in MariaDB's dialect.
+static SETTLE: LazyLock<String> = LazyLock::new(|| dialect(relay::SETTLE));
+static SUCCEEDING: LazyLock<String> = LazyLock::new(|| dialect(relay::SUCCEEDING));
+static DISABLE: LazyLock<String> = LazyLock::new(|| dialect(relay::DISABLE));
+static FAIL_PENDING: LazyLock<String> = LazyLock::new(|| dialect(relay::FAIL_PENDING));
+static ATTEMPT: LazyLock<String> = LazyLock::new(|| dialect(relay::ATTEMPT));
 
 /// An endpoint's run of failures begins (parameters: when, the endpoint).
 const FAILING: &str = "UPDATE webhook_endpoints SET failing_since = ? WHERE id = ?";
 
 /// An endpoint's row locked, and when its run of failures began.
 const LOCK_ENDPOINT: &str = "SELECT failing_since FROM webhook_endpoints WHERE id = ? FOR UPDATE";
-
-/// An endpoint disabled, once. Parameters: why, when, the endpoint.
-const DISABLE: &str = r#"UPDATE webhook_endpoints SET enabled = FALSE, disabled_reason = ?, updated_at = ?
-WHERE id = ? AND enabled"#;
-
-/// Every pending delivery of a disabled endpoint fails.
-const FAIL_PENDING: &str = r#"UPDATE webhook_deliveries
-SET status = 'failed', next_attempt_at = NULL, leased_until = NULL, lease_owner = NULL
-WHERE endpoint_id = ? AND status = 'pending'"#;
-
-/// An attempt's row.
-const ATTEMPT: &str = r#"INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms,
-    response_status, outcome, response_excerpt, next_attempt_at)
-VALUES (?, ?, ?, ?, ?, ?, ?)"#;
 
 /// The pending deliveries, and the earliest due.
 const BACKLOG: &str = r#"SELECT COUNT(*) AS pending, MIN(next_attempt_at) AS oldest, UTC_TIMESTAMP(6) AS now
@@ -168,7 +156,7 @@ impl RelayStore for MySqlStore {
                 attempt.failing_since
             };
             let (status, next) = attempt.after.delivery();
-            let settled = sqlx::query(SETTLE)
+            let settled = sqlx::query(SETTLE.as_str())
                 .bind(status)
                 .bind(next)
                 .bind(i32::from(attempt.sent.is_some()))
@@ -184,7 +172,7 @@ impl RelayStore for MySqlStore {
             }
             let since = match attempt.run_of_failures(since) {
                 RunOfFailures::Ends => {
-                    sqlx::query(SUCCEEDING)
+                    sqlx::query(SUCCEEDING.as_str())
                         .bind(attempt.endpoint_id)
                         .execute(&mut *txn)
                         .await?;
@@ -206,7 +194,7 @@ impl RelayStore for MySqlStore {
                 None => None,
             };
             if let Some(sent) = &attempt.sent {
-                sqlx::query(ATTEMPT)
+                sqlx::query(ATTEMPT.as_str())
                     .bind(attempt.delivery_id)
                     .bind(sent.attempted_at)
                     .bind(sent.duration_ms)
@@ -255,14 +243,14 @@ async fn disable_endpoint(
     endpoint_id: i64,
     reason: &str,
 ) -> Result<Option<String>, StoreError> {
-    let disabled = sqlx::query(DISABLE)
+    let disabled = sqlx::query(DISABLE.as_str())
         .bind(reason)
         .bind(now())
         .bind(endpoint_id)
         .execute(&mut **txn)
         .await?
         .rows_affected();
-    sqlx::query(FAIL_PENDING)
+    sqlx::query(FAIL_PENDING.as_str())
         .bind(endpoint_id)
         .execute(&mut **txn)
         .await?;

@@ -44,10 +44,10 @@ use sea_orm::{
 
 use self::group::Groups;
 use super::{
-    AccountKey, CompleteError, CompletedOrder, Completion, GroupSizes, NewOrder, OrderInsert,
-    Readiness, Store, StoreError, StoreFuture, Subscriber, TokenRow, deliveries, log_audits, money,
-    now,
-    readiness::{READ_ONLY, WriteError, WriteHealth, close_idle},
+    AccountKey, CompleteError, CompletedOrder, Completion, GroupSizes, LOG_AUDIT, NewOrder,
+    ORDER_STATUS, OrderInsert, RECORD_TOKEN_USE, Readiness, Store, StoreError, StoreFuture,
+    Subscriber, TokenRow, deliveries, log_audits, money, now,
+    readiness::{READ_ONLY, WriteHealth, close_if_refused},
     relay::RelayStore,
     token_row_of,
 };
@@ -226,14 +226,6 @@ SELECT "a"."idx", "a"."resolved_user", "a"."server_found", "i"."order_id" IS NOT
 FROM "a" LEFT JOIN "i" ON "i"."order_id" = "a"."order_id"
 ORDER BY "a"."idx""#;
 
-/// The status of the order a completion names, read by a statement of its
-/// own: [`COMPLETE_ORDERS`] reads the statuses of the orders it did not
-/// complete in its own snapshot, taken before it waited for their locks,
-/// so an order another transaction (a cancellation, a duplicate's group)
-/// finalized meanwhile still reads `pending` there.
-const ORDER_STATUS: &str = r#"SELECT "status" FROM "payment_orders"
-WHERE "order_id" = $1 AND "project_id" = $2 AND "payment_system" = $3"#;
-
 /// The enabled endpoints of the projects `$1`: to whom the completions of
 /// a group record events.
 const SUBSCRIBERS: &str = r#"SELECT "id", "project_id", "event_types" FROM "webhook_endpoints"
@@ -251,11 +243,6 @@ INSERT INTO "webhook_deliveries" ("event_id", "endpoint_id", "status", "attempts
 SELECT "v"."id", "d"."endpoint_id", $9, 0, now(), now()
 FROM unnest($7::text[], $8::int8[]) AS "d" ("webhook_id", "endpoint_id") JOIN "v" USING ("webhook_id")"#;
 
-/// An operator's row of the admin audit log, written with the change.
-const LOG_AUDIT: &str = r#"INSERT INTO "admin_audit_log" ("at", "administrator_id", "actor", "action", "object_kind",
-    "object_id", "before", "after", "address")
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"#;
-
 /// Whether the session can write: not on a standby (in recovery), and not
 /// read-only (`default_transaction_read_only`, set for the server, the
 /// database or the role, is read when a session starts).
@@ -264,16 +251,15 @@ const WRITABLE: &str = "SELECT pg_is_in_recovery() AS \"recovering\", current_se
 /// The reason of a standby.
 const RECOVERING: &str = "database is in recovery (a standby)";
 
-/// When a token's value (`$3`, its hash) was last used.
-const RECORD_TOKEN_USE: &str = r#"UPDATE "app_tokens"
-SET "last_used_at" = CASE WHEN "token_hash" = $3 THEN $1 ELSE "last_used_at" END,
-    "previous_last_used_at" = CASE WHEN "previous_hash" = $3 THEN $1 ELSE "previous_last_used_at" END
-WHERE "id" = $2"#;
-
 /// How long a group of `statements` statements may take in all: a
 /// connection, each statement, and a second for the round trips.
 fn group_bound(settings: &PoolSettings, statements: u32) -> Duration {
     settings.acquire_timeout + settings.statement_timeout * statements + Duration::from_secs(1)
+}
+
+/// One value of each of `items`: an array parameter of a group's statement.
+fn column<'a, T, U>(items: &'a [T], value: impl Fn(&'a T) -> U) -> Vec<U> {
+    items.iter().map(value).collect()
 }
 
 /// A token read waiting for its group.
@@ -433,9 +419,11 @@ impl Store for PostgresStore {
             let recorded = async {
                 let mut conn = self.pool.acquire().await?;
                 let recorded = sqlx::query(RECORD_TOKEN_USE)
+                    .bind(token_hash)
+                    .bind(at)
+                    .bind(token_hash)
                     .bind(at)
                     .bind(token_id)
-                    .bind(token_hash)
                     .execute(&mut *conn)
                     .await
                     .map(drop)
@@ -450,21 +438,7 @@ impl Store for PostgresStore {
     }
 
     fn readiness(&self) -> StoreFuture<'_, Readiness> {
-        Box::pin(self.health.check(move |probe| async move {
-            let readiness = check_writable(&self.pool).await;
-            if readiness.is_ready() && !probe.was_ready {
-                close_idle(&self.pool);
-            }
-            readiness
-        }))
-    }
-}
-
-/// Closes `conn` instead of pooling it again when `outcome` says the
-/// database refused its write (see the module docs).
-fn close_if_refused<T, E: WriteError>(conn: &mut PoolConnection<Postgres>, outcome: &Result<T, E>) {
-    if outcome.as_ref().is_err_and(WriteError::refuses_writes) {
-        conn.close_on_drop();
+        Box::pin(self.health.check_pool(&self.pool, check_writable))
     }
 }
 
@@ -489,22 +463,15 @@ async fn check_writable(pool: &PgPool) -> Readiness {
 
 /// Runs [`READ_TOKENS`] for `reads`: one outcome each, in their order.
 async fn read_tokens(pool: &PgPool, reads: &[TokenRead]) -> Vec<TokenOutcome> {
-    let column = |f: fn(&TokenRead) -> Option<i64>| reads.iter().map(f).collect::<Vec<_>>();
     let rows = sqlx::query(READ_TOKENS)
-        .bind(
-            reads
-                .iter()
-                .map(|r| r.token_hash.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(column(|r| r.account.as_ref().and_then(|a| a.user_id)))
-        .bind(
-            reads
-                .iter()
-                .map(|r| r.account.as_ref().and_then(|a| a.email.as_deref()))
-                .collect::<Vec<_>>(),
-        )
-        .bind(column(|r| r.account.as_ref().map(|a| a.server_id)))
+        .bind(column(reads, |r| r.token_hash.as_str()))
+        .bind(column(reads, |r| {
+            r.account.as_ref().and_then(|a| a.user_id)
+        }))
+        .bind(column(reads, |r| {
+            r.account.as_ref().and_then(|a| a.email.as_deref())
+        }))
+        .bind(column(reads, |r| r.account.as_ref().map(|a| a.server_id)))
         .fetch_all(pool)
         .await;
     let rows = match rows {
@@ -618,18 +585,16 @@ async fn insert_orders_on<'e>(
         heads.push(head);
         tails.push(tail);
     }
-    let text = |f: fn(&NewOrder) -> Option<&str>| orders.iter().map(f).collect::<Vec<_>>();
-    let number = |f: fn(&NewOrder) -> Option<i64>| orders.iter().map(f).collect::<Vec<_>>();
     let rows = sqlx::query(INSERT_ORDERS)
-        .bind(text(|o| Some(&o.order_id)))
-        .bind(number(|o| Some(o.project_id)))
-        .bind(number(|o| o.user_id))
-        .bind(text(|o| o.email.as_deref()))
-        .bind(number(|o| Some(o.server_id)))
-        .bind(number(|o| Some(o.amount_cents)))
-        .bind(text(|o| Some(&o.payment_system)))
-        .bind(text(|o| o.idempotency_key.as_deref()))
-        .bind(text(|o| o.request_hash.as_deref()))
+        .bind(column(orders, |o| o.order_id.as_str()))
+        .bind(column(orders, |o| o.project_id))
+        .bind(column(orders, |o| o.user_id))
+        .bind(column(orders, |o| o.email.as_deref()))
+        .bind(column(orders, |o| o.server_id))
+        .bind(column(orders, |o| o.amount_cents))
+        .bind(column(orders, |o| o.payment_system.as_str()))
+        .bind(column(orders, |o| o.idempotency_key.as_deref()))
+        .bind(column(orders, |o| o.request_hash.as_deref()))
         .bind(OrderStatus::Pending.to_value())
         .bind(created_at)
         .bind(webhook_ids)
@@ -700,29 +665,13 @@ async fn record_events(
             to_endpoints.push(*endpoint);
         }
     }
-    let events = recorded.iter().map(|(event, _)| *event);
     sqlx::query(RECORD_EVENTS)
         .bind(&ids)
-        .bind(events.clone().map(|e| e.project_id).collect::<Vec<_>>())
-        .bind(
-            events
-                .clone()
-                .map(|e| e.event_type.to_value())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            events
-                .clone()
-                .map(|e| e.order_id.as_deref())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            events
-                .clone()
-                .map(|e| e.payload.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(events.map(|e| e.at).collect::<Vec<_>>())
+        .bind(column(&recorded, |(e, _)| e.project_id))
+        .bind(column(&recorded, |(e, _)| e.event_type.to_value()))
+        .bind(column(&recorded, |(e, _)| e.order_id.as_deref()))
+        .bind(column(&recorded, |(e, _)| e.payload.as_str()))
+        .bind(column(&recorded, |(e, _)| e.at))
         .bind(to_ids)
         .bind(to_endpoints)
         .bind(DeliveryStatus::Pending.to_value())
@@ -803,25 +752,10 @@ async fn complete_on(
         .map_err(|err| CompleteError::Unavailable(err.into()))?;
     let completed_at = now();
     let updated = sqlx::query(COMPLETE_ORDERS)
-        .bind(
-            group
-                .iter()
-                .map(|c| c.order_id.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(group.iter().map(|c| c.project_id).collect::<Vec<_>>())
-        .bind(
-            group
-                .iter()
-                .map(|c| c.payment_system.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            group
-                .iter()
-                .map(|c| c.payment_id.as_deref())
-                .collect::<Vec<_>>(),
-        )
+        .bind(column(group, |c| c.order_id.as_str()))
+        .bind(column(group, |c| c.project_id))
+        .bind(column(group, |c| c.payment_system.as_str()))
+        .bind(column(group, |c| c.payment_id.as_deref()))
         .bind(OrderStatus::Completed.to_value())
         .bind(completed_at)
         .bind(OrderStatus::Pending.to_value())
@@ -848,6 +782,11 @@ async fn complete_on(
         match row.try_get::<Option<i64>, _>("order_ref").map_err(read)? {
             None => {
                 let mut status: Option<String> = row.try_get("found_status").map_err(read)?;
+                // Read again by a statement of its own: COMPLETE_ORDERS reads
+                // the statuses of the orders it did not complete in its own
+                // snapshot, taken before it waited for their locks, so an
+                // order another transaction (a cancellation, a duplicate's
+                // group) finalized meanwhile still reads `pending` there.
                 if status.as_deref() == Some(OrderStatus::Pending.to_value().as_str()) {
                     status = sqlx::query_scalar(ORDER_STATUS)
                         .bind(&request.order_id)
@@ -889,27 +828,12 @@ async fn complete_on(
             Err(_) => unreachable!("only completed orders are credited"),
         };
         let credited = sqlx::query(CREDIT_AND_LOG)
-            .bind(completed.iter().map(|c| c.0).collect::<Vec<_>>())
-            .bind(completed.iter().map(|c| c.1).collect::<Vec<_>>())
-            .bind(
-                completed
-                    .iter()
-                    .map(|c| order(c.3).user_id)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                completed
-                    .iter()
-                    .map(|c| order(c.3).server_id)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                completed
-                    .iter()
-                    .map(|c| order(c.3).amount.cents())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(completed.iter().map(|c| c.2).collect::<Vec<_>>())
+            .bind(column(&completed, |c| c.0))
+            .bind(column(&completed, |c| c.1))
+            .bind(column(&completed, |c| order(c.3).user_id))
+            .bind(column(&completed, |c| order(c.3).server_id))
+            .bind(column(&completed, |c| order(c.3).amount.cents()))
+            .bind(column(&completed, |c| c.2))
             .bind(LogKind::OrderCredit.to_value())
             .bind(completed_at)
             .fetch_all(&mut *txn)

@@ -14,7 +14,10 @@ use sea_orm::sqlx::{self, Postgres, Row, Transaction};
 use super::PostgresStore;
 use crate::store::{
     StoreError, StoreFuture, now,
-    relay::{Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, RunOfFailures},
+    relay::{
+        ATTEMPT, Attempt, Backlog, Claim, Claimed, DISABLE, DueDelivery, FAIL_PENDING, FAILING,
+        Recorded, RelayStore, RunOfFailures, SETTLE, SUCCEEDING,
+    },
 };
 
 /// Due pending deliveries whose lease is free or expired, oldest due first
@@ -40,37 +43,6 @@ JOIN "webhook_events" AS "e" ON "e"."id" = "d"."event_id"
 JOIN "webhook_endpoints" AS "p" ON "p"."id" = "d"."endpoint_id"
 WHERE "d"."id" = ANY($1::int8[]) AND "d"."lease_owner" = $2
 ORDER BY "d"."next_attempt_at""#;
-
-/// A delivery after its attempt, guarded by its lease (`$6` owner): status
-/// `$2`, next attempt `$3`, `$4` attempts more, last attempt at `$5`.
-const SETTLE: &str = r#"UPDATE "webhook_deliveries"
-SET "status" = $2, "next_attempt_at" = $3, "attempts" = "attempts" + $4,
-    "last_attempt_at" = COALESCE($5, "last_attempt_at"), "leased_until" = NULL, "lease_owner" = NULL
-WHERE "id" = $1 AND "lease_owner" = $6 AND "status" = 'pending'"#;
-
-/// An endpoint's run of failures ends.
-const SUCCEEDING: &str = r#"UPDATE "webhook_endpoints" SET "failing_since" = NULL
-WHERE "id" = $1 AND "failing_since" IS NOT NULL"#;
-
-/// An endpoint's run of failures begins at `$2` unless it has begun; when it
-/// began.
-const FAILING: &str = r#"UPDATE "webhook_endpoints" SET "failing_since" = COALESCE("failing_since", $2)
-WHERE "id" = $1 RETURNING "failing_since""#;
-
-/// An endpoint disabled (`$2` why, `$3` when), once.
-const DISABLE: &str = r#"UPDATE "webhook_endpoints"
-SET "enabled" = FALSE, "disabled_reason" = $2, "updated_at" = $3
-WHERE "id" = $1 AND "enabled""#;
-
-/// Every pending delivery of a disabled endpoint fails.
-const FAIL_PENDING: &str = r#"UPDATE "webhook_deliveries"
-SET "status" = 'failed', "next_attempt_at" = NULL, "leased_until" = NULL, "lease_owner" = NULL
-WHERE "endpoint_id" = $1 AND "status" = 'pending'"#;
-
-/// An attempt's row.
-const ATTEMPT: &str = r#"INSERT INTO "webhook_attempts" ("delivery_id", "attempted_at", "duration_ms",
-    "response_status", "outcome", "response_excerpt", "next_attempt_at")
-VALUES ($1, $2, $3, $4, $5, $6, $7)"#;
 
 /// The pending deliveries, and the earliest due.
 const BACKLOG: &str = r#"SELECT COUNT(*) AS "pending", MIN("next_attempt_at") AS "oldest", now() AS "now"
@@ -126,11 +98,11 @@ impl RelayStore for PostgresStore {
             let mut txn = relay_transaction(&self.pool).await?;
             let (status, next) = attempt.after.delivery();
             let settled = sqlx::query(SETTLE)
-                .bind(attempt.delivery_id)
                 .bind(status)
                 .bind(next)
                 .bind(i32::from(attempt.sent.is_some()))
                 .bind(attempt.sent.as_ref().map(|sent| sent.attempted_at))
+                .bind(attempt.delivery_id)
                 .bind(&attempt.owner)
                 .execute(&mut *txn)
                 .await?
@@ -148,8 +120,8 @@ impl RelayStore for PostgresStore {
                     None
                 }
                 RunOfFailures::Begins(at) => sqlx::query_scalar(FAILING)
-                    .bind(attempt.endpoint_id)
                     .bind(at)
+                    .bind(attempt.endpoint_id)
                     .fetch_optional(&mut *txn)
                     .await?
                     .flatten(),
@@ -209,9 +181,9 @@ async fn disable_endpoint(
     reason: &str,
 ) -> Result<Option<String>, StoreError> {
     let disabled = sqlx::query(DISABLE)
-        .bind(endpoint_id)
         .bind(reason)
         .bind(now())
+        .bind(endpoint_id)
         .execute(&mut **txn)
         .await?
         .rows_affected();

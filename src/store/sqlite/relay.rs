@@ -11,7 +11,10 @@ use rusqlite::{OptionalExtension, params};
 use super::{SqliteStore, classify, stored_time, time_column};
 use crate::store::{
     StoreError, StoreFuture, now,
-    relay::{Attempt, Backlog, Claim, Claimed, DueDelivery, Recorded, RelayStore, RunOfFailures},
+    relay::{
+        ATTEMPT, Attempt, Backlog, Claim, Claimed, DISABLE, DueDelivery, FAIL_PENDING, FAILING,
+        Recorded, RelayStore, RunOfFailures, SETTLE, SUCCEEDING,
+    },
 };
 
 /// Due pending deliveries whose lease is free or expired, oldest due first.
@@ -41,37 +44,6 @@ JOIN "webhook_events" AS "e" ON "e"."id" = "d"."event_id"
 JOIN "webhook_endpoints" AS "p" ON "p"."id" = "d"."endpoint_id"
 WHERE "d"."id" IN (SELECT "value" FROM json_each(?1)) AND "d"."lease_owner" = ?2
 ORDER BY "d"."next_attempt_at""#;
-
-/// A delivery after its attempt, guarded by its lease (`?6` owner): status
-/// `?2`, next attempt `?3`, `?4` attempts more, last attempt at `?5`.
-const SETTLE: &str = r#"UPDATE "webhook_deliveries"
-SET "status" = ?2, "next_attempt_at" = ?3, "attempts" = "attempts" + ?4,
-    "last_attempt_at" = COALESCE(?5, "last_attempt_at"), "leased_until" = NULL, "lease_owner" = NULL
-WHERE "id" = ?1 AND "lease_owner" = ?6 AND "status" = 'pending'"#;
-
-/// An endpoint's run of failures ends.
-const SUCCEEDING: &str = r#"UPDATE "webhook_endpoints" SET "failing_since" = NULL
-WHERE "id" = ?1 AND "failing_since" IS NOT NULL"#;
-
-/// An endpoint's run of failures begins at `?2` unless it has begun; when it
-/// began.
-const FAILING: &str = r#"UPDATE "webhook_endpoints" SET "failing_since" = COALESCE("failing_since", ?2)
-WHERE "id" = ?1 RETURNING "failing_since""#;
-
-/// An endpoint disabled (`?2` why, `?3` when), once.
-const DISABLE: &str = r#"UPDATE "webhook_endpoints"
-SET "enabled" = 0, "disabled_reason" = ?2, "updated_at" = ?3
-WHERE "id" = ?1 AND "enabled""#;
-
-/// Every pending delivery of a disabled endpoint fails.
-const FAIL_PENDING: &str = r#"UPDATE "webhook_deliveries"
-SET "status" = 'failed', "next_attempt_at" = NULL, "leased_until" = NULL, "lease_owner" = NULL
-WHERE "endpoint_id" = ?1 AND "status" = 'pending'"#;
-
-/// An attempt's row.
-const ATTEMPT: &str = r#"INSERT INTO "webhook_attempts" ("delivery_id", "attempted_at", "duration_ms",
-    "response_status", "outcome", "response_excerpt", "next_attempt_at")
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"#;
 
 /// The pending deliveries, and the earliest due.
 const BACKLOG: &str = r#"SELECT COUNT(*), MIN("next_attempt_at") FROM "webhook_deliveries"
@@ -165,7 +137,6 @@ fn claim_now(conn: &rusqlite::Connection, claim: &Claim) -> rusqlite::Result<Cla
 fn record_now(conn: &rusqlite::Connection, attempt: &Attempt) -> rusqlite::Result<Recorded> {
     let (status, next) = attempt.after.delivery();
     let settled = conn.prepare_cached(SETTLE)?.execute(params![
-        attempt.delivery_id,
         status,
         next.map(stored_time),
         i32::from(attempt.sent.is_some()),
@@ -173,6 +144,7 @@ fn record_now(conn: &rusqlite::Connection, attempt: &Attempt) -> rusqlite::Resul
             .sent
             .as_ref()
             .map(|sent| stored_time(sent.attempted_at)),
+        attempt.delivery_id,
         attempt.owner,
     ])?;
     if settled == 0 {
@@ -186,7 +158,7 @@ fn record_now(conn: &rusqlite::Connection, attempt: &Attempt) -> rusqlite::Resul
         }
         RunOfFailures::Begins(at) => conn
             .prepare_cached(FAILING)?
-            .query_row(params![attempt.endpoint_id, stored_time(at)], |row| {
+            .query_row(params![stored_time(at), attempt.endpoint_id], |row| {
                 time_column(row, 0)
             })
             .optional()?
@@ -197,9 +169,9 @@ fn record_now(conn: &rusqlite::Connection, attempt: &Attempt) -> rusqlite::Resul
     let mut disabled = None;
     if let Some(reason) = disable {
         let changed = conn.prepare_cached(DISABLE)?.execute(params![
-            attempt.endpoint_id,
             reason,
-            stored_time(now())
+            stored_time(now()),
+            attempt.endpoint_id
         ])?;
         conn.prepare_cached(FAIL_PENDING)?
             .execute(params![attempt.endpoint_id])?;
