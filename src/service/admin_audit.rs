@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use entity::admin_audit_entry;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DatabaseTransaction,
-    DbErr, EntityTrait, QueryFilter,
+    DbErr, EntityTrait, QueryFilter, QueryTrait,
 };
 use serde_json::Value;
 
@@ -187,29 +187,25 @@ pub async fn page(
     page: Keyset,
 ) -> Result<Listed<admin_audit_entry::Model>, DbErr> {
     use admin_audit_entry::Column;
-    let mut query = admin_audit_entry::Entity::find();
-    if let Some(actor) = &filter.actor {
-        query = query.filter(Column::Actor.eq(actor.as_str()));
-    }
-    if let Some(action) = &filter.action {
-        query = if action.contains('.') {
-            query.filter(Column::Action.eq(action.as_str()))
-        } else {
-            query.filter(Column::Action.starts_with(format!("{action}.")))
-        };
-    }
-    if let Some(kind) = &filter.object_kind {
-        query = query.filter(Column::ObjectKind.eq(kind.as_str()));
-    }
-    if let Some(id) = &filter.object_id {
-        query = query.filter(Column::ObjectId.eq(id.as_str()));
-    }
-    if let Some(from) = filter.from {
-        query = query.filter(Column::At.gte(from));
-    }
-    if let Some(until) = filter.until {
-        query = query.filter(Column::At.lt(until));
-    }
+    let query = admin_audit_entry::Entity::find()
+        .apply_if(filter.actor.as_deref(), |q, actor| {
+            q.filter(Column::Actor.eq(actor))
+        })
+        .apply_if(filter.action.as_deref(), |q, action| {
+            q.filter(if action.contains('.') {
+                Column::Action.eq(action)
+            } else {
+                Column::Action.starts_with(format!("{action}."))
+            })
+        })
+        .apply_if(filter.object_kind.as_deref(), |q, kind| {
+            q.filter(Column::ObjectKind.eq(kind))
+        })
+        .apply_if(filter.object_id.as_deref(), |q, id| {
+            q.filter(Column::ObjectId.eq(id))
+        })
+        .apply_if(filter.from, |q, from| q.filter(Column::At.gte(from)))
+        .apply_if(filter.until, |q, until| q.filter(Column::At.lt(until)));
     let rows = page.select(query, Column::Id).all(db).await?;
     Ok(page.cut(rows, |row| row.id))
 }
