@@ -230,11 +230,7 @@ pub async fn create(
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<(TokenInfo, TokenValue), AdminError> {
     let name = validate::check_name("token", name).map_err(AdminError::invalid("name"))?;
-    let description = description
-        .map(validate::check_description)
-        .transpose()
-        .map_err(AdminError::invalid("description"))?
-        .flatten();
+    let description = validate::description(description)?.flatten();
     let expires_at = check_expiry(expires_at)?;
     projects::get(db, project_id).await?;
     let value = TokenValue::generate();
@@ -383,10 +379,7 @@ pub async fn edit(
         .map(|n| validate::check_name("token", n))
         .transpose()
         .map_err(AdminError::invalid("name"))?;
-    let description = description
-        .map(validate::check_description)
-        .transpose()
-        .map_err(AdminError::invalid("description"))?;
+    let description = validate::description(description)?;
     let expires_at = expires_at.map(check_expiry).transpose()?;
     update(db, actor, id, "token.edit", permissions, |model| {
         if let Some(name) = name {

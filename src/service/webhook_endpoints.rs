@@ -81,15 +81,6 @@ fn audited(endpoint: &webhook_endpoint::Model) -> Value {
     })
 }
 
-fn check_description(text: Option<&str>) -> Result<String, AdminError> {
-    Ok(text
-        .map(validate::check_description)
-        .transpose()
-        .map_err(AdminError::invalid("description"))?
-        .flatten()
-        .unwrap_or_default())
-}
-
 /// Makes an endpoint of `project_id` receiving `types` (`None`: every
 /// type) at `url`; returns it and its secret, shown this once. The secret is
 /// sealed with `key`, the address checked against `destinations`.
@@ -107,7 +98,9 @@ pub async fn create(
     let url = check_destination(url, destinations)
         .await
         .map_err(AdminError::invalid("url"))?;
-    let description = check_description(description)?;
+    let description = validate::description(description)?
+        .flatten()
+        .unwrap_or_default();
     projects::get(db, project_id).await?;
     let secret = WebhookSecret::generate();
     let at = now();
@@ -220,10 +213,7 @@ pub async fn edit(
         ),
         None => None,
     };
-    let description = edit
-        .description
-        .map(|text| check_description(Some(text)))
-        .transpose()?;
+    let description = validate::description(edit.description)?.map(Option::unwrap_or_default);
     update(db, actor, id, "webhook_endpoint.edit", |model| {
         if let Some(url) = url {
             model.url = Set(url);
