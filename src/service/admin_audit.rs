@@ -56,7 +56,7 @@ impl Actor {
 #[derive(Debug, Clone)]
 pub struct Change {
     /// `object.verb`, such as `token.create`.
-    pub action: &'static str,
+    pub action: String,
     pub object_kind: &'static str,
     pub object_id: String,
     pub before: Option<Value>,
@@ -64,9 +64,9 @@ pub struct Change {
 }
 
 impl Change {
-    pub fn new(action: &'static str, object_kind: &'static str, object_id: impl ToString) -> Self {
+    pub fn new(action: &str, object_kind: &'static str, object_id: impl ToString) -> Self {
         Change {
-            action,
+            action: action.to_owned(),
             object_kind,
             object_id: object_id.to_string(),
             before: None,
@@ -85,6 +85,12 @@ impl Change {
     }
 }
 
+/// The action of enabling (`on`) or disabling an object of `kind`:
+/// `token.enable`, `token.disable`.
+pub fn toggle_action(kind: &str, on: bool) -> String {
+    format!("{kind}.{}", if on { "enable" } else { "disable" })
+}
+
 /// The log's row of `change` by `actor`, made now: what [`record`] writes,
 /// and what the store writes with a change it makes itself (an operator's
 /// completion).
@@ -97,7 +103,7 @@ pub fn row(actor: &Actor, change: Change) -> AuditRow {
         at: now(),
         administrator_id,
         actor: actor.name().to_owned(),
-        action: change.action.to_owned(),
+        action: change.action,
         object_kind: change.object_kind.to_owned(),
         object_id: change.object_id,
         before: change.before.map(|v| v.to_string()),

@@ -9,7 +9,7 @@
 //! unknown name is checked against a hash of its own, so that the time of
 //! an answer does not tell which names exist.
 
-use std::{fmt, sync::LazyLock};
+use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 
@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use super::{
     AdminError,
-    admin_audit::{Actor, AuditedChange, Change},
+    admin_audit::{Actor, AuditedChange, Change, toggle_action},
     admin_sessions::{self, Secret},
     now, validate,
 };
@@ -58,11 +58,7 @@ impl Password {
     }
 }
 
-impl fmt::Debug for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Password(***)")
-    }
-}
+debug_as!(Password, "Password(***)");
 
 /// How many argon2 computations run at once: each takes 19 MiB and a core
 /// for a while, and sign-in attempts come from anyone who reaches the
@@ -246,12 +242,8 @@ pub async fn set_active(
             .exec(&*txn)
             .await?;
     }
-    let action = if active {
-        "administrator.enable"
-    } else {
-        "administrator.disable"
-    };
-    let change = Change::new(action, "administrator", admin.id)
+    let action = toggle_action("administrator", active);
+    let change = Change::new(&action, "administrator", admin.id)
         .before(audited(&before))
         .after(after);
     txn.commit(change).await?;

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     AdminError,
-    admin_audit::{Actor, AuditedChange, Change},
+    admin_audit::{Actor, AuditedChange, Change, toggle_action},
     keyset::{Keyset, Listed, any_contains},
     now, projects, validate,
 };
@@ -130,11 +130,7 @@ impl TokenValue {
 /// not as a second token.
 pub const MAX_GRACE: TimeDelta = TimeDelta::days(7);
 
-impl fmt::Debug for TokenValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("TokenValue([redacted])")
-    }
-}
+debug_as!(TokenValue, "TokenValue([redacted])");
 
 /// Lower-case hex SHA-256 of a token value, as stored.
 pub fn hash(value: &str) -> String {
@@ -330,7 +326,7 @@ async fn update(
     db: &DatabaseConnection,
     actor: &Actor,
     id: i64,
-    action: &'static str,
+    action: &str,
     permissions: Option<&[Permission]>,
     change: impl FnOnce(&mut app_token::ActiveModel),
 ) -> Result<TokenInfo, AdminError> {
@@ -401,12 +397,8 @@ pub async fn set_active(
     id: i64,
     active: bool,
 ) -> Result<app_token::Model, AdminError> {
-    let action = if active {
-        "token.enable"
-    } else {
-        "token.disable"
-    };
-    let info = update(db, actor, id, action, None, |model| {
+    let action = toggle_action("token", active);
+    let info = update(db, actor, id, &action, None, |model| {
         model.active = Set(active);
     })
     .await?;

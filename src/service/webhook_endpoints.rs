@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use super::{
     AdminError,
-    admin_audit::{Actor, AuditedChange, Change},
+    admin_audit::{Actor, AuditedChange, Change, toggle_action},
     now, projects, validate,
     webhook_destination::Destinations,
     webhook_secrets::{self, WebhookSecret},
@@ -149,7 +149,9 @@ pub async fn get(db: &DatabaseConnection, id: i64) -> Result<webhook_endpoint::M
     find(db, id, false).await
 }
 
-async fn find<C: ConnectionTrait>(
+/// The endpoint `id`; with `lock`, locked until the end of the write
+/// transaction `db`.
+pub(super) async fn find<C: ConnectionTrait>(
     db: &C,
     id: i64,
     lock: bool,
@@ -170,7 +172,7 @@ async fn update(
     db: &DatabaseConnection,
     actor: &Actor,
     id: i64,
-    action: &'static str,
+    action: &str,
     change: impl FnOnce(&mut webhook_endpoint::ActiveModel),
 ) -> Result<webhook_endpoint::Model, AdminError> {
     let txn = AuditedChange::begin(db, actor).await?;
@@ -237,12 +239,8 @@ pub async fn set_enabled(
     id: i64,
     enabled: bool,
 ) -> Result<webhook_endpoint::Model, AdminError> {
-    let action = if enabled {
-        "webhook_endpoint.enable"
-    } else {
-        "webhook_endpoint.disable"
-    };
-    update(db, actor, id, action, |model| {
+    let action = toggle_action("webhook_endpoint", enabled);
+    update(db, actor, id, &action, |model| {
         model.enabled = Set(enabled);
         model.failing_since = Set(None);
         model.disabled_reason = Set((!enabled).then(|| DISABLED_BY_ADMINISTRATOR.to_owned()));
