@@ -21,6 +21,7 @@ use super::{
     admin_audit::{Actor, AuditedChange, Change},
     now,
     outbox::enqueue,
+    webhook_endpoints,
     webhook_secrets::{self, WebhookSecret},
 };
 use crate::{
@@ -36,11 +37,7 @@ async fn enabled_endpoint<C: ConnectionTrait>(
     txn: &C,
     id: i64,
 ) -> Result<webhook_endpoint::Model, AdminError> {
-    let endpoint = webhook_endpoint::Entity::find_by_id(id)
-        .lock_exclusive()
-        .one(txn)
-        .await?
-        .ok_or(AdminError::NotFound("webhook endpoint", id))?;
+    let endpoint = webhook_endpoints::find(txn, id, true).await?;
     if !endpoint.enabled {
         return Err(AdminError::Invalid(
             "endpoint",
@@ -209,11 +206,7 @@ pub async fn rotate_secret(
         .filter(|overlap| *overlap <= Duration::days(7))
         .ok_or_else(|| AdminError::Invalid("overlap", "the overlap is at most 7 days".into()))?;
     let txn = AuditedChange::begin(db, actor).await?;
-    let before = webhook_endpoint::Entity::find_by_id(endpoint_id)
-        .lock_exclusive()
-        .one(&*txn)
-        .await?
-        .ok_or(AdminError::NotFound("webhook endpoint", endpoint_id))?;
+    let before = webhook_endpoints::find(&*txn, endpoint_id, true).await?;
     let secret = WebhookSecret::generate();
     let at = now();
     let mut model: webhook_endpoint::ActiveModel = before.clone().into();
