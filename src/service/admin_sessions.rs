@@ -15,8 +15,6 @@
 //! disabled (their rows are deleted, and a session is only found with its
 //! administrator active).
 
-use std::fmt;
-
 use chrono::{DateTime, Duration, Utc};
 use entity::{admin_login_link, admin_session, admin_sign_in_failure, administrator};
 use sea_orm::{
@@ -70,11 +68,7 @@ impl Secret {
     }
 }
 
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret([redacted])")
-    }
-}
+debug_as!(Secret, "Secret([redacted])");
 
 /// What a session is stored by: the SHA-256 of its cookie value.
 pub fn cookie_hash(cookie: &Secret) -> String {

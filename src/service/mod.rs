@@ -9,6 +9,18 @@
 //! sea-orm for every backend, every write that touches more than one row in
 //! one transaction.
 
+/// `Debug` for a type whose content must not show (a secret, a key):
+/// `$text` alone.
+macro_rules! debug_as {
+    ($type:ty, $text:literal) => {
+        impl std::fmt::Debug for $type {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str($text)
+            }
+        }
+    };
+}
+
 pub mod admin_audit;
 pub mod admin_sessions;
 pub mod admins;
