@@ -284,10 +284,7 @@ pub async fn sign_out_everywhere(
     id: i64,
 ) -> Result<u64, AdminError> {
     let txn = AuditedChange::begin(db, actor).await?;
-    let admin = administrator::Entity::find_by_id(id)
-        .one(&*txn)
-        .await?
-        .ok_or(AdminError::NotFound("administrator", id))?;
+    let admin = super::find_row(&*txn, administrator::Entity, "administrator", id, false).await?;
     let ended = admin_session::Entity::delete_many()
         .filter(admin_session::Column::AdministratorId.eq(id))
         .exec(&*txn)
@@ -372,6 +369,15 @@ pub(super) async fn insert_login_link<C: ConnectionTrait>(
     Ok((secret, expires_at))
 }
 
+/// The sign-in link `link`, while it is unused and unexpired.
+fn usable(link: &Secret) -> Condition {
+    use admin_login_link::Column;
+    Condition::all()
+        .add(Column::LinkHash.eq(hash(link.expose())))
+        .add(Column::UsedAt.is_null())
+        .add(Column::ExpiresAt.gt(now()))
+}
+
 /// The administrator a sign-in link would sign in, while it is unused,
 /// unexpired and its administrator active; nothing is changed.
 pub async fn login_link_administrator(
@@ -379,9 +385,7 @@ pub async fn login_link_administrator(
     link: &Secret,
 ) -> Result<Option<administrator::Model>, DbErr> {
     let found = admin_login_link::Entity::find()
-        .filter(admin_login_link::Column::LinkHash.eq(hash(link.expose())))
-        .filter(admin_login_link::Column::UsedAt.is_null())
-        .filter(admin_login_link::Column::ExpiresAt.gt(now()))
+        .filter(usable(link))
         .find_also_related(administrator::Entity)
         .one(db)
         .await?;
@@ -403,9 +407,7 @@ pub async fn redeem_login_link(
     let txn = super::begin_write(db).await?;
     let used = admin_login_link::Entity::update_many()
         .col_expr(admin_login_link::Column::UsedAt, Expr::value(now()))
-        .filter(admin_login_link::Column::LinkHash.eq(hash(link.expose())))
-        .filter(admin_login_link::Column::UsedAt.is_null())
-        .filter(admin_login_link::Column::ExpiresAt.gt(now()))
+        .filter(usable(link))
         .exec(&txn)
         .await?
         .rows_affected

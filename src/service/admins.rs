@@ -185,10 +185,7 @@ pub async fn list(db: &DatabaseConnection) -> Result<Vec<administrator::Model>, 
 }
 
 pub async fn get(db: &DatabaseConnection, id: i64) -> Result<administrator::Model, AdminError> {
-    administrator::Entity::find_by_id(id)
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("administrator", id))
+    super::find_row(db, administrator::Entity, "administrator", id, false).await
 }
 
 /// Enables or disables the administrator `name`. Disabling also deletes
@@ -290,11 +287,7 @@ pub async fn set_password(
 ) -> Result<(), AdminError> {
     let password_hash = hash(password).await?;
     let txn = AuditedChange::begin(db, actor).await?;
-    let admin = administrator::Entity::find_by_id(id)
-        .lock_exclusive()
-        .one(&*txn)
-        .await?
-        .ok_or(AdminError::NotFound("administrator", id))?;
+    let admin = super::find_row(&*txn, administrator::Entity, "administrator", id, true).await?;
     let mut row: administrator::ActiveModel = admin.clone().into();
     row.password_hash = Set(password_hash);
     row.update(&*txn).await?;

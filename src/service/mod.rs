@@ -45,7 +45,7 @@ pub mod webhook_redelivery;
 pub mod webhook_secrets;
 pub mod webhook_signature;
 
-use sea_orm::{DbErr, SqlErr};
+use sea_orm::{ConnectionTrait, DbErr, EntityTrait, PrimaryKeyTrait, QuerySelect, SqlErr};
 
 /// `n` and the noun's form for it, for people: `1 order`, `2 orders`.
 pub fn count(n: u64, one: &str, many: &str) -> String {
@@ -87,6 +87,25 @@ impl AdminError {
             _ => AdminError::Db(err),
         }
     }
+}
+
+/// The row `id` of `entity`, or [`AdminError::NotFound`] naming it `kind`;
+/// with `lock`, locked until the end of the write transaction `db`.
+pub(crate) async fn find_row<E, C>(
+    db: &C,
+    _entity: E,
+    kind: &'static str,
+    id: i64,
+    lock: bool,
+) -> Result<E::Model, AdminError>
+where
+    E: EntityTrait,
+    C: ConnectionTrait,
+    <E::PrimaryKey as PrimaryKeyTrait>::ValueType: From<i64>,
+{
+    let query = E::find_by_id(id);
+    let query = if lock { query.lock_exclusive() } else { query };
+    query.one(db).await?.ok_or(AdminError::NotFound(kind, id))
 }
 
 pub use crate::store::{database::begin_write, now};

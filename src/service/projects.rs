@@ -3,7 +3,6 @@
 use entity::project;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect,
 };
 use serde_json::{Value, json};
 
@@ -65,10 +64,7 @@ pub async fn page(
 }
 
 pub async fn get(db: &DatabaseConnection, id: i64) -> Result<project::Model, AdminError> {
-    project::Entity::find_by_id(id)
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("project", id))
+    super::find_row(db, project::Entity, "project", id, false).await
 }
 
 /// Renames a project.
@@ -107,11 +103,7 @@ async fn update(
     change: impl FnOnce(&mut project::ActiveModel),
 ) -> Result<project::Model, AdminError> {
     let txn = AuditedChange::begin(db, actor).await?;
-    let before = project::Entity::find_by_id(id)
-        .lock_exclusive()
-        .one(&*txn)
-        .await?
-        .ok_or(AdminError::NotFound("project", id))?;
+    let before = super::find_row(&*txn, project::Entity, "project", id, true).await?;
     let mut model: project::ActiveModel = before.clone().into();
     change(&mut model);
     let after = model.update(&*txn).await?;

@@ -307,14 +307,7 @@ pub async fn get_info(db: &DatabaseConnection, id: i64) -> Result<TokenInfo, Adm
 /// The token `id` and its permissions; with `lock`, the token locked until
 /// the end of the write transaction `db`.
 async fn find<C: ConnectionTrait>(db: &C, id: i64, lock: bool) -> Result<TokenInfo, AdminError> {
-    let mut query = app_token::Entity::find_by_id(id);
-    if lock {
-        query = query.lock_exclusive();
-    }
-    let token = query
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("token", id))?;
+    let token = super::find_row(db, app_token::Entity, "token", id, lock).await?;
     let permissions = permissions_of(db, id).await?;
     Ok(TokenInfo { token, permissions })
 }

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use entity::webhook_endpoint;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection,
-    EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    EntityTrait, QueryFilter, QueryOrder,
 };
 use serde_json::{Value, json};
 
@@ -156,14 +156,7 @@ pub(super) async fn find<C: ConnectionTrait>(
     id: i64,
     lock: bool,
 ) -> Result<webhook_endpoint::Model, AdminError> {
-    let mut query = webhook_endpoint::Entity::find_by_id(id);
-    if lock {
-        query = query.lock_exclusive();
-    }
-    query
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("webhook endpoint", id))
+    super::find_row(db, webhook_endpoint::Entity, "webhook endpoint", id, lock).await
 }
 
 /// Changes the endpoint `id` under its lock with `change`; logged as

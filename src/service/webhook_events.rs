@@ -82,10 +82,7 @@ pub async fn get(
     db: &DatabaseConnection,
     id: i64,
 ) -> Result<(webhook_event::Model, Vec<DeliveryDetail>), AdminError> {
-    let event = webhook_event::Entity::find_by_id(id)
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("event", id))?;
+    let event = super::find_row(db, webhook_event::Entity, "event", id, false).await?;
     let deliveries = webhook_delivery::Entity::find()
         .filter(webhook_delivery::Column::EventId.eq(id))
         .order_by_asc(webhook_delivery::Column::Id)

@@ -85,10 +85,14 @@ pub async fn resend(
     endpoint: Option<i64>,
 ) -> Result<Vec<i64>, AdminError> {
     let txn = AuditedChange::begin(db, actor).await?;
-    let event = webhook_event::Entity::find_by_id(event_id)
-        .one(&*txn)
-        .await?
-        .ok_or(AdminError::NotFound("webhook event", event_id))?;
+    let event = super::find_row(
+        &*txn,
+        webhook_event::Entity,
+        "webhook event",
+        event_id,
+        false,
+    );
+    let event = event.await?;
     let targets = match endpoint {
         Some(id) => {
             let endpoint = enabled_endpoint(&*txn, id).await?;
