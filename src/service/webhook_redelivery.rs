@@ -20,14 +20,11 @@ use super::{
     AdminError,
     admin_audit::{Actor, AuditedChange, Change},
     now,
-    outbox::enqueue,
+    outbox::{self, enqueue},
     webhook_endpoints,
     webhook_secrets::{self, WebhookSecret},
 };
-use crate::{
-    config::WebhookSecretKey,
-    events::{self, new_webhook_id},
-};
+use crate::{config::WebhookSecretKey, events};
 
 /// The longest window `replay` takes.
 pub const REPLAY_WINDOW_MAX_DAYS: i64 = 14;
@@ -57,18 +54,7 @@ pub async fn test_endpoint(
     let txn = AuditedChange::begin(db, actor).await?;
     let endpoint = enabled_endpoint(&*txn, endpoint_id).await?;
     let event = events::webhook_test(endpoint.project_id, endpoint.id, now());
-    let recorded = webhook_event::ActiveModel {
-        webhook_id: Set(new_webhook_id()),
-        project_id: Set(event.project_id),
-        event_type: Set(event.event_type),
-        order_id: Set(None),
-        payload: Set(event.payload),
-        created_at: Set(event.at),
-        ..Default::default()
-    }
-    .insert(&*txn)
-    .await?;
-    enqueue(&*txn, recorded.id, &[endpoint.id]).await?;
+    let recorded = outbox::insert(&*txn, &event, &[endpoint.id]).await?;
     let change = Change::new("webhook_endpoint.test", "webhook_endpoint", endpoint.id)
         .after(json!({"event_id": recorded.id, "webhook_id": recorded.webhook_id}));
     txn.commit(change).await?;
