@@ -117,10 +117,7 @@ pub async fn page(db: &DatabaseConnection, request: &HistoryRequest) -> Result<P
         .await
         .map_err(StoreError::from)?;
     let Listed { rows, older } = page.cut(rows, |(row, _)| row.id);
-    let entries = rows
-        .into_iter()
-        .map(|(row, order)| entry(row, order.map(|o| o.order_id)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let entries = rows.into_iter().map(entry).collect::<Result<Vec<_>, _>>()?;
     let next_cursor = older.map(|last| encode_cursor(request, last));
     Ok(Page {
         entries,
@@ -128,7 +125,10 @@ pub async fn page(db: &DatabaseConnection, request: &HistoryRequest) -> Result<P
     })
 }
 
-fn entry(row: operation_log::Model, order_id: Option<String>) -> Result<Entry, StoreError> {
+/// An entry as read with the order it credited.
+fn entry(
+    (row, order): (operation_log::Model, Option<payment_order::Model>),
+) -> Result<Entry, StoreError> {
     let money = |cents: i64| {
         Money::from_cents(cents)
             .map_err(|err| StoreError::Failed(format!("balance out of range in log: {err}")))
@@ -141,7 +141,7 @@ fn entry(row: operation_log::Model, order_id: Option<String>) -> Result<Entry, S
         amount_cents: row.amount_cents,
         balance_before: money(row.balance_before_cents)?,
         balance_after: money(row.balance_after_cents)?,
-        order_id,
+        order_id: order.map(|o| o.order_id),
         created_at: row.created_at,
     })
 }
@@ -284,7 +284,7 @@ pub async fn of_order(
         .all(db)
         .await?
         .into_iter()
-        .map(|(row, order)| entry(row, order.map(|o| o.order_id)))
+        .map(entry)
         .collect()
 }
 
