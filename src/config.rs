@@ -385,19 +385,11 @@ impl Settings {
             listen: listen.unwrap_or(d.listen),
             admin_listen: listener(admin_listen, d.admin_listen),
             admin_cookie_secure: admin_cookie_secure.unwrap_or(d.admin_cookie_secure),
-            admin_trusted_proxies: match admin_trusted_proxies {
-                Some(proxies) => proxies
-                    .iter()
-                    .map(|text| text.trim())
-                    .filter(|text| !text.is_empty())
-                    .map(|text| {
-                        text.parse().map_err(|_| {
-                            anyhow::anyhow!("admin_trusted_proxies: {text:?} is not an IP address")
-                        })
-                    })
-                    .collect::<anyhow::Result<_>>()?,
-                None => d.admin_trusted_proxies,
-            },
+            admin_trusted_proxies: items(admin_trusted_proxies, d.admin_trusted_proxies, |text| {
+                text.parse().map_err(|_| {
+                    anyhow::anyhow!("admin_trusted_proxies: {text:?} is not an IP address")
+                })
+            })?,
             metrics_listen: listener(metrics_listen, d.metrics_listen),
             pool: PoolSettings {
                 max_connections: db_max_connections.unwrap_or(d.pool.max_connections),
@@ -414,25 +406,11 @@ impl Settings {
                 .transpose()
                 .map_err(|err: String| anyhow::anyhow!(err))?,
             webhooks: WebhookSettings {
-                allow_networks: match webhook_allow_networks {
-                    Some(networks) => networks
-                        .iter()
-                        .map(|text| text.trim())
-                        .filter(|text| !text.is_empty())
-                        .map(network)
-                        .collect::<anyhow::Result<_>>()?,
-                    None => d.webhooks.allow_networks,
-                },
+                allow_networks: items(webhook_allow_networks, d.webhooks.allow_networks, network)?,
                 https_only: webhook_https_only.unwrap_or(d.webhooks.https_only),
-                retry_schedule: match webhook_retry_schedule {
-                    Some(waits) => waits
-                        .iter()
-                        .map(|text| text.trim())
-                        .filter(|text| !text.is_empty())
-                        .map(|text| duration("webhook_retry_schedule", text))
-                        .collect::<anyhow::Result<_>>()?,
-                    None => d.webhooks.retry_schedule,
-                },
+                retry_schedule: items(webhook_retry_schedule, d.webhooks.retry_schedule, |text| {
+                    duration("webhook_retry_schedule", text)
+                })?,
                 lease: ms(webhook_lease_ms, d.webhooks.lease),
                 disable_after: webhook_disable_after
                     .map(|text| duration("webhook_disable_after", &text))
@@ -464,6 +442,8 @@ impl Settings {
             ("db_statement_timeout_ms", settings.pool.statement_timeout),
             ("request_timeout_ms", settings.request_timeout),
             ("idle_timeout_ms", settings.idle_timeout),
+            ("webhook_poll_interval_ms", settings.webhooks.poll_interval),
+            ("webhook_disable_after", settings.webhooks.disable_after),
         ] {
             if value.is_zero() {
                 anyhow::bail!("{name} must be greater than 0");
@@ -475,14 +455,6 @@ impl Settings {
                 "webhook_lease_ms must be at least {} (twice a send's bound)",
                 (2 * WEBHOOK_SEND_TIMEOUT).as_millis()
             );
-        }
-        for (name, value) in [
-            ("webhook_poll_interval_ms", webhooks.poll_interval),
-            ("webhook_disable_after", webhooks.disable_after),
-        ] {
-            if value.is_zero() {
-                anyhow::bail!("{name} must be greater than 0");
-            }
         }
         if webhooks.endpoint_concurrency == 0 {
             anyhow::bail!("webhook_endpoint_concurrency must be at least 1");
@@ -501,6 +473,24 @@ impl Settings {
         }
         Ok(settings)
     }
+}
+
+/// The items of a list setting as given, blanks dropped, each read by
+/// `read`; `default` when it is not given.
+fn items<T>(
+    given: Option<Vec<String>>,
+    default: Vec<T>,
+    read: impl Fn(&str) -> anyhow::Result<T>,
+) -> anyhow::Result<Vec<T>> {
+    let Some(given) = given else {
+        return Ok(default);
+    };
+    given
+        .iter()
+        .map(|text| text.trim())
+        .filter(|text| !text.is_empty())
+        .map(read)
+        .collect()
 }
 
 /// A listener's address as given (`off`: none), else `default`.

@@ -102,8 +102,15 @@ pub struct OrderData<'a> {
 }
 
 impl OrderData<'_> {
-    /// `data` of the order's events: the order's body, then `extra`'s keys.
-    fn data(&self, extra: Value) -> Value {
+    /// The order's event of `event_type` made at `at`: its `data` is the
+    /// order's body, then `extra`'s keys.
+    fn event(
+        &self,
+        project_id: i64,
+        event_type: EventType,
+        at: DateTime<Utc>,
+        extra: Value,
+    ) -> NewEvent {
         let mut data = json!({
             "order_id": self.order_id,
             "status": self.status.to_value(),
@@ -119,13 +126,29 @@ impl OrderData<'_> {
         if let (Value::Object(data), Value::Object(extra)) = (&mut data, extra) {
             data.extend(extra);
         }
-        data
+        NewEvent::new(project_id, event_type, Some(self.order_id), at, data)
     }
 }
 
-/// The body of an event of `event_type` made at `at`.
-fn body(event_type: EventType, at: DateTime<Utc>, data: Value) -> String {
-    json!({"type": type_name(event_type), "timestamp": at.to_rfc3339(), "data": data}).to_string()
+impl NewEvent {
+    /// An event of `event_type` made at `at`, its body built around `data`.
+    fn new(
+        project_id: i64,
+        event_type: EventType,
+        order_id: Option<&str>,
+        at: DateTime<Utc>,
+        data: Value,
+    ) -> NewEvent {
+        let body =
+            json!({"type": type_name(event_type), "timestamp": at.to_rfc3339(), "data": data});
+        NewEvent {
+            project_id,
+            event_type,
+            order_id: order_id.map(str::to_owned),
+            payload: body.to_string(),
+            at,
+        }
+    }
 }
 
 /// `order.created`: the order as created, with its `Idempotency-Key`.
@@ -134,14 +157,8 @@ pub fn order_created(
     order: &OrderData<'_>,
     idempotency_key: Option<&str>,
 ) -> NewEvent {
-    let data = order.data(json!({"idempotency_key": idempotency_key}));
-    order_event(
-        project_id,
-        EventType::OrderCreated,
-        order,
-        order.created_at,
-        data,
-    )
+    let extra = json!({"idempotency_key": idempotency_key});
+    order.event(project_id, EventType::OrderCreated, order.created_at, extra)
 }
 
 /// The body of [`order_created`] around its user id, for a statement that
@@ -172,35 +189,18 @@ pub fn order_created_around_user(
 /// and its main balance after the credit.
 pub fn order_completed(project_id: i64, order: &OrderData<'_>, main_after: Money) -> NewEvent {
     let at = order.completed_at.unwrap_or(order.created_at);
-    let data = order.data(json!({"account": {
+    let extra = json!({"account": {
         "user_id": order.user_id,
         "server_id": order.server_id,
         "main": main_after.to_string(),
-    }}));
-    order_event(project_id, EventType::OrderCompleted, order, at, data)
+    }});
+    order.event(project_id, EventType::OrderCompleted, at, extra)
 }
 
 /// `order.cancelled`: the order as cancelled.
 pub fn order_cancelled(project_id: i64, order: &OrderData<'_>) -> NewEvent {
     let at = order.cancelled_at.unwrap_or(order.created_at);
-    let data = order.data(json!({}));
-    order_event(project_id, EventType::OrderCancelled, order, at, data)
-}
-
-fn order_event(
-    project_id: i64,
-    event_type: EventType,
-    order: &OrderData<'_>,
-    at: DateTime<Utc>,
-    data: Value,
-) -> NewEvent {
-    NewEvent {
-        project_id,
-        event_type,
-        order_id: Some(order.order_id.to_owned()),
-        payload: body(event_type, at, data),
-        at,
-    }
+    order.event(project_id, EventType::OrderCancelled, at, json!({}))
 }
 
 /// One balance of an account set by an operator.
@@ -229,28 +229,13 @@ pub fn balance_set(project_id: i64, change: &BalanceSetData) -> NewEvent {
         "operation_id": change.operation_id,
         "at": change.at.to_rfc3339(),
     });
-    NewEvent {
-        project_id,
-        event_type: EventType::BalanceSet,
-        order_id: None,
-        payload: body(EventType::BalanceSet, change.at, data),
-        at: change.at,
-    }
+    NewEvent::new(project_id, EventType::BalanceSet, None, change.at, data)
 }
 
 /// `webhook.test`: sent on request to the endpoint `endpoint_id`.
 pub fn webhook_test(project_id: i64, endpoint_id: i64, at: DateTime<Utc>) -> NewEvent {
-    NewEvent {
-        project_id,
-        event_type: EventType::WebhookTest,
-        order_id: None,
-        payload: body(
-            EventType::WebhookTest,
-            at,
-            json!({"endpoint_id": endpoint_id}),
-        ),
-        at,
-    }
+    let data = json!({"endpoint_id": endpoint_id});
+    NewEvent::new(project_id, EventType::WebhookTest, None, at, data)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use entity::admin_audit_entry;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DatabaseTransaction,
-    DbErr, EntityTrait, QueryFilter,
+    DbErr, EntityTrait, QueryFilter, QueryTrait,
 };
 use serde_json::Value;
 
@@ -56,7 +56,7 @@ impl Actor {
 #[derive(Debug, Clone)]
 pub struct Change {
     /// `object.verb`, such as `token.create`.
-    pub action: &'static str,
+    pub action: String,
     pub object_kind: &'static str,
     pub object_id: String,
     pub before: Option<Value>,
@@ -64,9 +64,9 @@ pub struct Change {
 }
 
 impl Change {
-    pub fn new(action: &'static str, object_kind: &'static str, object_id: impl ToString) -> Self {
+    pub fn new(action: &str, object_kind: &'static str, object_id: impl ToString) -> Self {
         Change {
-            action,
+            action: action.to_owned(),
             object_kind,
             object_id: object_id.to_string(),
             before: None,
@@ -85,6 +85,12 @@ impl Change {
     }
 }
 
+/// The action of enabling (`on`) or disabling an object of `kind`:
+/// `token.enable`, `token.disable`.
+pub fn toggle_action(kind: &str, on: bool) -> String {
+    format!("{kind}.{}", if on { "enable" } else { "disable" })
+}
+
 /// The log's row of `change` by `actor`, made now: what [`record`] writes,
 /// and what the store writes with a change it makes itself (an operator's
 /// completion).
@@ -97,7 +103,7 @@ pub fn row(actor: &Actor, change: Change) -> AuditRow {
         at: now(),
         administrator_id,
         actor: actor.name().to_owned(),
-        action: change.action.to_owned(),
+        action: change.action,
         object_kind: change.object_kind.to_owned(),
         object_id: change.object_id,
         before: change.before.map(|v| v.to_string()),
@@ -187,29 +193,25 @@ pub async fn page(
     page: Keyset,
 ) -> Result<Listed<admin_audit_entry::Model>, DbErr> {
     use admin_audit_entry::Column;
-    let mut query = admin_audit_entry::Entity::find();
-    if let Some(actor) = &filter.actor {
-        query = query.filter(Column::Actor.eq(actor.as_str()));
-    }
-    if let Some(action) = &filter.action {
-        query = if action.contains('.') {
-            query.filter(Column::Action.eq(action.as_str()))
-        } else {
-            query.filter(Column::Action.starts_with(format!("{action}.")))
-        };
-    }
-    if let Some(kind) = &filter.object_kind {
-        query = query.filter(Column::ObjectKind.eq(kind.as_str()));
-    }
-    if let Some(id) = &filter.object_id {
-        query = query.filter(Column::ObjectId.eq(id.as_str()));
-    }
-    if let Some(from) = filter.from {
-        query = query.filter(Column::At.gte(from));
-    }
-    if let Some(until) = filter.until {
-        query = query.filter(Column::At.lt(until));
-    }
+    let query = admin_audit_entry::Entity::find()
+        .apply_if(filter.actor.as_deref(), |q, actor| {
+            q.filter(Column::Actor.eq(actor))
+        })
+        .apply_if(filter.action.as_deref(), |q, action| {
+            q.filter(if action.contains('.') {
+                Column::Action.eq(action)
+            } else {
+                Column::Action.starts_with(format!("{action}."))
+            })
+        })
+        .apply_if(filter.object_kind.as_deref(), |q, kind| {
+            q.filter(Column::ObjectKind.eq(kind))
+        })
+        .apply_if(filter.object_id.as_deref(), |q, id| {
+            q.filter(Column::ObjectId.eq(id))
+        })
+        .apply_if(filter.from, |q, from| q.filter(Column::At.gte(from)))
+        .apply_if(filter.until, |q, until| q.filter(Column::At.lt(until)));
     let rows = page.select(query, Column::Id).all(db).await?;
     Ok(page.cut(rows, |row| row.id))
 }

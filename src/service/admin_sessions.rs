@@ -15,8 +15,6 @@
 //! disabled (their rows are deleted, and a session is only found with its
 //! administrator active).
 
-use std::fmt;
-
 use chrono::{DateTime, Duration, Utc};
 use entity::{admin_login_link, admin_session, admin_sign_in_failure, administrator};
 use sea_orm::{
@@ -70,11 +68,7 @@ impl Secret {
     }
 }
 
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret([redacted])")
-    }
-}
+debug_as!(Secret, "Secret([redacted])");
 
 /// What a session is stored by: the SHA-256 of its cookie value.
 pub fn cookie_hash(cookie: &Secret) -> String {
@@ -290,10 +284,7 @@ pub async fn sign_out_everywhere(
     id: i64,
 ) -> Result<u64, AdminError> {
     let txn = AuditedChange::begin(db, actor).await?;
-    let admin = administrator::Entity::find_by_id(id)
-        .one(&*txn)
-        .await?
-        .ok_or(AdminError::NotFound("administrator", id))?;
+    let admin = super::find_row(&*txn, administrator::Entity, "administrator", id, false).await?;
     let ended = admin_session::Entity::delete_many()
         .filter(admin_session::Column::AdministratorId.eq(id))
         .exec(&*txn)
@@ -378,6 +369,15 @@ pub(super) async fn insert_login_link<C: ConnectionTrait>(
     Ok((secret, expires_at))
 }
 
+/// The sign-in link `link`, while it is unused and unexpired.
+fn usable(link: &Secret) -> Condition {
+    use admin_login_link::Column;
+    Condition::all()
+        .add(Column::LinkHash.eq(hash(link.expose())))
+        .add(Column::UsedAt.is_null())
+        .add(Column::ExpiresAt.gt(now()))
+}
+
 /// The administrator a sign-in link would sign in, while it is unused,
 /// unexpired and its administrator active; nothing is changed.
 pub async fn login_link_administrator(
@@ -385,9 +385,7 @@ pub async fn login_link_administrator(
     link: &Secret,
 ) -> Result<Option<administrator::Model>, DbErr> {
     let found = admin_login_link::Entity::find()
-        .filter(admin_login_link::Column::LinkHash.eq(hash(link.expose())))
-        .filter(admin_login_link::Column::UsedAt.is_null())
-        .filter(admin_login_link::Column::ExpiresAt.gt(now()))
+        .filter(usable(link))
         .find_also_related(administrator::Entity)
         .one(db)
         .await?;
@@ -409,9 +407,7 @@ pub async fn redeem_login_link(
     let txn = super::begin_write(db).await?;
     let used = admin_login_link::Entity::update_many()
         .col_expr(admin_login_link::Column::UsedAt, Expr::value(now()))
-        .filter(admin_login_link::Column::LinkHash.eq(hash(link.expose())))
-        .filter(admin_login_link::Column::UsedAt.is_null())
-        .filter(admin_login_link::Column::ExpiresAt.gt(now()))
+        .filter(usable(link))
         .exec(&txn)
         .await?
         .rows_affected

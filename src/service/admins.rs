@@ -9,7 +9,7 @@
 //! unknown name is checked against a hash of its own, so that the time of
 //! an answer does not tell which names exist.
 
-use std::{fmt, sync::LazyLock};
+use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 
@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use super::{
     AdminError,
-    admin_audit::{Actor, AuditedChange, Change},
+    admin_audit::{Actor, AuditedChange, Change, toggle_action},
     admin_sessions::{self, Secret},
     now, validate,
 };
@@ -58,11 +58,7 @@ impl Password {
     }
 }
 
-impl fmt::Debug for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Password(***)")
-    }
-}
+debug_as!(Password, "Password(***)");
 
 /// How many argon2 computations run at once: each takes 19 MiB and a core
 /// for a while, and sign-in attempts come from anyone who reaches the
@@ -189,10 +185,7 @@ pub async fn list(db: &DatabaseConnection) -> Result<Vec<administrator::Model>, 
 }
 
 pub async fn get(db: &DatabaseConnection, id: i64) -> Result<administrator::Model, AdminError> {
-    administrator::Entity::find_by_id(id)
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("administrator", id))
+    super::find_row(db, administrator::Entity, "administrator", id, false).await
 }
 
 /// Enables or disables the administrator `name`. Disabling also deletes
@@ -246,12 +239,8 @@ pub async fn set_active(
             .exec(&*txn)
             .await?;
     }
-    let action = if active {
-        "administrator.enable"
-    } else {
-        "administrator.disable"
-    };
-    let change = Change::new(action, "administrator", admin.id)
+    let action = toggle_action("administrator", active);
+    let change = Change::new(&action, "administrator", admin.id)
         .before(audited(&before))
         .after(after);
     txn.commit(change).await?;
@@ -298,11 +287,7 @@ pub async fn set_password(
 ) -> Result<(), AdminError> {
     let password_hash = hash(password).await?;
     let txn = AuditedChange::begin(db, actor).await?;
-    let admin = administrator::Entity::find_by_id(id)
-        .lock_exclusive()
-        .one(&*txn)
-        .await?
-        .ok_or(AdminError::NotFound("administrator", id))?;
+    let admin = super::find_row(&*txn, administrator::Entity, "administrator", id, true).await?;
     let mut row: administrator::ActiveModel = admin.clone().into();
     row.password_hash = Set(password_hash);
     row.update(&*txn).await?;

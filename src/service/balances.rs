@@ -28,7 +28,7 @@ use crate::{
 };
 
 /// Both balances of one account.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AccountBalance {
     pub main: Money,
     pub bonus: Money,
@@ -85,14 +85,8 @@ pub async fn lookup(
     if key.server_id != balance::GENERAL_ACCOUNT && !row.server_found {
         return Err(BalanceLookupError::ServerNotFound);
     }
-    let cents = |value: Option<i64>| {
-        Money::from_cents(value.unwrap_or(0))
-            .map_err(|err| StoreError::Failed(format!("balance out of range in database: {err}")))
-    };
-    Ok(AccountBalance {
-        main: cents(row.main_cents)?,
-        bonus: cents(row.bonus_cents)?,
-    })
+    let balance = AccountBalance::of(row.main_cents.unwrap_or(0), row.bonus_cents.unwrap_or(0));
+    Ok(balance.map_err(StoreError::Failed)?)
 }
 
 /// The account `request` names, as the store reads it.
@@ -104,31 +98,18 @@ pub fn account_key(request: &LookupRequest) -> AccountKey {
     }
 }
 
-async fn read<C: ConnectionTrait>(
-    db: &C,
-    user_id: i64,
-    server_id: i64,
-) -> Result<AccountBalance, DbErr> {
-    let row = balance::Entity::find()
-        .filter(balance::Column::UserId.eq(user_id))
-        .filter(balance::Column::ServerId.eq(server_id))
-        .one(db)
-        .await?;
-    Ok(match row {
-        Some(row) => AccountBalance {
-            main: cents(row.main_cents)?,
-            bonus: cents(row.bonus_cents)?,
-        },
-        None => AccountBalance {
-            main: Money::ZERO,
-            bonus: Money::ZERO,
-        },
-    })
+impl AccountBalance {
+    /// The balances stored as `main` and `bonus` cents.
+    fn of(main: i64, bonus: i64) -> Result<AccountBalance, String> {
+        Ok(AccountBalance {
+            main: cents(main)?,
+            bonus: cents(bonus)?,
+        })
+    }
 }
 
-fn cents(value: i64) -> Result<Money, DbErr> {
-    Money::from_cents(value)
-        .map_err(|err| DbErr::Custom(format!("balance out of range in database: {err}")))
+fn cents(value: i64) -> Result<Money, String> {
+    Money::from_cents(value).map_err(|err| format!("balance out of range in database: {err}"))
 }
 
 /// Adds `delta` to the main (or bonus) balance of an account inside `txn`,
@@ -235,11 +216,7 @@ pub async fn set(
         Some(id) => servers::get_in_project(db, user.project_id, id).await?.id,
     };
     let txn = AuditedChange::begin(db, actor).await?;
-    let mut before = AccountBalance {
-        main: Money::ZERO,
-        bonus: Money::ZERO,
-    };
-    let mut after = before;
+    let (mut before, mut after) = (AccountBalance::default(), AccountBalance::default());
     // What the events of the change say: one per balance changed.
     let mut changed = Vec::new();
     for (column, target, kind) in [
@@ -248,7 +225,7 @@ pub async fn set(
     ] {
         // Lock (or create) the row with a zero change, then move it to the target.
         let (current, _) = add_in_txn(&txn, user.project_id, user.id, server_id, column, 0).await?;
-        let current = cents(current)?;
+        let current = cents(current).map_err(DbErr::Custom)?;
         let new = target.unwrap_or(current);
         match column {
             balance::Column::MainCents => (before.main, after.main) = (current, new),
@@ -314,7 +291,16 @@ pub async fn get(
     user_id: i64,
     server_id: i64,
 ) -> Result<AccountBalance, AdminError> {
-    Ok(read(db, user_id, server_id).await?)
+    let row = balance::Entity::find()
+        .filter(balance::Column::UserId.eq(user_id))
+        .filter(balance::Column::ServerId.eq(server_id))
+        .one(db)
+        .await?;
+    Ok(row
+        .map_or(Ok(AccountBalance::default()), |row| {
+            AccountBalance::of(row.main_cents, row.bonus_cents)
+        })
+        .map_err(DbErr::Custom)?)
 }
 
 /// Every balance row of a user, by server id (0 = the general account);
@@ -333,10 +319,7 @@ pub async fn of_user(
         .map(|row| {
             Ok((
                 row.server_id,
-                AccountBalance {
-                    main: cents(row.main_cents)?,
-                    bonus: cents(row.bonus_cents)?,
-                },
+                AccountBalance::of(row.main_cents, row.bonus_cents).map_err(DbErr::Custom)?,
             ))
         })
         .collect()

@@ -16,7 +16,9 @@ use entity::{
     operation_log::{self, BalanceType, LogKind},
     payment_order,
 };
-use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{
+    ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait,
+};
 use sha2::{Digest, Sha256};
 
 use super::{
@@ -99,39 +101,34 @@ pub async fn page(db: &DatabaseConnection, request: &HistoryRequest) -> Result<P
     {
         return Err(HistoryError::ServerNotFound);
     }
-    let limit = request.limit.clamp(1, MAX_LIMIT);
-    let mut query = operation_log::Entity::find().filter(operation_log::Column::UserId.eq(user_id));
-    if let Some(server_id) = request.server_id {
-        query = query.filter(operation_log::Column::ServerId.eq(server_id));
-    }
-    if let Some(before) = before {
-        query = query.filter(operation_log::Column::Id.lt(before));
-    }
-    // One more than the page holds tells whether another page follows.
-    let mut rows = query
-        .find_also_related(payment_order::Entity)
-        .order_by_desc(operation_log::Column::Id)
-        .limit(limit + 1)
+    let page = Keyset {
+        before,
+        size: request.limit.clamp(1, MAX_LIMIT),
+    };
+    let query = operation_log::Entity::find()
+        .filter(operation_log::Column::UserId.eq(user_id))
+        .apply_if(request.server_id, |q, id| {
+            q.filter(operation_log::Column::ServerId.eq(id))
+        })
+        .find_also_related(payment_order::Entity);
+    let rows = page
+        .select(query, operation_log::Column::Id)
         .all(db)
         .await
         .map_err(StoreError::from)?;
-    let more = rows.len() as u64 > limit;
-    rows.truncate(limit as usize);
-    let entries = rows
-        .into_iter()
-        .map(|(row, order)| entry(row, order.map(|o| o.order_id)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let next_cursor = match entries.last() {
-        Some(last) if more => Some(encode_cursor(request, last.id)),
-        _ => None,
-    };
+    let Listed { rows, older } = page.cut(rows, |(row, _)| row.id);
+    let entries = rows.into_iter().map(entry).collect::<Result<Vec<_>, _>>()?;
+    let next_cursor = older.map(|last| encode_cursor(request, last));
     Ok(Page {
         entries,
         next_cursor,
     })
 }
 
-fn entry(row: operation_log::Model, order_id: Option<String>) -> Result<Entry, StoreError> {
+/// An entry as read with the order it credited.
+fn entry(
+    (row, order): (operation_log::Model, Option<payment_order::Model>),
+) -> Result<Entry, StoreError> {
     let money = |cents: i64| {
         Money::from_cents(cents)
             .map_err(|err| StoreError::Failed(format!("balance out of range in log: {err}")))
@@ -144,7 +141,7 @@ fn entry(row: operation_log::Model, order_id: Option<String>) -> Result<Entry, S
         amount_cents: row.amount_cents,
         balance_before: money(row.balance_before_cents)?,
         balance_after: money(row.balance_after_cents)?,
-        order_id,
+        order_id: order.map(|o| o.order_id),
         created_at: row.created_at,
     })
 }
@@ -222,30 +219,23 @@ pub async fn ledger(
     use operation_log::Column;
     use sea_orm::sea_query::Query;
 
-    let mut query = operation_log::Entity::find();
-    if let Some(project_id) = filter.project_id {
-        query = query.filter(
-            Column::UserId.in_subquery(
-                Query::select()
-                    .column(user::Column::Id)
-                    .from(user::Entity)
-                    .and_where(user::Column::ProjectId.eq(project_id))
-                    .to_owned(),
-            ),
-        );
-    }
-    if let Some(user_id) = filter.user_id {
-        query = query.filter(Column::UserId.eq(user_id));
-    }
-    if let Some(kind) = filter.kind {
-        query = query.filter(Column::Kind.eq(kind));
-    }
-    if let Some(from) = filter.from {
-        query = query.filter(Column::CreatedAt.gte(from));
-    }
-    if let Some(until) = filter.until {
-        query = query.filter(Column::CreatedAt.lt(until));
-    }
+    let in_project = |project_id| {
+        Query::select()
+            .column(user::Column::Id)
+            .from(user::Entity)
+            .and_where(user::Column::ProjectId.eq(project_id))
+            .to_owned()
+    };
+    let query = operation_log::Entity::find()
+        .apply_if(filter.project_id, |q, id| {
+            q.filter(Column::UserId.in_subquery(in_project(id)))
+        })
+        .apply_if(filter.user_id, |q, id| q.filter(Column::UserId.eq(id)))
+        .apply_if(filter.kind, |q, kind| q.filter(Column::Kind.eq(kind)))
+        .apply_if(filter.from, |q, from| q.filter(Column::CreatedAt.gte(from)))
+        .apply_if(filter.until, |q, until| {
+            q.filter(Column::CreatedAt.lt(until))
+        });
     let rows = page
         .select(query.find_also_related(payment_order::Entity), Column::Id)
         .all(db)
@@ -294,7 +284,7 @@ pub async fn of_order(
         .all(db)
         .await?
         .into_iter()
-        .map(|(row, order)| entry(row, order.map(|o| o.order_id)))
+        .map(entry)
         .collect()
 }
 

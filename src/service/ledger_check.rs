@@ -67,14 +67,6 @@ async fn rows(db: &DatabaseConnection, sql: &str) -> Result<Vec<sea_orm::QueryRe
         .await
 }
 
-async fn scalar(db: &DatabaseConnection, sql: &str) -> Result<i64, DbErr> {
-    let row = db
-        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
-        .await?
-        .ok_or_else(|| DbErr::RecordNotFound(sql.to_owned()))?;
-    row.try_get_by_index::<i64>(0)
-}
-
 /// Runs every check; see the module docs. `retention_days` is
 /// `webhook_retention_days`.
 pub async fn run(db: &DatabaseConnection, retention_days: u32) -> Result<AuditReport, DbErr> {
@@ -203,17 +195,18 @@ pub async fn run(db: &DatabaseConnection, retention_days: u32) -> Result<AuditRe
     // 5. Orders without the event their endpoints were to receive.
     missing_events(db, retention_days, &mut report).await?;
 
-    report.completed_orders = scalar(
+    for row in rows(
         db,
-        "SELECT COUNT(*) FROM payment_orders WHERE status = 'completed'",
+        "SELECT (SELECT COUNT(*) FROM payment_orders WHERE status = 'completed'), \
+                (SELECT COUNT(*) FROM payment_orders WHERE status = 'cancelled'), \
+                (SELECT COUNT(*) FROM operation_log)",
     )
-    .await?;
-    report.cancelled_orders = scalar(
-        db,
-        "SELECT COUNT(*) FROM payment_orders WHERE status = 'cancelled'",
-    )
-    .await?;
-    report.log_rows = scalar(db, "SELECT COUNT(*) FROM operation_log").await?;
+    .await?
+    {
+        report.completed_orders = row.try_get_by_index(0)?;
+        report.cancelled_orders = row.try_get_by_index(1)?;
+        report.log_rows = row.try_get_by_index(2)?;
+    }
     Ok(report)
 }
 

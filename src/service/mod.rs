@@ -9,6 +9,18 @@
 //! sea-orm for every backend, every write that touches more than one row in
 //! one transaction.
 
+/// `Debug` for a type whose content must not show (a secret, a key):
+/// `$text` alone.
+macro_rules! debug_as {
+    ($type:ty, $text:literal) => {
+        impl std::fmt::Debug for $type {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str($text)
+            }
+        }
+    };
+}
+
 pub mod admin_audit;
 pub mod admin_sessions;
 pub mod admins;
@@ -33,7 +45,7 @@ pub mod webhook_redelivery;
 pub mod webhook_secrets;
 pub mod webhook_signature;
 
-use sea_orm::{DbErr, SqlErr};
+use sea_orm::{ConnectionTrait, DbErr, EntityTrait, PrimaryKeyTrait, QuerySelect, SqlErr};
 
 /// `n` and the noun's form for it, for people: `1 order`, `2 orders`.
 pub fn count(n: u64, one: &str, many: &str) -> String {
@@ -75,6 +87,25 @@ impl AdminError {
             _ => AdminError::Db(err),
         }
     }
+}
+
+/// The row `id` of `entity`, or [`AdminError::NotFound`] naming it `kind`;
+/// with `lock`, locked until the end of the write transaction `db`.
+pub(crate) async fn find_row<E, C>(
+    db: &C,
+    _entity: E,
+    kind: &'static str,
+    id: i64,
+    lock: bool,
+) -> Result<E::Model, AdminError>
+where
+    E: EntityTrait,
+    C: ConnectionTrait,
+    <E::PrimaryKey as PrimaryKeyTrait>::ValueType: From<i64>,
+{
+    let query = E::find_by_id(id);
+    let query = if lock { query.lock_exclusive() } else { query };
+    query.one(db).await?.ok_or(AdminError::NotFound(kind, id))
 }
 
 pub use crate::store::{database::begin_write, now};

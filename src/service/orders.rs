@@ -24,7 +24,7 @@ use chrono::{DateTime, Utc};
 use entity::payment_order::{self, OrderStatus};
 use sea_orm::{
     ActiveEnum, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
-    PaginatorTrait, QueryFilter, QuerySelect,
+    PaginatorTrait, QueryFilter, QuerySelect, QueryTrait,
     sea_query::{Expr, ExprTrait},
 };
 use serde_json::{Value, json};
@@ -595,26 +595,15 @@ pub struct OrderFilter {
 impl OrderFilter {
     fn select(&self) -> sea_orm::Select<payment_order::Entity> {
         use payment_order::Column;
-        let mut query = payment_order::Entity::find();
-        if let Some(project_id) = self.project_id {
-            query = query.filter(Column::ProjectId.eq(project_id));
-        }
-        if let Some(order_id) = &self.order_id {
-            query = query.filter(Column::OrderId.eq(order_id.as_str()));
-        }
-        if let Some(from) = self.from {
-            query = query.filter(Column::CreatedAt.gte(from));
-        }
-        if let Some(until) = self.until {
-            query = query.filter(Column::CreatedAt.lt(until));
-        }
-        if let Some(user_id) = self.user_id {
-            query = query.filter(Column::UserId.eq(user_id));
-        }
-        if let Some(status) = self.status {
-            query = query.filter(Column::Status.eq(status));
-        }
-        query
+        payment_order::Entity::find()
+            .apply_if(self.project_id, |q, id| q.filter(Column::ProjectId.eq(id)))
+            .apply_if(self.order_id.as_deref(), |q, id| {
+                q.filter(Column::OrderId.eq(id))
+            })
+            .apply_if(self.from, |q, from| q.filter(Column::CreatedAt.gte(from)))
+            .apply_if(self.until, |q, until| q.filter(Column::CreatedAt.lt(until)))
+            .apply_if(self.user_id, |q, id| q.filter(Column::UserId.eq(id)))
+            .apply_if(self.status, |q, status| q.filter(Column::Status.eq(status)))
     }
 }
 

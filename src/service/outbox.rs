@@ -55,20 +55,30 @@ pub async fn record<C: ConnectionTrait>(
     }
     let events = make();
     for (event, endpoints) in deliveries(&subscribers, &events) {
-        let recorded = webhook_event::ActiveModel {
-            webhook_id: Set(new_webhook_id()),
-            project_id: Set(event.project_id),
-            event_type: Set(event.event_type),
-            order_id: Set(event.order_id.clone()),
-            payload: Set(event.payload.clone()),
-            created_at: Set(event.at),
-            ..Default::default()
-        }
-        .insert(txn)
-        .await?;
-        enqueue(txn, recorded.id, &endpoints).await?;
+        insert(txn, event, &endpoints).await?;
     }
     Ok(())
+}
+
+/// Records `event` with pending deliveries to `endpoints`, on `txn`.
+pub(super) async fn insert<C: ConnectionTrait>(
+    txn: &C,
+    event: &NewEvent,
+    endpoints: &[i64],
+) -> Result<webhook_event::Model, DbErr> {
+    let recorded = webhook_event::ActiveModel {
+        webhook_id: Set(new_webhook_id()),
+        project_id: Set(event.project_id),
+        event_type: Set(event.event_type),
+        order_id: Set(event.order_id.clone()),
+        payload: Set(event.payload.clone()),
+        created_at: Set(event.at),
+        ..Default::default()
+    }
+    .insert(txn)
+    .await?;
+    enqueue(txn, recorded.id, endpoints).await?;
+    Ok(recorded)
 }
 
 /// Pending deliveries of `event_id` to `endpoints`, due at once by the

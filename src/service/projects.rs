@@ -2,14 +2,13 @@
 
 use entity::project;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DatabaseConnection, EntityTrait,
-    QueryFilter, QueryOrder, QuerySelect,
+    ActiveModelTrait, ActiveValue::Set, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
 };
 use serde_json::{Value, json};
 
 use super::{
     AdminError,
-    admin_audit::{Actor, AuditedChange, Change},
+    admin_audit::{Actor, AuditedChange, Change, toggle_action},
     keyset::{Keyset, Listed},
     now, validate,
 };
@@ -65,22 +64,7 @@ pub async fn page(
 }
 
 pub async fn get(db: &DatabaseConnection, id: i64) -> Result<project::Model, AdminError> {
-    project::Entity::find_by_id(id)
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("project", id))
-}
-
-/// The project `id`, locked until the end of the write transaction `txn`.
-async fn get_for_update<C: ConnectionTrait>(
-    txn: &C,
-    id: i64,
-) -> Result<project::Model, AdminError> {
-    project::Entity::find_by_id(id)
-        .lock_exclusive()
-        .one(txn)
-        .await?
-        .ok_or(AdminError::NotFound("project", id))
+    super::find_row(db, project::Entity, "project", id, false).await
 }
 
 /// Renames a project.
@@ -91,16 +75,10 @@ pub async fn rename(
     name: &str,
 ) -> Result<project::Model, AdminError> {
     let name = validate::check_name("project", name).map_err(AdminError::invalid("name"))?;
-    let txn = AuditedChange::begin(db, actor).await?;
-    let before = get_for_update(&*txn, id).await?;
-    let mut model: project::ActiveModel = before.clone().into();
-    model.name = Set(name);
-    let after = model.update(&*txn).await?;
-    let change = Change::new("project.rename", "project", id)
-        .before(audited(&before))
-        .after(audited(&after));
-    txn.commit(change).await?;
-    Ok(after)
+    update(db, actor, id, "project.rename", |model| {
+        model.name = Set(name)
+    })
+    .await
 }
 
 /// Enables or disables a project. A disabled project's tokens get
@@ -111,16 +89,24 @@ pub async fn set_active(
     id: i64,
     active: bool,
 ) -> Result<project::Model, AdminError> {
+    let action = toggle_action("project", active);
+    update(db, actor, id, &action, |model| model.active = Set(active)).await
+}
+
+/// Changes the project `id` under its lock with `change`; logged as
+/// `action`, with the project before and after.
+async fn update(
+    db: &DatabaseConnection,
+    actor: &Actor,
+    id: i64,
+    action: &str,
+    change: impl FnOnce(&mut project::ActiveModel),
+) -> Result<project::Model, AdminError> {
     let txn = AuditedChange::begin(db, actor).await?;
-    let before = get_for_update(&*txn, id).await?;
+    let before = super::find_row(&*txn, project::Entity, "project", id, true).await?;
     let mut model: project::ActiveModel = before.clone().into();
-    model.active = Set(active);
+    change(&mut model);
     let after = model.update(&*txn).await?;
-    let action = if active {
-        "project.enable"
-    } else {
-        "project.disable"
-    };
     let change = Change::new(action, "project", id)
         .before(audited(&before))
         .after(audited(&after));

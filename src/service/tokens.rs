@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     AdminError,
-    admin_audit::{Actor, AuditedChange, Change},
+    admin_audit::{Actor, AuditedChange, Change, toggle_action},
     keyset::{Keyset, Listed, any_contains},
     now, projects, validate,
 };
@@ -130,11 +130,7 @@ impl TokenValue {
 /// not as a second token.
 pub const MAX_GRACE: TimeDelta = TimeDelta::days(7);
 
-impl fmt::Debug for TokenValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("TokenValue([redacted])")
-    }
-}
+debug_as!(TokenValue, "TokenValue([redacted])");
 
 /// Lower-case hex SHA-256 of a token value, as stored.
 pub fn hash(value: &str) -> String {
@@ -230,11 +226,7 @@ pub async fn create(
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<(TokenInfo, TokenValue), AdminError> {
     let name = validate::check_name("token", name).map_err(AdminError::invalid("name"))?;
-    let description = description
-        .map(validate::check_description)
-        .transpose()
-        .map_err(AdminError::invalid("description"))?
-        .flatten();
+    let description = validate::description(description)?.flatten();
     let expires_at = check_expiry(expires_at)?;
     projects::get(db, project_id).await?;
     let value = TokenValue::generate();
@@ -315,14 +307,7 @@ pub async fn get_info(db: &DatabaseConnection, id: i64) -> Result<TokenInfo, Adm
 /// The token `id` and its permissions; with `lock`, the token locked until
 /// the end of the write transaction `db`.
 async fn find<C: ConnectionTrait>(db: &C, id: i64, lock: bool) -> Result<TokenInfo, AdminError> {
-    let mut query = app_token::Entity::find_by_id(id);
-    if lock {
-        query = query.lock_exclusive();
-    }
-    let token = query
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("token", id))?;
+    let token = super::find_row(db, app_token::Entity, "token", id, lock).await?;
     let permissions = permissions_of(db, id).await?;
     Ok(TokenInfo { token, permissions })
 }
@@ -334,7 +319,7 @@ async fn update(
     db: &DatabaseConnection,
     actor: &Actor,
     id: i64,
-    action: &'static str,
+    action: &str,
     permissions: Option<&[Permission]>,
     change: impl FnOnce(&mut app_token::ActiveModel),
 ) -> Result<TokenInfo, AdminError> {
@@ -383,10 +368,7 @@ pub async fn edit(
         .map(|n| validate::check_name("token", n))
         .transpose()
         .map_err(AdminError::invalid("name"))?;
-    let description = description
-        .map(validate::check_description)
-        .transpose()
-        .map_err(AdminError::invalid("description"))?;
+    let description = validate::description(description)?;
     let expires_at = expires_at.map(check_expiry).transpose()?;
     update(db, actor, id, "token.edit", permissions, |model| {
         if let Some(name) = name {
@@ -408,12 +390,8 @@ pub async fn set_active(
     id: i64,
     active: bool,
 ) -> Result<app_token::Model, AdminError> {
-    let action = if active {
-        "token.enable"
-    } else {
-        "token.disable"
-    };
-    let info = update(db, actor, id, action, None, |model| {
+    let action = toggle_action("token", active);
+    let info = update(db, actor, id, &action, None, |model| {
         model.active = Set(active);
     })
     .await?;

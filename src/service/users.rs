@@ -73,10 +73,7 @@ pub async fn create(
 }
 
 pub async fn get(db: &DatabaseConnection, user_id: i64) -> Result<user::Model, AdminError> {
-    user::Entity::find_by_id(user_id)
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("user", user_id))
+    super::find_row(db, user::Entity, "user", user_id, false).await
 }
 
 /// The page `page` of the users of `project_id` that `text` names, newest

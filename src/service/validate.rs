@@ -2,6 +2,8 @@
 //! descriptions, reasons, a payment's id); the contract's formats are the
 //! types of `crate::domain`.
 
+use super::AdminError;
+
 /// Longest payment_id accepted.
 pub const PAYMENT_ID_MAX_LEN: usize = 255;
 /// Longest project, server or token name accepted.
@@ -36,6 +38,14 @@ pub fn check_name(what: &str, name: &str) -> Result<String, String> {
 /// characters, no control characters; `None` when blank.
 pub fn check_description(text: &str) -> Result<Option<String>, String> {
     check_text(text, "the description", DESCRIPTION_MAX_LEN)
+}
+
+/// A description given to a change (`None`: not given), refused as the
+/// field `description`; `Some(None)` when blank.
+pub(super) fn description(text: Option<&str>) -> Result<Option<Option<String>>, AdminError> {
+    text.map(check_description)
+        .transpose()
+        .map_err(AdminError::invalid("description"))
 }
 
 /// Why a balance is set, trimmed: not blank, at most [`REASON_MAX_LEN`]

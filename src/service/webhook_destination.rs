@@ -248,11 +248,7 @@ impl Default for Resolver {
     }
 }
 
-impl std::fmt::Debug for Resolver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Resolver(..)")
-    }
-}
+debug_as!(Resolver, "Resolver(..)");
 
 /// The HTTP client's resolver: a name's addresses that `policy` allows,
 /// and an error naming a refused one when none is.

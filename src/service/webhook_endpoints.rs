@@ -14,13 +14,13 @@ use chrono::{DateTime, Utc};
 use entity::webhook_endpoint;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection,
-    EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    EntityTrait, QueryFilter, QueryOrder,
 };
 use serde_json::{Value, json};
 
 use super::{
     AdminError,
-    admin_audit::{Actor, AuditedChange, Change},
+    admin_audit::{Actor, AuditedChange, Change, toggle_action},
     now, projects, validate,
     webhook_destination::Destinations,
     webhook_secrets::{self, WebhookSecret},
@@ -81,15 +81,6 @@ fn audited(endpoint: &webhook_endpoint::Model) -> Value {
     })
 }
 
-fn check_description(text: Option<&str>) -> Result<String, AdminError> {
-    Ok(text
-        .map(validate::check_description)
-        .transpose()
-        .map_err(AdminError::invalid("description"))?
-        .flatten()
-        .unwrap_or_default())
-}
-
 /// Makes an endpoint of `project_id` receiving `types` (`None`: every
 /// type) at `url`; returns it and its secret, shown this once. The secret is
 /// sealed with `key`, the address checked against `destinations`.
@@ -107,7 +98,9 @@ pub async fn create(
     let url = check_destination(url, destinations)
         .await
         .map_err(AdminError::invalid("url"))?;
-    let description = check_description(description)?;
+    let description = validate::description(description)?
+        .flatten()
+        .unwrap_or_default();
     projects::get(db, project_id).await?;
     let secret = WebhookSecret::generate();
     let at = now();
@@ -156,19 +149,14 @@ pub async fn get(db: &DatabaseConnection, id: i64) -> Result<webhook_endpoint::M
     find(db, id, false).await
 }
 
-async fn find<C: ConnectionTrait>(
+/// The endpoint `id`; with `lock`, locked until the end of the write
+/// transaction `db`.
+pub(super) async fn find<C: ConnectionTrait>(
     db: &C,
     id: i64,
     lock: bool,
 ) -> Result<webhook_endpoint::Model, AdminError> {
-    let mut query = webhook_endpoint::Entity::find_by_id(id);
-    if lock {
-        query = query.lock_exclusive();
-    }
-    query
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("webhook endpoint", id))
+    super::find_row(db, webhook_endpoint::Entity, "webhook endpoint", id, lock).await
 }
 
 /// Changes the endpoint `id` under its lock with `change`; logged as
@@ -177,7 +165,7 @@ async fn update(
     db: &DatabaseConnection,
     actor: &Actor,
     id: i64,
-    action: &'static str,
+    action: &str,
     change: impl FnOnce(&mut webhook_endpoint::ActiveModel),
 ) -> Result<webhook_endpoint::Model, AdminError> {
     let txn = AuditedChange::begin(db, actor).await?;
@@ -220,10 +208,7 @@ pub async fn edit(
         ),
         None => None,
     };
-    let description = edit
-        .description
-        .map(|text| check_description(Some(text)))
-        .transpose()?;
+    let description = validate::description(edit.description)?.map(Option::unwrap_or_default);
     update(db, actor, id, "webhook_endpoint.edit", |model| {
         if let Some(url) = url {
             model.url = Set(url);
@@ -247,12 +232,8 @@ pub async fn set_enabled(
     id: i64,
     enabled: bool,
 ) -> Result<webhook_endpoint::Model, AdminError> {
-    let action = if enabled {
-        "webhook_endpoint.enable"
-    } else {
-        "webhook_endpoint.disable"
-    };
-    update(db, actor, id, action, |model| {
+    let action = toggle_action("webhook_endpoint", enabled);
+    update(db, actor, id, &action, |model| {
         model.enabled = Set(enabled);
         model.failing_since = Set(None);
         model.disabled_reason = Set((!enabled).then(|| DISABLED_BY_ADMINISTRATOR.to_owned()));

@@ -19,8 +19,8 @@ use entity::{
     webhook_endpoint, webhook_event,
 };
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect,
     sea_query::{Expr, ExprTrait, Query},
 };
 
@@ -82,10 +82,7 @@ pub async fn get(
     db: &DatabaseConnection,
     id: i64,
 ) -> Result<(webhook_event::Model, Vec<DeliveryDetail>), AdminError> {
-    let event = webhook_event::Entity::find_by_id(id)
-        .one(db)
-        .await?
-        .ok_or(AdminError::NotFound("event", id))?;
+    let event = super::find_row(db, webhook_event::Entity, "event", id, false).await?;
     let deliveries = webhook_delivery::Entity::find()
         .filter(webhook_delivery::Column::EventId.eq(id))
         .order_by_asc(webhook_delivery::Column::Id)
@@ -147,7 +144,9 @@ pub async fn purge_batch<C: ConnectionTrait>(
     batch: u64,
     purged: &mut Purged,
 ) -> Result<bool, DbErr> {
+    use webhook_attempt::Column as A;
     use webhook_delivery::Column as D;
+    use webhook_event::Column as E;
     let finished = D::Status.ne(DeliveryStatus::Pending);
     let old_finished = Query::select()
         .column(D::Id)
@@ -155,77 +154,69 @@ pub async fn purge_batch<C: ConnectionTrait>(
         .and_where(finished.clone())
         .and_where(D::CreatedAt.lt(cutoff))
         .to_owned();
-
-    let attempt_ids: Vec<i64> = webhook_attempt::Entity::find()
-        .select_only()
-        .column(webhook_attempt::Column::Id)
-        .filter(webhook_attempt::Column::DeliveryId.in_subquery(old_finished.clone()))
-        .limit(batch)
-        .into_tuple()
-        .all(db)
-        .await?;
-    if !attempt_ids.is_empty() {
-        let deleted = webhook_attempt::Entity::delete_many()
-            .filter(webhook_attempt::Column::Id.is_in(attempt_ids))
-            .filter(webhook_attempt::Column::DeliveryId.in_subquery(old_finished))
-            .exec(db)
-            .await?;
-        purged.attempts += deleted.rows_affected;
-        purged.batches += 1;
-        return Ok(true);
-    }
-
+    let attempts = Condition::all().add(A::DeliveryId.in_subquery(old_finished));
     let with_attempts = Query::select()
-        .column(webhook_attempt::Column::DeliveryId)
+        .column(A::DeliveryId)
         .from(webhook_attempt::Entity)
         .to_owned();
-    let delivery_ids: Vec<i64> = webhook_delivery::Entity::find()
-        .select_only()
-        .column(D::Id)
-        .filter(finished.clone())
-        .filter(D::CreatedAt.lt(cutoff))
-        .filter(D::Id.not_in_subquery(with_attempts.clone()))
-        .limit(batch)
-        .into_tuple()
-        .all(db)
-        .await?;
-    if !delivery_ids.is_empty() {
-        let deleted = webhook_delivery::Entity::delete_many()
-            .filter(D::Id.is_in(delivery_ids))
-            .filter(finished)
-            .filter(D::Id.not_in_subquery(with_attempts))
-            .exec(db)
-            .await?;
-        purged.deliveries += deleted.rows_affected;
-        purged.batches += 1;
-        return Ok(true);
-    }
-
-    use webhook_event::Column as E;
+    let deliveries = Condition::all()
+        .add(finished)
+        .add(D::CreatedAt.lt(cutoff))
+        .add(D::Id.not_in_subquery(with_attempts));
     let delivered = Query::select()
         .column(D::EventId)
         .from(webhook_delivery::Entity)
         .to_owned();
-    let event_ids: Vec<i64> = webhook_event::Entity::find()
+    let events = Condition::all()
+        .add(E::CreatedAt.lt(cutoff))
+        .add(E::Id.not_in_subquery(delivered));
+    let (count, deleted) = match delete_batch(db, webhook_attempt::Entity, A::Id, attempts, batch)
+        .await?
+    {
+        0 => match delete_batch(db, webhook_delivery::Entity, D::Id, deliveries, batch).await? {
+            0 => {
+                let deleted = delete_batch(db, webhook_event::Entity, E::Id, events, batch).await?;
+                (&mut purged.events, deleted)
+            }
+            deleted => (&mut purged.deliveries, deleted),
+        },
+        deleted => (&mut purged.attempts, deleted),
+    };
+    if deleted == 0 {
+        return Ok(false);
+    }
+    *count += deleted;
+    purged.batches += 1;
+    Ok(true)
+}
+
+/// Deletes at most `batch` rows of `entity` that `which` keeps: a select of
+/// their ids, then a delete of those ids that states `which` again (see the
+/// module docs); how many it deleted.
+async fn delete_batch<E: EntityTrait, C: ConnectionTrait>(
+    db: &C,
+    _entity: E,
+    id: E::Column,
+    which: Condition,
+    batch: u64,
+) -> Result<u64, DbErr> {
+    let ids: Vec<i64> = E::find()
         .select_only()
-        .column(E::Id)
-        .filter(E::CreatedAt.lt(cutoff))
-        .filter(E::Id.not_in_subquery(delivered.clone()))
+        .column(id)
+        .filter(which.clone())
         .limit(batch)
         .into_tuple()
         .all(db)
         .await?;
-    if event_ids.is_empty() {
-        return Ok(false);
+    if ids.is_empty() {
+        return Ok(0);
     }
-    let deleted = webhook_event::Entity::delete_many()
-        .filter(E::Id.is_in(event_ids))
-        .filter(E::Id.not_in_subquery(delivered))
+    let deleted = E::delete_many()
+        .filter(id.is_in(ids))
+        .filter(which)
         .exec(db)
         .await?;
-    purged.events += deleted.rows_affected;
-    purged.batches += 1;
-    Ok(true)
+    Ok(deleted.rows_affected)
 }
 
 /// Deletes everything older than `cutoff` that retention deletes, `batch`

@@ -20,13 +20,11 @@ use super::{
     AdminError,
     admin_audit::{Actor, AuditedChange, Change},
     now,
-    outbox::enqueue,
+    outbox::{self, enqueue},
+    webhook_endpoints,
     webhook_secrets::{self, WebhookSecret},
 };
-use crate::{
-    config::WebhookSecretKey,
-    events::{self, new_webhook_id},
-};
+use crate::{config::WebhookSecretKey, events};
 
 /// The longest window `replay` takes.
 pub const REPLAY_WINDOW_MAX_DAYS: i64 = 14;
@@ -36,11 +34,7 @@ async fn enabled_endpoint<C: ConnectionTrait>(
     txn: &C,
     id: i64,
 ) -> Result<webhook_endpoint::Model, AdminError> {
-    let endpoint = webhook_endpoint::Entity::find_by_id(id)
-        .lock_exclusive()
-        .one(txn)
-        .await?
-        .ok_or(AdminError::NotFound("webhook endpoint", id))?;
+    let endpoint = webhook_endpoints::find(txn, id, true).await?;
     if !endpoint.enabled {
         return Err(AdminError::Invalid(
             "endpoint",
@@ -60,18 +54,7 @@ pub async fn test_endpoint(
     let txn = AuditedChange::begin(db, actor).await?;
     let endpoint = enabled_endpoint(&*txn, endpoint_id).await?;
     let event = events::webhook_test(endpoint.project_id, endpoint.id, now());
-    let recorded = webhook_event::ActiveModel {
-        webhook_id: Set(new_webhook_id()),
-        project_id: Set(event.project_id),
-        event_type: Set(event.event_type),
-        order_id: Set(None),
-        payload: Set(event.payload),
-        created_at: Set(event.at),
-        ..Default::default()
-    }
-    .insert(&*txn)
-    .await?;
-    enqueue(&*txn, recorded.id, &[endpoint.id]).await?;
+    let recorded = outbox::insert(&*txn, &event, &[endpoint.id]).await?;
     let change = Change::new("webhook_endpoint.test", "webhook_endpoint", endpoint.id)
         .after(json!({"event_id": recorded.id, "webhook_id": recorded.webhook_id}));
     txn.commit(change).await?;
@@ -88,10 +71,14 @@ pub async fn resend(
     endpoint: Option<i64>,
 ) -> Result<Vec<i64>, AdminError> {
     let txn = AuditedChange::begin(db, actor).await?;
-    let event = webhook_event::Entity::find_by_id(event_id)
-        .one(&*txn)
-        .await?
-        .ok_or(AdminError::NotFound("webhook event", event_id))?;
+    let event = super::find_row(
+        &*txn,
+        webhook_event::Entity,
+        "webhook event",
+        event_id,
+        false,
+    );
+    let event = event.await?;
     let targets = match endpoint {
         Some(id) => {
             let endpoint = enabled_endpoint(&*txn, id).await?;
@@ -209,11 +196,7 @@ pub async fn rotate_secret(
         .filter(|overlap| *overlap <= Duration::days(7))
         .ok_or_else(|| AdminError::Invalid("overlap", "the overlap is at most 7 days".into()))?;
     let txn = AuditedChange::begin(db, actor).await?;
-    let before = webhook_endpoint::Entity::find_by_id(endpoint_id)
-        .lock_exclusive()
-        .one(&*txn)
-        .await?
-        .ok_or(AdminError::NotFound("webhook endpoint", endpoint_id))?;
+    let before = webhook_endpoints::find(&*txn, endpoint_id, true).await?;
     let secret = WebhookSecret::generate();
     let at = now();
     let mut model: webhook_endpoint::ActiveModel = before.clone().into();

@@ -29,11 +29,7 @@ const NONCE_LEN: usize = 24;
 #[derive(Clone, PartialEq, Eq)]
 pub struct WebhookSecret(String);
 
-impl std::fmt::Debug for WebhookSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WebhookSecret([redacted])")
-    }
-}
+debug_as!(WebhookSecret, "WebhookSecret([redacted])");
 
 impl WebhookSecret {
     /// A secret drawn at random: 32 bytes from the OS CSPRNG.

@@ -32,11 +32,7 @@ pub struct MalformedSecret;
 #[derive(Clone)]
 pub struct SigningKey(Vec<u8>);
 
-impl std::fmt::Debug for SigningKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SigningKey(..)")
-    }
-}
+debug_as!(SigningKey, "SigningKey(..)");
 
 impl SigningKey {
     /// The key of `secret` (`whsec_` + base64; the reference libraries
