@@ -17,9 +17,11 @@ use masterpay::service::{admin_audit::Actor, balances, webhook_endpoints};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde_json::{Value, json};
 
+// No relay: an attempt at the endpoints' host (which does not resolve, and
+// may fail at once) would change the deliveries before they are read.
 on_every_backend!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    without_relay: [
+    crate::common::run_without_relay: [
         every_change_records_one_event_with_the_body_of_what_changed,
         a_conflict_a_replay_and_a_refusal_record_no_event,
         no_event_without_an_enabled_endpoint_receiving_its_type,
@@ -28,17 +30,6 @@ on_every_backend!(
         serve_warns_at_start_when_webhook_secrets_are_stored_in_clear,
     ],
 );
-
-/// Runs `test` on a server whose relay sends nothing: these tests read the
-/// deliveries as recorded, and an attempt (the endpoints' host does not
-/// resolve, which may fail at once) would change them before they are read.
-async fn without_relay<F, Fut>(backend: common::Backend, test: F)
-where
-    F: FnOnce(TestApp) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    test(TestApp::spawn_with(backend, |s| s.webhooks.relay_concurrency = 0).await).await
-}
 
 const PS: &str = "cstm:paygate";
 

@@ -552,6 +552,16 @@ where
     test(TestApp::spawn(backend).await).await
 }
 
+/// Runs `test` on a fresh app of `backend` whose relay sends nothing, for
+/// tests that read deliveries and attempts as the changes recorded them.
+pub async fn run_without_relay<F, Fut>(backend: Backend, test: F)
+where
+    F: FnOnce(TestApp) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    test(TestApp::spawn_with(backend, |s| s.webhooks.relay_concurrency = 0).await).await
+}
+
 /// Runs `test` with `backend` alone, for a test that starts its own app.
 pub async fn with_backend<F, Fut>(backend: Backend, test: F)
 where
