@@ -158,6 +158,9 @@ pub struct WebhookSettings {
     pub endpoint_concurrency: usize,
     /// How often the relay looks for due deliveries.
     pub poll_interval: Duration,
+    /// The relay's own database connections, per instance (PostgreSQL and
+    /// MariaDB; on SQLite it shares the one writer).
+    pub db_connections: u32,
 }
 
 /// The bound of one send (connect, request, answer): see `relay`.
@@ -186,6 +189,7 @@ impl Default for WebhookSettings {
             relay_concurrency: 64,
             endpoint_concurrency: 16,
             poll_interval: Duration::from_millis(100),
+            db_connections: 4,
         }
     }
 }
@@ -288,17 +292,21 @@ pub struct SettingsArgs {
     #[arg(long, env = "MASTERPAY_WEBHOOK_RETRY_AFTER_MAX")]
     pub webhook_retry_after_max: Option<String>,
     /// Webhook sends in flight at once per instance; 0 sends none from
-    /// this instance [default: 16].
+    /// this instance [default: 64].
     #[arg(long, env = "MASTERPAY_WEBHOOK_RELAY_CONCURRENCY")]
     pub webhook_relay_concurrency: Option<usize>,
     /// Webhook sends in flight at once to one endpoint, per instance
-    /// [default: 4].
+    /// [default: 16].
     #[arg(long, env = "MASTERPAY_WEBHOOK_ENDPOINT_CONCURRENCY")]
     pub webhook_endpoint_concurrency: Option<usize>,
     /// How often the relay looks for due webhook deliveries, in ms
-    /// [default: 1000].
+    /// [default: 100].
     #[arg(long, env = "MASTERPAY_WEBHOOK_POLL_INTERVAL_MS")]
     pub webhook_poll_interval_ms: Option<u64>,
+    /// The webhook relay's own database connections per instance, on
+    /// PostgreSQL and MariaDB [default: 4].
+    #[arg(long, env = "MASTERPAY_WEBHOOK_DB_CONNECTIONS")]
+    pub webhook_db_connections: Option<u32>,
     /// Days finished webhook deliveries and delivered events are kept, at
     /// least 14 [default: 30].
     #[arg(long, env = "MASTERPAY_WEBHOOK_RETENTION_DAYS")]
@@ -376,6 +384,7 @@ impl Settings {
             webhook_relay_concurrency,
             webhook_endpoint_concurrency,
             webhook_poll_interval_ms,
+            webhook_db_connections,
             webhook_retention_days,
         } = given.over(file);
         let d = Settings::default();
@@ -425,6 +434,7 @@ impl Settings {
                 endpoint_concurrency: webhook_endpoint_concurrency
                     .unwrap_or(d.webhooks.endpoint_concurrency),
                 poll_interval: ms(webhook_poll_interval_ms, d.webhooks.poll_interval),
+                db_connections: webhook_db_connections.unwrap_or(d.webhooks.db_connections),
             },
             webhook_retention_days: webhook_retention_days.unwrap_or(d.webhook_retention_days),
         };
@@ -436,6 +446,9 @@ impl Settings {
         }
         if settings.pool.max_connections == 0 {
             anyhow::bail!("db_max_connections must be at least 1");
+        }
+        if settings.webhooks.db_connections == 0 {
+            anyhow::bail!("webhook_db_connections must be at least 1");
         }
         for (name, value) in [
             ("db_acquire_timeout_ms", settings.pool.acquire_timeout),
@@ -653,6 +666,10 @@ mod tests {
             ),
             ("webhook_retry_schedule = [\"soon\"]", "is not a duration"),
             ("webhook_endpoint_concurrency = 0", "must be at least 1"),
+            (
+                "webhook_db_connections = 0",
+                "webhook_db_connections must be at least 1",
+            ),
         ] {
             let err = resolve(text).unwrap_err().to_string();
             assert!(err.contains(error), "{text}: {err}");

@@ -37,7 +37,7 @@ use crate::{
         webhook_events,
     },
     state::AppState,
-    store::Readiness,
+    store::{Readiness, Store, database},
 };
 
 mod router_bypass;
@@ -156,6 +156,8 @@ pub struct Application {
     settings: Settings,
     /// How the webhook relay resolves endpoints' names.
     webhook_resolver: Resolver,
+    /// The store the webhook relay claims and records on.
+    relay_store: Arc<dyn Store>,
 }
 
 /// Binds `address` (port 0 picks a free port) and tells which address it got.
@@ -173,6 +175,20 @@ impl Application {
     /// Binds the listener of `settings` and keeps `db` for the handlers.
     pub async fn build(settings: &Settings, db: DatabaseConnection) -> std::io::Result<Self> {
         let state = AppState::new(db, settings).map_err(std::io::Error::other)?;
+        let relay_store = if settings.webhooks.relay_concurrency == 0 {
+            Arc::clone(&state.store)
+        } else {
+            database::relay_store(
+                &state.store,
+                &state.db,
+                &settings.database_url,
+                &settings.pool,
+                settings.webhooks.db_connections,
+                state.metrics.clone(),
+            )
+            .await
+            .map_err(std::io::Error::other)?
+        };
         let (acceptor, local_addr) = bind(&settings.listen).await.map_err(|err| {
             std::io::Error::new(
                 err.kind(),
@@ -205,6 +221,7 @@ impl Application {
             state,
             settings: settings.clone(),
             webhook_resolver: Resolver::default(),
+            relay_store,
         })
     }
 
@@ -268,7 +285,7 @@ impl Application {
             lookup: self.webhook_resolver.clone(),
         };
         let relay = Relay::new(
-            Arc::clone(&self.state.store),
+            self.relay_store,
             &self.settings,
             self.webhook_resolver,
             Arc::clone(&self.state.metrics),

@@ -39,6 +39,31 @@ pub fn open_store(
     })
 }
 
+/// The store the webhook relay of `request_store`'s instance records on.
+/// SQLite has one writer per file, so the relay shares the request path's
+/// store. PostgreSQL and MariaDB get a pool of their own, of
+/// `connections`: sharing the request path's left the relay's claims and
+/// recordings waiting behind the requests for a connection, and the backlog
+/// grew under a steady load (docs/performance.md).
+pub async fn relay_store(
+    request_store: &Arc<dyn Store>,
+    db: &DatabaseConnection,
+    url: &str,
+    settings: &PoolSettings,
+    connections: u32,
+    sizes: Arc<dyn GroupSizes>,
+) -> Result<Arc<dyn Store>, StoreError> {
+    if db.get_database_backend() == DbBackend::Sqlite {
+        return Ok(Arc::clone(request_store));
+    }
+    let settings = PoolSettings {
+        max_connections: connections,
+        ..settings.clone()
+    };
+    let relay_db = connect(url, &settings).await?;
+    open_store(&relay_db, url, &settings, sizes)
+}
+
 /// Starts a transaction that writes. On SQLite it takes the write lock at
 /// once (`BEGIN IMMEDIATE`): a deferred transaction that reads first and
 /// writes later fails with SQLITE_BUSY instead of waiting when another
