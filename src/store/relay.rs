@@ -376,6 +376,7 @@ pub(crate) trait SqlxRelay: Send + Sync {
     /// A recording's statements, in the backend's dialect.
     fn recording() -> &'static Recording;
 
+    /// How many rows the statement of `result` changed.
     fn rows_affected(result: &<Self::DB as Database>::QueryResult) -> u64;
 }
 
@@ -420,6 +421,7 @@ where
     for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
     <B::DB as Database>::Arguments: IntoArguments<B::DB>,
     &'static str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
     for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
     for<'q> i32: Encode<'q, B::DB> + Decode<'q, B::DB> + Type<B::DB>,
     for<'q> i64: Encode<'q, B::DB> + Decode<'q, B::DB> + Type<B::DB>,
@@ -495,12 +497,10 @@ where
             // recordings that both held it and then both asked to write it
             // would deadlock.
             let since = match statements.lock_endpoint {
-                Some(lock) if attempt.changes_endpoint() => sqlx::query(lock)
+                Some(lock) if attempt.changes_endpoint() => sqlx::query_scalar(lock)
                     .bind(attempt.endpoint_id)
                     .fetch_optional(&mut *txn)
                     .await?
-                    .map(|row| row.try_get("failing_since"))
-                    .transpose()?
                     .flatten(),
                 _ => attempt.failing_since,
             };
@@ -526,22 +526,20 @@ where
                         .await?;
                     None
                 }
-                RunOfFailures::Begins(at) => {
-                    let failing = sqlx::query(statements.failing)
+                RunOfFailures::Begins(at) if statements.lock_endpoint.is_some() => {
+                    sqlx::query(statements.failing)
                         .bind(at)
-                        .bind(attempt.endpoint_id);
-                    if statements.lock_endpoint.is_some() {
-                        failing.execute(&mut *txn).await?;
-                        Some(at)
-                    } else {
-                        failing
-                            .fetch_optional(&mut *txn)
-                            .await?
-                            .map(|row| row.try_get("failing_since"))
-                            .transpose()?
-                            .flatten()
-                    }
+                        .bind(attempt.endpoint_id)
+                        .execute(&mut *txn)
+                        .await?;
+                    Some(at)
                 }
+                RunOfFailures::Begins(at) => sqlx::query_scalar(statements.failing)
+                    .bind(at)
+                    .bind(attempt.endpoint_id)
+                    .fetch_optional(&mut *txn)
+                    .await?
+                    .flatten(),
                 RunOfFailures::Unchanged => since,
             };
             let disable = attempt.disable_reason(since);
