@@ -291,9 +291,7 @@ impl MySqlStore {
         txn.commit().await.map_err(read)?;
         Ok(completed)
     }
-}
 
-impl MySqlStore {
     /// The user and server resolved first, then the insert (a duplicate
     /// key is the conflict) and its audit row, in one transaction.
     async fn insert_order_now(
