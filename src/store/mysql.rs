@@ -193,9 +193,8 @@ impl MySqlStore {
             .bind(token_hash)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|row| token_row_of(&row, account.is_some()))
-            .transpose()
-            .map_err(StoreError::from)
+        let token = row.map(|row| token_row_of(&row, account.is_some()));
+        Ok(token.transpose()?.flatten())
     }
 
     async fn complete_now(
