@@ -471,11 +471,7 @@ fn reqwest_text(err: &reqwest::Error) -> String {
 
 /// At most [`EXCERPT_BYTES`] of `text`, cut at a character boundary.
 fn excerpt(text: &str) -> String {
-    let mut end = text.len().min(EXCERPT_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
+    text[..text.floor_char_boundary(EXCERPT_BYTES)].to_owned()
 }
 
 /// A send to `endpoint` ended: its place is free.

@@ -188,8 +188,9 @@ fn permission_list(joined: Option<String>) -> Vec<String> {
 }
 
 /// A token's row as the sqlx backends' token statements name their
-/// columns, with the account's columns when one was asked.
-fn token_row_of<R>(row: &R, with_account: bool) -> Result<TokenRow, sqlx::Error>
+/// columns, with the account's columns when one was asked; `None` for an
+/// unknown token (`token_id` NULL).
+fn token_row_of<R>(row: &R, with_account: bool) -> Result<Option<TokenRow>, sqlx::Error>
 where
     R: sqlx::Row,
     for<'c> &'c str: sqlx::ColumnIndex<R>,
@@ -198,8 +199,11 @@ where
     for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> DateTime<Utc>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
-    Ok(TokenRow {
-        token_id: row.try_get("token_id")?,
+    let Some(token_id) = row.try_get("token_id")? else {
+        return Ok(None);
+    };
+    Ok(Some(TokenRow {
+        token_id,
         project_id: row.try_get("project_id")?,
         active: row.try_get("token_active")?,
         expires_at: row.try_get("expires_at")?,
@@ -218,7 +222,7 @@ where
         } else {
             None
         },
-    })
+    }))
 }
 
 /// An order to insert, its fields validated.

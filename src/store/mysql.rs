@@ -193,9 +193,8 @@ impl MySqlStore {
             .bind(token_hash)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|row| token_row_of(&row, account.is_some()))
-            .transpose()
-            .map_err(StoreError::from)
+        let token = row.map(|row| token_row_of(&row, account.is_some()));
+        Ok(token.transpose()?.flatten())
     }
 
     async fn complete_now(
@@ -291,9 +290,7 @@ impl MySqlStore {
         txn.commit().await.map_err(read)?;
         Ok(completed)
     }
-}
 
-impl MySqlStore {
     /// The user and server resolved first, then the insert (a duplicate
     /// key is the conflict) and its audit row, in one transaction.
     async fn insert_order_now(

@@ -1,9 +1,9 @@
 //! The relay's storage seam: leasing due webhook deliveries and recording
 //! what their attempts did.
 //!
-//! Each backend implements [`RelayStore`] in a module of its own
-//! (`sqlite::relay`, `postgres::relay`, `mysql::relay`), beside its request
-//! path:
+//! SQLite implements [`RelayStore`] in `sqlite::relay`; PostgreSQL and
+//! MariaDB, both on sqlx, share one implementation here, over what differs
+//! between them ([`SqlxRelay`], in `postgres::relay` and `mysql::relay`):
 //!
 //! - PostgreSQL and MariaDB lease on the database's clock: in one
 //!   transaction, the due rows are read `FOR UPDATE SKIP LOCKED` (so that
@@ -26,9 +26,12 @@
 use std::{collections::HashMap, time::Duration};
 
 use chrono::{DateTime, Utc};
-use sea_orm::sqlx;
+use sea_orm::sqlx::{
+    self, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type,
+    pool::PoolConnection, query::Query,
+};
 
-use super::{StoreError, StoreFuture};
+use super::{StoreError, StoreFuture, now};
 
 /// The delivery statuses, as stored.
 pub const PENDING: &str = "pending";
@@ -174,34 +177,6 @@ pub struct DueDelivery {
     pub previous_secret_until: Option<DateTime<Utc>>,
     pub enabled: bool,
     pub failing_since: Option<DateTime<Utc>>,
-}
-
-impl DueDelivery {
-    /// A leased delivery from a row of the claim's read on PostgreSQL or
-    /// MariaDB (its columns are named as the fields).
-    pub(crate) fn from_row<'r, R: sqlx::Row>(row: &'r R) -> Result<DueDelivery, sqlx::Error>
-    where
-        &'static str: sqlx::ColumnIndex<R>,
-        i32: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-        i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-        bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-        String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-        DateTime<Utc>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    {
-        Ok(DueDelivery {
-            id: row.try_get("id")?,
-            endpoint_id: row.try_get("endpoint_id")?,
-            attempts: row.try_get("attempts")?,
-            webhook_id: row.try_get("webhook_id")?,
-            payload: row.try_get("payload")?,
-            url: row.try_get("url")?,
-            secret: row.try_get("secret")?,
-            previous_secret: row.try_get("previous_secret")?,
-            previous_secret_until: row.try_get("previous_secret_until")?,
-            enabled: row.try_get("enabled")?,
-            failing_since: row.try_get("failing_since")?,
-        })
-    }
 }
 
 /// Never the secrets.
@@ -363,6 +338,251 @@ impl Attempt {
     /// The attempt row's `next_attempt_at`: none once the endpoint is disabled.
     pub fn next_attempt(&self, disabled: bool) -> Option<DateTime<Utc>> {
         self.after.delivery().1.filter(|_| !disabled)
+    }
+}
+
+/// A statement with its parameters bound, on a sqlx backend.
+pub(crate) type Bound<DB> = Query<'static, DB, <DB as Database>::Arguments>;
+
+/// What the relays of PostgreSQL and MariaDB (both on sqlx) do differently;
+/// [`RelayStore`] is written once for both, below.
+pub(crate) trait SqlxRelay: Send + Sync {
+    type DB: Database;
+
+    fn pool(&self) -> &sqlx::Pool<Self::DB>;
+
+    /// Begins a claim's or a recording's transaction on `conn`.
+    fn begin(
+        conn: &mut PoolConnection<Self::DB>,
+    ) -> impl Future<Output = Result<sqlx::Transaction<'_, Self::DB>, sqlx::Error>> + Send;
+
+    /// Due pending deliveries whose lease is free or expired, oldest due
+    /// first, but those of the `saturated` endpoints, `limit` at most,
+    /// locked for this transaction and skipped when another holds them:
+    /// `id`, `endpoint_id`, and `now`, the database's time.
+    fn due(saturated: &[i64], limit: i64) -> Bound<Self::DB>;
+
+    /// The lease of the `chosen` deliveries, until `until`, by `owner`.
+    fn lease(chosen: &[i64], until: DateTime<Utc>, owner: &str) -> Bound<Self::DB>;
+
+    /// The `chosen` deliveries leased by `owner`, oldest due first, with
+    /// their event and endpoint (columns named as [`DueDelivery`]'s fields).
+    fn leased(chosen: &[i64], owner: &str) -> Bound<Self::DB>;
+
+    /// The pending deliveries (`pending`), the earliest due (`oldest`) and
+    /// the database's time (`now`).
+    const BACKLOG: &'static str;
+
+    /// A recording's statements, in the backend's dialect.
+    fn recording() -> &'static Recording;
+
+    /// How many rows the statement of `result` changed.
+    fn rows_affected(result: &<Self::DB as Database>::QueryResult) -> u64;
+}
+
+/// A recording's statements in a sqlx backend's dialect.
+pub(crate) struct Recording {
+    settle: String,
+    succeeding: String,
+    disable: String,
+    fail_pending: String,
+    attempt: String,
+    /// An endpoint's run of failures begins (parameters: when, the endpoint).
+    failing: &'static str,
+    /// MariaDB's, which has no `RETURNING`: the endpoint's row locked first
+    /// when the recording changes it, with when its run of failures began
+    /// (parameter: the endpoint); `failing` then returns nothing. `None`:
+    /// `failing` returns when the run began ([`FAILING`]).
+    lock_endpoint: Option<&'static str>,
+}
+
+impl Recording {
+    /// The statements every backend runs alike, in a dialect, with the
+    /// backend's own `failing` and `lock_endpoint`.
+    pub(crate) fn new(
+        dialect: impl Fn(&str) -> String,
+        failing: &'static str,
+        lock_endpoint: Option<&'static str>,
+    ) -> Recording {
+        Recording {
+            settle: dialect(SETTLE),
+            succeeding: dialect(SUCCEEDING),
+            disable: dialect(DISABLE),
+            fail_pending: dialect(FAIL_PENDING),
+            attempt: dialect(ATTEMPT),
+            failing,
+            lock_endpoint,
+        }
+    }
+}
+
+impl<B: SqlxRelay> RelayStore for B
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: IntoArguments<B::DB>,
+    &'static str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> i32: Encode<'q, B::DB> + Decode<'q, B::DB> + Type<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Decode<'q, B::DB> + Type<B::DB>,
+    for<'q> bool: Decode<'q, B::DB> + Type<B::DB>,
+    for<'q> String: Decode<'q, B::DB> + Type<B::DB>,
+    for<'q> DateTime<Utc>: Encode<'q, B::DB> + Decode<'q, B::DB> + Type<B::DB>,
+    for<'q> Option<i32>: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Option<DateTime<Utc>>: Encode<'q, B::DB> + Type<B::DB>,
+{
+    fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, Result<Claimed, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.pool().acquire().await?;
+            let mut txn = B::begin(&mut conn).await?;
+            let due = B::due(
+                &claim.capacity.saturated(),
+                claim.capacity.candidates() as i64,
+            )
+            .fetch_all(&mut *txn)
+            .await?;
+            let Some(first) = due.first() else {
+                txn.commit().await?;
+                return Ok(Claimed {
+                    now: now(),
+                    deliveries: Vec::new(),
+                });
+            };
+            let db_now: DateTime<Utc> = first.try_get("now")?;
+            let candidates = due
+                .iter()
+                .map(|row| Ok((row.try_get("id")?, row.try_get("endpoint_id")?)))
+                .collect::<Result<Vec<(i64, i64)>, sqlx::Error>>()?;
+            let chosen = claim.capacity.choose(&candidates);
+            B::lease(&chosen, db_now + claim.lease, &claim.owner)
+                .execute(&mut *txn)
+                .await?;
+            txn.commit().await?;
+            let rows = B::leased(&chosen, &claim.owner)
+                .fetch_all(self.pool())
+                .await?;
+            let deliveries = rows
+                .iter()
+                .map(|row| {
+                    Ok(DueDelivery {
+                        id: row.try_get("id")?,
+                        endpoint_id: row.try_get("endpoint_id")?,
+                        attempts: row.try_get("attempts")?,
+                        webhook_id: row.try_get("webhook_id")?,
+                        payload: row.try_get("payload")?,
+                        url: row.try_get("url")?,
+                        secret: row.try_get("secret")?,
+                        previous_secret: row.try_get("previous_secret")?,
+                        previous_secret_until: row.try_get("previous_secret_until")?,
+                        enabled: row.try_get("enabled")?,
+                        failing_since: row.try_get("failing_since")?,
+                    })
+                })
+                .collect::<Result<_, sqlx::Error>>()?;
+            Ok(Claimed {
+                now: db_now,
+                deliveries,
+            })
+        })
+    }
+
+    fn record<'a>(&'a self, attempt: &'a Attempt) -> StoreFuture<'a, Result<Recorded, StoreError>> {
+        Box::pin(async move {
+            let statements = B::recording();
+            let mut conn = self.pool().acquire().await?;
+            let mut txn = B::begin(&mut conn).await?;
+            // MariaDB: the endpoint's row first, when it changes: updating a
+            // delivery's status takes a shared lock on its endpoint's row
+            // (the foreign key's index holds the status), and two
+            // recordings that both held it and then both asked to write it
+            // would deadlock.
+            let since = match statements.lock_endpoint {
+                Some(lock) if attempt.changes_endpoint() => sqlx::query_scalar(lock)
+                    .bind(attempt.endpoint_id)
+                    .fetch_optional(&mut *txn)
+                    .await?
+                    .flatten(),
+                _ => attempt.failing_since,
+            };
+            let (status, next) = attempt.after.delivery();
+            let settled = sqlx::query(statements.settle.as_str())
+                .bind(status)
+                .bind(next)
+                .bind(i32::from(attempt.sent.is_some()))
+                .bind(attempt.sent.as_ref().map(|sent| sent.attempted_at))
+                .bind(attempt.delivery_id)
+                .bind(attempt.owner.as_str())
+                .execute(&mut *txn)
+                .await?;
+            if B::rows_affected(&settled) == 0 {
+                txn.rollback().await?;
+                return Ok(Recorded::LeaseLost);
+            }
+            let since = match attempt.run_of_failures(since) {
+                RunOfFailures::Ends => {
+                    sqlx::query(statements.succeeding.as_str())
+                        .bind(attempt.endpoint_id)
+                        .execute(&mut *txn)
+                        .await?;
+                    None
+                }
+                RunOfFailures::Begins(at) if statements.lock_endpoint.is_some() => {
+                    sqlx::query(statements.failing)
+                        .bind(at)
+                        .bind(attempt.endpoint_id)
+                        .execute(&mut *txn)
+                        .await?;
+                    Some(at)
+                }
+                RunOfFailures::Begins(at) => sqlx::query_scalar(statements.failing)
+                    .bind(at)
+                    .bind(attempt.endpoint_id)
+                    .fetch_optional(&mut *txn)
+                    .await?
+                    .flatten(),
+                RunOfFailures::Unchanged => since,
+            };
+            let disable = attempt.disable_reason(since);
+            let mut disabled = None;
+            if let Some(reason) = disable {
+                let changed = sqlx::query(statements.disable.as_str())
+                    .bind(reason)
+                    .bind(now())
+                    .bind(attempt.endpoint_id)
+                    .execute(&mut *txn)
+                    .await?;
+                sqlx::query(statements.fail_pending.as_str())
+                    .bind(attempt.endpoint_id)
+                    .execute(&mut *txn)
+                    .await?;
+                disabled = (B::rows_affected(&changed) > 0).then(|| reason.to_owned());
+            }
+            if let Some(sent) = &attempt.sent {
+                sqlx::query(statements.attempt.as_str())
+                    .bind(attempt.delivery_id)
+                    .bind(sent.attempted_at)
+                    .bind(sent.duration_ms)
+                    .bind(sent.response_status)
+                    .bind(sent.outcome)
+                    .bind(sent.excerpt.as_str())
+                    .bind(attempt.next_attempt(disable.is_some()))
+                    .execute(&mut *txn)
+                    .await?;
+            }
+            txn.commit().await?;
+            Ok(Recorded::Done { disabled })
+        })
+    }
+
+    fn backlog(&self) -> StoreFuture<'_, Result<Backlog, StoreError>> {
+        Box::pin(async move {
+            let row = sqlx::query(B::BACKLOG).fetch_one(self.pool()).await?;
+            Ok(Backlog {
+                pending: row.try_get("pending")?,
+                oldest_due: row.try_get("oldest")?,
+                now: row.try_get("now")?,
+            })
+        })
     }
 }
 

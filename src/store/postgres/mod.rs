@@ -39,7 +39,7 @@ use entity::{
 use futures_util::FutureExt;
 use sea_orm::{
     ActiveEnum, DatabaseConnection,
-    sqlx::{self, PgPool, Postgres, Row, pool::PoolConnection, postgres::PgRow},
+    sqlx::{self, PgPool, Postgres, Row, pool::PoolConnection},
 };
 
 use self::group::Groups;
@@ -484,7 +484,7 @@ async fn read_tokens(pool: &PgPool, reads: &[TokenRead]) -> Vec<TokenOutcome> {
     };
     rows.iter()
         .zip(reads)
-        .map(|(row, read)| token_row(row, read.account.is_some()).map_err(StoreError::from))
+        .map(|(row, read)| token_row_of(row, read.account.is_some()).map_err(StoreError::from))
         .collect()
 }
 
@@ -678,14 +678,6 @@ async fn record_events(
         .execute(&mut **txn)
         .await?;
     Ok(())
-}
-
-/// The token of one request's row; `None` for an unknown token.
-fn token_row(row: &PgRow, with_account: bool) -> Result<Option<TokenRow>, sqlx::Error> {
-    match row.try_get::<Option<i64>, _>("token_id")? {
-        None => Ok(None),
-        Some(_) => token_row_of(row, with_account).map(Some),
-    }
 }
 
 /// Completes `group` within `bound`; when it fails at its credits, runs
