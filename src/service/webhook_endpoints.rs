@@ -64,11 +64,6 @@ pub async fn check_destination(url: &str, destinations: &Destinations) -> Result
     Ok(url.to_owned())
 }
 
-/// An endpoint's types as given (`None`: every type), as stored.
-fn stored_types(types: Option<&[EventType]>) -> Option<String> {
-    types.map(events::stored_types)
-}
-
 /// An endpoint as the audit log shows it: never its secret.
 fn audited(endpoint: &webhook_endpoint::Model) -> Value {
     json!({
@@ -109,7 +104,7 @@ pub async fn create(
         project_id: Set(project_id),
         url: Set(url),
         description: Set(description),
-        event_types: Set(stored_types(types)),
+        event_types: Set(types.map(events::stored_types)),
         secret: Set(webhook_secrets::seal(&secret, key)),
         previous_secret: Set(None),
         previous_secret_until: Set(None),
@@ -214,7 +209,7 @@ pub async fn edit(
             model.url = Set(url);
         }
         if let Some(types) = edit.types {
-            model.event_types = Set(stored_types(types));
+            model.event_types = Set(types.map(events::stored_types));
         }
         if let Some(description) = description {
             model.description = Set(description);

@@ -20,7 +20,7 @@ use entity::{
 };
 use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect,
+    QueryOrder, QuerySelect, QueryTrait,
     sea_query::{Expr, ExprTrait, Query},
 };
 
@@ -49,21 +49,20 @@ pub async fn page(
 ) -> Result<Listed<webhook_event::Model>, AdminError> {
     use webhook_event::Column;
     projects::get(db, project_id).await?;
-    let mut query = webhook_event::Entity::find().filter(Column::ProjectId.eq(project_id));
-    if let Some(event_type) = filter.event_type {
-        query = query.filter(Column::EventType.eq(event_type));
-    }
-    if let Some(order_id) = &filter.order_id {
-        query = query.filter(Column::OrderId.eq(order_id.as_str()));
-    }
-    if let Some(status) = filter.status {
-        let with_status = Query::select()
-            .column(webhook_delivery::Column::EventId)
-            .from(webhook_delivery::Entity)
-            .and_where(webhook_delivery::Column::Status.eq(status))
-            .to_owned();
-        query = query.filter(Column::Id.in_subquery(with_status));
-    }
+    let query = webhook_event::Entity::find()
+        .filter(Column::ProjectId.eq(project_id))
+        .apply_if(filter.event_type, |q, t| q.filter(Column::EventType.eq(t)))
+        .apply_if(filter.order_id.as_deref(), |q, id| {
+            q.filter(Column::OrderId.eq(id))
+        })
+        .apply_if(filter.status, |q, status| {
+            let with_status = Query::select()
+                .column(webhook_delivery::Column::EventId)
+                .from(webhook_delivery::Entity)
+                .and_where(webhook_delivery::Column::Status.eq(status))
+                .to_owned();
+            q.filter(Column::Id.in_subquery(with_status))
+        });
     let rows = page.select(query, Column::Id).all(db).await?;
     Ok(page.cut(rows, |event| event.id))
 }

@@ -77,8 +77,8 @@ pub async fn resend(
         "webhook event",
         event_id,
         false,
-    );
-    let event = event.await?;
+    )
+    .await?;
     let targets = match endpoint {
         Some(id) => {
             let endpoint = enabled_endpoint(&*txn, id).await?;
