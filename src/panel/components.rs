@@ -321,7 +321,7 @@ pub fn list<T>(rows: &[T], columns: &[Column<'_, T>], empty: impl Render) -> Mar
 }
 
 /// An object's details, a row per (label, value).
-pub fn details(rows: &[(&str, Markup)]) -> Markup {
+pub fn details<'a>(rows: impl IntoIterator<Item = (&'a str, Markup)>) -> Markup {
     html! {
         div.table-wrap { table { tbody {
             @for (label, value) in rows { tr { th { (label) } td { (value) } } }

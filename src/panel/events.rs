@@ -142,7 +142,7 @@ fn delivery_section(d: &DeliveryDetail) -> Markup {
     html! {
         section {
             h2 { "Delivery " (delivery.id) " · " (status_badge(delivery.status)) }
-            (c::details(&[
+            (c::details([
                 ("Endpoint", c::or_none(endpoint, "deleted")),
                 ("Attempts", html! { (delivery.attempts) }),
                 ("Last attempt", html! { (c::when_or(delivery.last_attempt_at.as_ref(), "none yet")) }),
@@ -170,7 +170,7 @@ async fn show(admin: SignedIn, Path(id): Path<i64>) -> Answer {
         &format!("Event {}", e.id),
         html! {
             p { a href={ "/projects/" (p.id) "/events" } { "Events of " (p.name) } }
-            (c::details(&[
+            (c::details([
                 ("Type", html! { (events::type_name(e.event_type)) }),
                 ("webhook-id", html! { code { (e.webhook_id) } }),
                 ("Order", order_link(p.id, &e)),

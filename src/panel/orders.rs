@@ -396,41 +396,8 @@ fn order_page(admin: &SignedIn, view: &OrderView, notice: Option<&str>) -> Marku
     let o = &view.order;
     let p = &view.project;
     let path = order_path(o.project_id, &o.order_id);
-    let mut details = vec![
-        ("Status", status_badge(o.status)),
-        ("Amount", html! { (o.amount) }),
-        (
-            "Project",
-            html! { a href={ "/projects/" (p.id) } { (p.name) " (" (p.id) ")" } },
-        ),
-        (
-            "User",
-            html! {
-                a href={ "/users/" (o.user_id) } {
-                    (o.user_id)
-                    @if let Some(u) = &view.user { " · " (u.email) }
-                }
-            },
-        ),
-        (
-            "Account credited",
-            html! { (account_name(o.server_id, &view.servers)) },
-        ),
-        ("Payment system", html! { (o.payment_system) }),
-        ("Payment id", c::or_none(o.payment_id.as_deref(), "none")),
-        ("Created", html! { (c::when(&o.created_at)) }),
-        (
-            "Completed",
-            html! { (c::when_or(o.completed_at.as_ref(), "—")) },
-        ),
-        (
-            "Cancelled",
-            html! { (c::when_or(o.cancelled_at.as_ref(), "—")) },
-        ),
-    ];
-    if let (Some(at), Some(why)) = (&o.refused_at, &o.refusal) {
-        details.push(("Completion refused", html! { (c::when(at)) ": " (why) }));
-    }
+    let refused = (o.refused_at.as_ref().zip(o.refusal.as_ref()))
+        .map(|(at, why)| ("Completion refused", html! { (c::when(at)) ": " (why) }));
     page::frame(
         admin,
         &format!("Order {}", o.order_id),
@@ -439,7 +406,23 @@ fn order_page(admin: &SignedIn, view: &OrderView, notice: Option<&str>) -> Marku
                 p.warning role="alert" { (notice) }
             }
             section {
-                (c::details(&details))
+                (c::details([
+                    ("Status", status_badge(o.status)),
+                    ("Amount", html! { (o.amount) }),
+                    ("Project", html! { a href={ "/projects/" (p.id) } { (p.name) " (" (p.id) ")" } }),
+                    ("User", html! {
+                        a href={ "/users/" (o.user_id) } {
+                            (o.user_id)
+                            @if let Some(u) = &view.user { " · " (u.email) }
+                        }
+                    }),
+                    ("Account credited", html! { (account_name(o.server_id, &view.servers)) }),
+                    ("Payment system", html! { (o.payment_system) }),
+                    ("Payment id", c::or_none(o.payment_id.as_deref(), "none")),
+                    ("Created", html! { (c::when(&o.created_at)) }),
+                    ("Completed", html! { (c::when_or(o.completed_at.as_ref(), "—")) }),
+                    ("Cancelled", html! { (c::when_or(o.cancelled_at.as_ref(), "—")) }),
+                ].into_iter().chain(refused)))
                 div.actions {
                     @if o.status == OrderStatus::Pending {
                         @let completing = format!(

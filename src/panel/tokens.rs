@@ -378,7 +378,7 @@ fn token_page(
             }
             section {
                 h2 { "Details" }
-                (c::details(&[
+                (c::details([
                     ("Id", html! { (t.id) }),
                     ("Project", html! { a href={ "/projects/" (p.id) } { (p.name) } }),
                     ("State", c::state_badge(t.active)),

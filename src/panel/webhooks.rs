@@ -244,7 +244,7 @@ fn endpoint_page(
             }
             section {
                 h2 { "Details" }
-                (c::details(&[
+                (c::details([
                     ("Id", html! { (e.id) }),
                     ("URL", html! { code { (e.url) } }),
                     ("Events", types_badges(e.event_types.as_deref())),
