@@ -1,8 +1,9 @@
 //! The markup pages share: the one format of a moment, badges, form fields
 //! with their errors next to them, selects, a list's filter bar, search
-//! box, export link and paging, detail tables, the sections that disable,
-//! enable or delete an object, the one-time reveal of a secret, and the
-//! tables of operation-log and admin-audit entries.
+//! box, export link and paging, tables of rows by columns, detail tables,
+//! posting forms, the sections that disable, enable or delete an object,
+//! the one-time reveal of a secret, and the tables of operation-log and
+//! admin-audit entries.
 
 use chrono::{DateTime, Utc};
 use entity::{

@@ -60,9 +60,9 @@ pub(super) type Columns<R> = &'static [(&'static str, fn(&R) -> String)];
 
 /// A CSV attachment named `file_name` of the rows a list's `filter` keeps:
 /// the header row of the `columns`, then each entry `read` gives from
-/// `db` with `filter` for each page from the newest to the oldest, a cell a column. A filter with
-/// errors is answered with what is wrong with each field, as text (the
-/// list page's buttons never send them). A failure once the answer has
+/// `db` with `filter` for each page from the newest to the oldest, a cell
+/// a column. A filter with errors is answered with what is wrong with
+/// each field, as text (the list page's buttons never send them). A failure once the answer has
 /// started ends its body short of its end (and is logged), which the
 /// client sees as a broken download, never as a shorter file.
 pub(super) fn attachment<S, R, F, E>(
