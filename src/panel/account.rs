@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::{
     Answer,
-    components::{self as c, FieldAttrs},
+    components::{self as c, Column, FieldAttrs},
     form::FieldErrors,
     page,
     session::{PostForm, SignedIn, signed_out},
@@ -39,36 +39,31 @@ fn account_page(
                 (c::when(&admin.session.expires_at)) " (sessions last 8 hours)." }
             section {
                 h2 { "Your sessions" }
-                (c::table(html! { th { "Signed in" } th { "Last seen" } th { "From" } th {} }, html! {
-                    @for s in sessions {
-                        tr {
-                            td.when { (c::when(&s.created_at)) @if s.by_link { " " span.muted { "(link)" } } }
-                            td.when { (c::when_or(s.last_seen_at.as_ref(), "not yet")) }
-                            td { (s.address.as_deref().unwrap_or("unknown")) }
-                            td { @if s.session_hash == admin.cookie_hash { (c::badge("this session", "ok")) } }
-                        }
-                    }
-                }))
-                form method="post" action="/account/sign-out-everywhere"
-                    data-confirm="Sign out every browser, this one included?" {
-                    (page::csrf(admin))
+                (c::list(sessions, &[
+                    Column("Signed in", "when", &|s| html! {
+                        (c::when(&s.created_at)) @if s.by_link { " " span.muted { "(link)" } }
+                    }),
+                    Column("Last seen", "when", &|s| html! { (c::when_or(s.last_seen_at.as_ref(), "not yet")) }),
+                    Column("From", "", &|s| html! { (s.address.as_deref().unwrap_or("unknown")) }),
+                    Column("", "", &|s| html! {
+                        @if s.session_hash == admin.cookie_hash { (c::badge("this session", "ok")) }
+                    }),
+                ], "No session."))
+                @let confirm = "Sign out every browser, this one included?";
+                (c::post_form(admin, "/account/sign-out-everywhere", Some(confirm), html! {
                     button.danger type="submit" { "Sign out everywhere" }
-                }
+                }))
             }
-            section {
-                h2 { "New password" }
-                form method="post" action="/account/password" {
-                    (page::csrf(admin))
-                    @if admin.session.may_skip_current_password() {
-                        p.muted { "Signed in with a sign-in link: set a new password without the current one (for 15 minutes after the sign-in)." }
-                    } @else {
-                        (c::text_field("Current password", "current_password", "", errors, FieldAttrs::password("current-password")))
-                    }
-                    (c::text_field("New password (at least 12 characters)", "password", "", errors, FieldAttrs::password("new-password")))
-                    (c::text_field("The new password again", "password_again", "", errors, FieldAttrs::password("new-password")))
-                    button type="submit" { "Change password" }
+            (c::form_section(admin, ("New password", "/account/password"), html! {
+                @if admin.session.may_skip_current_password() {
+                    p.muted { "Signed in with a sign-in link: set a new password without the current one (for 15 minutes after the sign-in)." }
+                } @else {
+                    (c::text_field("Current password", "current_password", "", errors, FieldAttrs::password("current-password")))
                 }
-            }
+                (c::text_field("New password (at least 12 characters)", "password", "", errors, FieldAttrs::password("new-password")))
+                (c::text_field("The new password again", "password_again", "", errors, FieldAttrs::password("new-password")))
+                button type="submit" { "Change password" }
+            }))
         },
     )
 }

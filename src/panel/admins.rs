@@ -17,7 +17,7 @@ use poem::{Request, Route, handler, http::header, post, web::Path};
 
 use super::{
     Answer, PanelState,
-    components::{self as c, FieldAttrs},
+    components::{self as c, Column, FieldAttrs},
     form::{FieldErrors, NameForm, Toggle},
     page,
     session::{PostForm, SignedIn},
@@ -59,40 +59,34 @@ fn admins_page(admin: &SignedIn, all: &[administrator::Model], shown: &Shown<'_>
                     code { "masterpay admin login-link --name NAME" } " makes another."
                 }))
             }
-            (c::table(html! { th { "Name" } th { "State" } th { "Created" } th { "Last sign-in" } th {} }, html! {
-                @for a in all {
-                    tr {
-                        td { (a.name) @if a.id == me { " " (c::badge("you", "")) } }
-                        td { (c::state_badge(a.active)) }
-                        td.when { (c::when(&a.created_at)) }
-                        td.when { (c::when_or(a.last_signed_in_at.as_ref(), "never")) }
-                        td {
-                            @if a.id != me {
-                                form method="post" action={ "/admins/" (a.id) "/active" }
-                                    data-confirm=[a.active.then(|| format!("Disable {}? Their sessions end at once.", a.name))] {
-                                    (page::csrf(admin))
-                                    input type="hidden" name="active" value=(!a.active);
-                                    @if a.active {
-                                        button.danger type="submit" { "Disable" }
-                                    } @else {
-                                        button.secondary type="submit" { "Enable" }
-                                    }
-                                }
+            (c::list(all, &[
+                Column("Name", "", &|a| html! { (a.name) @if a.id == me { " " (c::badge("you", "")) } }),
+                Column("State", "", &|a| c::state_badge(a.active)),
+                Column("Created", "when", &|a| html! { (c::when(&a.created_at)) }),
+                Column("Last sign-in", "when", &|a| html! { (c::when_or(a.last_signed_in_at.as_ref(), "never")) }),
+                Column("", "", &|a| html! {
+                    @if a.id != me {
+                        @let confirm = a.active.then(|| format!("Disable {}? Their sessions end at once.", a.name));
+                        (c::post_form(admin, &format!("/admins/{}/active", a.id), confirm.as_deref(), html! {
+                            input type="hidden" name="active" value=(!a.active);
+                            @if a.active {
+                                button.danger type="submit" { "Disable" }
+                            } @else {
+                                button.secondary type="submit" { "Enable" }
                             }
-                            @if let Some((_, message)) = shown.refused.as_ref().filter(|(id, _)| *id == a.id) {
-                                p.field-error id="active-error" { (message) }
-                            }
-                        }
+                        }))
                     }
-                }
-            }))
+                    @if let Some((_, message)) = shown.refused.as_ref().filter(|(id, _)| *id == a.id) {
+                        p.field-error id="active-error" { (message) }
+                    }
+                }),
+            ], "No administrator."))
             section {
                 h2 { "Invite an administrator" }
-                form method="post" action="/admins" {
-                    (page::csrf(admin))
+                (c::post_form(admin, "/admins", None, html! {
                     (c::text_field("Name", "name", shown.name, &shown.errors, FieldAttrs::TEXT))
                     button type="submit" { "Invite" }
-                }
+                }))
                 p.muted { "They get a sign-in link valid " (LOGIN_LINK_LIFETIME.num_minutes()) " minutes, shown here once." }
             }
         },

@@ -141,42 +141,24 @@ async fn list(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
 }
 
 /// The columns of the export, one row per entry.
-const CSV_HEADER: &[&str] = &[
-    "id",
-    "at",
-    "actor",
-    "address",
-    "action",
-    "object_kind",
-    "object_id",
-    "before",
-    "after",
+const CSV_COLUMNS: csv_export::Columns<admin_audit_entry::Model> = &[
+    ("id", |e| e.id.to_string()),
+    ("at", |e| csv_export::moment(e.at)),
+    ("actor", |e| e.actor.clone()),
+    ("address", |e| e.address.clone().unwrap_or_default()),
+    ("action", |e| e.action.clone()),
+    ("object_kind", |e| e.object_kind.clone()),
+    ("object_id", |e| e.object_id.clone()),
+    ("before", |e| e.before.clone().unwrap_or_default()),
+    ("after", |e| e.after.clone().unwrap_or_default()),
 ];
-
-fn csv_row(entry: admin_audit_entry::Model) -> Vec<String> {
-    vec![
-        entry.id.to_string(),
-        csv_export::moment(entry.at),
-        entry.actor,
-        entry.address.unwrap_or_default(),
-        entry.action,
-        entry.object_kind,
-        entry.object_id,
-        entry.before.unwrap_or_default(),
-        entry.after.unwrap_or_default(),
-    ]
-}
 
 #[handler]
 async fn export(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
     Ok(csv_export::attachment(
-        ("masterpay-audit-log.csv", CSV_HEADER),
-        query
-            .filters
-            .read()
-            .map(|filter| (admin.state.db.clone(), filter)),
-        |(db, filter), page| async move { admin_audit::page(&db, &filter, page).await },
-        csv_row,
+        ("masterpay-audit-log.csv", CSV_COLUMNS),
+        (&admin.state.db, query.filters.read()),
+        |db, filter, page| async move { admin_audit::page(&db, &filter, page).await },
     ))
 }
 

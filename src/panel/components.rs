@@ -1,8 +1,9 @@
 //! The markup pages share: the one format of a moment, badges, form fields
 //! with their errors next to them, selects, a list's filter bar, search
-//! box, export link and paging, detail tables, the sections that disable,
-//! enable or delete an object, the one-time reveal of a secret, and the
-//! tables of operation-log and admin-audit entries.
+//! box, export link and paging, tables of rows by columns, detail tables,
+//! posting forms, the sections that disable, enable or delete an object,
+//! the one-time reveal of a secret, and the tables of operation-log and
+//! admin-audit entries.
 
 use chrono::{DateTime, Utc};
 use entity::{
@@ -36,6 +37,11 @@ pub fn when(at: &DateTime<Utc>) -> String {
 
 pub fn when_or(at: Option<&DateTime<Utc>>, none: &str) -> String {
     at.map_or_else(|| none.to_owned(), when)
+}
+
+/// `value`, or `none` in grey when there is none.
+pub fn or_none(value: Option<impl Render>, none: &str) -> Markup {
+    html! { @match value { Some(value) => (value), None => span.muted { (none) } } }
 }
 
 /// A small badge (a permission, a state).
@@ -293,23 +299,56 @@ pub fn paging(path: &str, query: &PageQuery<impl Serialize>, older: Option<i64>)
     }
 }
 
-/// A table of the header cells `head` and the `rows`, scrolled sideways
-/// on its own when it is wider than the page.
-pub fn table(head: Markup, rows: Markup) -> Markup {
+/// A column of a [`list`]: its header, the class of its cells (`num`
+/// aligns numbers, `when` keeps a moment on one line, or none) and what
+/// each cell shows of a row.
+pub struct Column<'a, T>(pub &'a str, pub &'a str, pub &'a dyn Fn(&T) -> Markup);
+
+/// `rows` as a table of `columns`, scrolled sideways on its own when it is
+/// wider than the page; `empty` in the one row when there is none.
+pub fn list<T>(rows: &[T], columns: &[Column<'_, T>], empty: impl Render) -> Markup {
+    let class = |class: &str| Some(class.to_owned()).filter(|class| !class.is_empty());
     html! {
         div.table-wrap { table {
-            thead { tr { (head) } }
-            tbody { (rows) }
+            thead { tr { @for Column(head, kind, _) in columns { th class=[class(kind)] { (head) } } } }
+            tbody {
+                @for row in rows {
+                    tr { @for Column(_, kind, cell) in columns { td class=[class(kind)] { (cell(row)) } } }
+                }
+                @if rows.is_empty() { tr { td colspan=(columns.len()) .muted { (empty) } } }
+            }
         } }
     }
 }
 
 /// An object's details, a row per (label, value).
-pub fn details(rows: &[(&str, Markup)]) -> Markup {
+pub fn details<'a>(rows: impl IntoIterator<Item = (&'a str, Markup)>) -> Markup {
     html! {
         div.table-wrap { table { tbody {
             @for (label, value) in rows { tr { th { (label) } td { (value) } } }
         } } }
+    }
+}
+
+/// A form posting its `fields` (and buttons) to `action` with the CSRF
+/// field, once `confirm` (when there is one) is answered yes.
+pub fn post_form(admin: &SignedIn, action: &str, confirm: Option<&str>, fields: Markup) -> Markup {
+    html! {
+        form method="post" action=(action) data-confirm=[confirm] {
+            (page::csrf(admin))
+            (fields)
+        }
+    }
+}
+
+/// A section of a page, under its `title` (none when blank), that is one
+/// [`post_form`] to `action`.
+pub fn form_section(admin: &SignedIn, (title, action): (&str, &str), fields: Markup) -> Markup {
+    html! {
+        section {
+            @if !title.is_empty() { h2 { (title) } }
+            (post_form(admin, action, None, fields))
+        }
     }
 }
 
@@ -328,19 +367,17 @@ pub fn toggle_section(
             @if active {
                 h2 { "Disable" }
                 p { (disabling) }
-                form method="post" action=(action) data-confirm=(confirm) {
-                    (page::csrf(admin))
+                (post_form(admin, action, Some(confirm), html! {
                     input type="hidden" name="active" value="false";
                     button.danger type="submit" { "Disable " (what) }
-                }
+                }))
             } @else {
                 h2 { "Enable" }
                 p { (enabling) }
-                form method="post" action=(action) {
-                    (page::csrf(admin))
+                (post_form(admin, action, None, html! {
                     input type="hidden" name="active" value="true";
                     button type="submit" { "Enable " (what) }
-                }
+                }))
             }
         }
     }
@@ -361,11 +398,10 @@ pub fn delete_section(
         section {
             h2 { "Delete" }
             p { (warning) }
-            form method="post" action=(action) {
-                (page::csrf(admin))
+            (post_form(admin, action, None, html! {
                 (text_field(label, "confirm_name", typed, errors, FieldAttrs { autocomplete: Some("off"), ..FieldAttrs::TEXT }))
                 button.danger type="submit" { "Delete " (what) }
-            }
+            }))
         }
     }
 }
@@ -391,29 +427,23 @@ pub fn reveal(address: &str, (title, id, secret): (Markup, &str, &str), warning:
 
 /// Operation-log entries as a table (a user's history, an order's credit).
 pub fn operations_table(entries: &[Entry], project_id: i64, servers: &[server::Model]) -> Markup {
+    let balance = |e: &Entry| match e.balance_type {
+        BalanceType::Main => "main",
+        BalanceType::Bonus => "bonus",
+    };
     html! {
-        (table(html! {
-            th { "When" } th { "Kind" } th { "Account" } th { "Balance" }
-            th.num { "Change" } th.num { "Before" } th.num { "After" } th { "Order" }
-        }, html! {
-            @for e in entries {
-                tr {
-                    td { (when(&e.created_at)) }
-                    td { (kind_label(e.kind)) }
-                    td { (account_name(e.server_id, servers)) }
-                    td { (match e.balance_type { BalanceType::Main => "main", BalanceType::Bonus => "bonus" }) }
-                    td.num { (signed_cents(e.amount_cents)) }
-                    td.num { (e.balance_before) }
-                    td.num { (e.balance_after) }
-                    td {
-                        @if let Some(order_id) = &e.order_id {
-                            a href=(order_path(project_id, order_id)) { (order_id) }
-                        }
-                    }
-                }
-            }
-            @if entries.is_empty() { tr { td colspan="8" .muted { "No operation yet." } } }
-        }))
+        (list(entries, &[
+            Column("When", "", &|e| html! { (when(&e.created_at)) }),
+            Column("Kind", "", &|e| html! { (kind_label(e.kind)) }),
+            Column("Account", "", &|e| html! { (account_name(e.server_id, servers)) }),
+            Column("Balance", "", &|e| html! { (balance(e)) }),
+            Column("Change", "num", &|e| html! { (signed_cents(e.amount_cents)) }),
+            Column("Before", "num", &|e| html! { (e.balance_before) }),
+            Column("After", "num", &|e| html! { (e.balance_after) }),
+            Column("Order", "", &|e| html! {
+                @if let Some(order_id) = &e.order_id { a href=(order_path(project_id, order_id)) { (order_id) } }
+            }),
+        ], "No operation yet."))
     }
 }
 
@@ -473,17 +503,13 @@ pub fn actor_cell(entry: &admin_audit_entry::Model) -> Markup {
 
 /// Stored JSON, indented; as stored when it is not JSON.
 fn json_cell(json: Option<&str>) -> Markup {
-    html! {
-        @if let Some(json) = json {
-            @let text = serde_json::from_str::<Value>(json)
-                .ok()
-                .and_then(|value| serde_json::to_string_pretty(&value).ok())
-                .unwrap_or_else(|| json.to_owned());
-            pre { (text) }
-        } @else {
-            span.muted { "—" }
-        }
-    }
+    let pretty = |json: &str| {
+        serde_json::from_str::<Value>(json)
+            .ok()
+            .and_then(|value| serde_json::to_string_pretty(&value).ok())
+            .unwrap_or_else(|| json.to_owned())
+    };
+    or_none(json.map(|json| html! { pre { (pretty(json)) } }), "—")
 }
 
 /// Entries of an object's page's [`audit_table`] shown at most.
@@ -516,30 +542,24 @@ pub enum Listing {
 /// action, the object (unless the table is one object's) and its state
 /// before and after; `empty` in the one row when there is no entry.
 pub fn audit_table(entries: &[admin_audit_entry::Model], listing: Listing, empty: &str) -> Markup {
-    let objects = listing == Listing::AnyObject;
-    let columns = if objects { 7 } else { 6 };
-    html! {
-        (table(html! {
-            th { "When" } th { "Who" } th { "From" } th { "Action" }
-            @if objects { th { "Object" } }
-            th { "Before" } th { "After" }
-        }, html! {
-            @for entry in entries {
-                tr {
-                    td.when { (when(&entry.at)) }
-                    td { (actor_cell(entry)) }
-                    td { (entry.address.as_deref().unwrap_or("—")) }
-                    td { code { (entry.action) } }
-                    @if objects { td { (object_cell(entry)) } }
-                    td.json { (json_cell(entry.before.as_deref())) }
-                    td.json { (json_cell(entry.after.as_deref())) }
-                }
-            }
-            @if entries.is_empty() {
-                tr { td colspan=(columns) .muted { (empty) } }
-            }
-        }))
+    let mut columns: Vec<Column<admin_audit_entry::Model>> = vec![
+        Column("When", "when", &|e| html! { (when(&e.at)) }),
+        Column("Who", "", &actor_cell),
+        Column(
+            "From",
+            "",
+            &|e| html! { (e.address.as_deref().unwrap_or("—")) },
+        ),
+        Column("Action", "", &|e| html! { code { (e.action) } }),
+    ];
+    if listing == Listing::AnyObject {
+        columns.push(Column("Object", "", &object_cell));
     }
+    columns.push(Column("Before", "json", &|e| {
+        json_cell(e.before.as_deref())
+    }));
+    columns.push(Column("After", "json", &|e| json_cell(e.after.as_deref())));
+    list(entries, &columns, empty)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use poem::{
     Body, Response,
     http::{StatusCode, header},
 };
+use sea_orm::DatabaseConnection;
 
 use super::form::FieldErrors;
 use crate::service::keyset::{Keyset, Listed};
@@ -53,18 +54,21 @@ pub(super) fn to_csv<R: AsRef<[String]>>(rows: &[R]) -> io::Result<Vec<u8>> {
     out.into_inner().map_err(|err| err.into_error())
 }
 
+/// The columns of an export of `R`s: each one's name, in the header row,
+/// and its cell of an entry.
+pub(super) type Columns<R> = &'static [(&'static str, fn(&R) -> String)];
+
 /// A CSV attachment named `file_name` of the rows a list's `filter` keeps:
-/// the `header` row, then each entry `read` gives with `filter` for each
-/// page from the newest to the oldest, as `row` writes it. A filter with
-/// errors is answered with what is wrong with each field, as text (the
-/// list page's buttons never send them). A failure once the answer has
+/// the header row of the `columns`, then each entry `read` gives from
+/// `db` with `filter` for each page from the newest to the oldest, a cell
+/// a column. A filter with errors is answered with what is wrong with
+/// each field, as text (the list page's buttons never send them). A failure once the answer has
 /// started ends its body short of its end (and is logged), which the
 /// client sees as a broken download, never as a shorter file.
 pub(super) fn attachment<S, R, F, E>(
-    (file_name, header): (&str, &'static [&'static str]),
-    filter: Result<S, FieldErrors>,
-    read: impl Fn(S, Keyset) -> F + Send + 'static,
-    row: fn(R) -> Vec<String>,
+    (file_name, columns): (&str, Columns<R>),
+    (db, filter): (&DatabaseConnection, Result<S, FieldErrors>),
+    read: impl Fn(DatabaseConnection, S, Keyset) -> F + Send + 'static,
 ) -> Response
 where
     S: Clone + Send + 'static,
@@ -81,10 +85,11 @@ where
                 .body(errors.lines());
         }
     };
-    let header = [header.iter().map(|name| (*name).to_owned()).collect()];
+    let db = db.clone();
+    let header = [columns.iter().map(|(name, _)| (*name).to_owned()).collect()];
     let header = stream::once(async move { to_csv::<Vec<String>>(&header) });
     let rows = stream::try_unfold(Some(Keyset::first(PAGE_SIZE)), move |page| {
-        let reading = page.map(|page| read(filter.clone(), page));
+        let reading = page.map(|page| read(db.clone(), filter.clone(), page));
         async move {
             let Some(reading) = reading else {
                 return Ok(None);
@@ -97,7 +102,8 @@ where
                 before: Some(before),
                 size: PAGE_SIZE,
             });
-            let rows: Vec<Vec<String>> = page.rows.into_iter().map(row).collect();
+            let row = |entry| columns.iter().map(|(_, cell)| cell(entry)).collect();
+            let rows: Vec<Vec<String>> = page.rows.iter().map(row).collect();
             Ok(Some((to_csv(&rows)?, next)))
         }
     });

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Answer,
-    components::{self as c, Blank, FieldAttrs},
+    components::{self as c, Blank, Column, FieldAttrs},
     form::{FieldErrors, PageQuery},
     page,
     session::SignedIn,
@@ -81,6 +81,11 @@ fn status_badge(status: DeliveryStatus) -> Markup {
     c::badge(&status.to_value(), kind)
 }
 
+/// The order an event is about, linked to its page.
+fn order_link(project_id: i64, e: &webhook_event::Model) -> Markup {
+    html! { @if let Some(order) = &e.order_id { a href=(c::order_path(project_id, order)) { (order) } } }
+}
+
 fn list_page(
     admin: &SignedIn,
     (query, errors): (&PageQuery<Filters>, &FieldErrors),
@@ -103,18 +108,13 @@ fn list_page(
                 (c::select_field(("A delivery", "status"), errors, Blank::Any("in any state"), states, &f.status))
                 (c::text_field("Order id", "order_id", &f.order_id, errors, FieldAttrs::OPTIONAL))
             }))
-            (c::table(html! { th.num { "Id" } th { "Type" } th { "Order" } th { "webhook-id" } th { "Recorded" } }, html! {
-                @for e in &all.rows {
-                    tr {
-                        td.num { a href={ "/events/" (e.id) } { (e.id) } }
-                        td { a href={ "/events/" (e.id) } { (events::type_name(e.event_type)) } }
-                        td { @if let Some(order) = &e.order_id { a href=(c::order_path(p.id, order)) { (order) } } }
-                        td { code { (e.webhook_id) } }
-                        td { (c::when(&e.created_at)) }
-                    }
-                }
-                @if all.rows.is_empty() { tr { td colspan="5" .muted { "No event matches." } } }
-            }))
+            (c::list(&all.rows, &[
+                Column("Id", "num", &|e| html! { a href={ "/events/" (e.id) } { (e.id) } }),
+                Column("Type", "", &|e| html! { a href={ "/events/" (e.id) } { (events::type_name(e.event_type)) } }),
+                Column("Order", "", &|e| order_link(p.id, e)),
+                Column("webhook-id", "", &|e| html! { code { (e.webhook_id) } }),
+                Column("Recorded", "", &|e| html! { (c::when(&e.created_at)) }),
+            ], "No event matches."))
             (c::paging(&path, query, all.older))
             p.muted { "Events are recorded only while an enabled endpoint of the project receives their type." }
         },
@@ -137,33 +137,25 @@ async fn list(admin: SignedIn, Path(id): Path<i64>, query: PageQuery<Filters>) -
 
 fn delivery_section(d: &DeliveryDetail) -> Markup {
     let delivery: &Delivery = &d.delivery;
+    let endpoint =
+        (d.endpoint.as_ref()).map(|e| html! { a href={ "/webhooks/" (e.id) } { (e.url) } });
     html! {
         section {
             h2 { "Delivery " (delivery.id) " · " (status_badge(delivery.status)) }
-            (c::details(&[
-                ("Endpoint", html! {
-                    @match &d.endpoint {
-                        Some(e) => { a href={ "/webhooks/" (e.id) } { (e.url) } }
-                        None => { span.muted { "deleted" } }
-                    }
-                }),
+            (c::details([
+                ("Endpoint", c::or_none(endpoint, "deleted")),
                 ("Attempts", html! { (delivery.attempts) }),
                 ("Last attempt", html! { (c::when_or(delivery.last_attempt_at.as_ref(), "none yet")) }),
                 ("Next attempt", html! { (c::when_or(delivery.next_attempt_at.as_ref(), "none")) }),
             ]))
-            (c::table(html! { th { "Attempted" } th.num { "Duration" } th { "Outcome" } th.num { "Status" } th { "Answer (excerpt)" } th { "Then due" } }, html! {
-                @for a in &d.attempts {
-                    tr {
-                        td { (c::when(&a.attempted_at)) }
-                        td.num { (a.duration_ms) " ms" }
-                        td { (a.outcome.to_value()) }
-                        td.num { @if let Some(status) = a.response_status { (status) } }
-                        td { code { (a.response_excerpt) } }
-                        td { (c::when_or(a.next_attempt_at.as_ref(), "—")) }
-                    }
-                }
-                @if d.attempts.is_empty() { tr { td colspan="6" .muted { "Not attempted yet." } } }
-            }))
+            (c::list(&d.attempts, &[
+                Column("Attempted", "", &|a| html! { (c::when(&a.attempted_at)) }),
+                Column("Duration", "num", &|a| html! { (a.duration_ms) " ms" }),
+                Column("Outcome", "", &|a| html! { (a.outcome.to_value()) }),
+                Column("Status", "num", &|a| html! { @if let Some(status) = a.response_status { (status) } }),
+                Column("Answer (excerpt)", "", &|a| html! { code { (a.response_excerpt) } }),
+                Column("Then due", "", &|a| html! { (c::when_or(a.next_attempt_at.as_ref(), "—")) }),
+            ], "Not attempted yet."))
         }
     }
 }
@@ -178,10 +170,10 @@ async fn show(admin: SignedIn, Path(id): Path<i64>) -> Answer {
         &format!("Event {}", e.id),
         html! {
             p { a href={ "/projects/" (p.id) "/events" } { "Events of " (p.name) } }
-            (c::details(&[
+            (c::details([
                 ("Type", html! { (events::type_name(e.event_type)) }),
                 ("webhook-id", html! { code { (e.webhook_id) } }),
-                ("Order", html! { @if let Some(order) = &e.order_id { a href=(c::order_path(p.id, order)) { (order) } } }),
+                ("Order", order_link(p.id, &e)),
                 ("Recorded", html! { (c::when(&e.created_at)) }),
             ]))
             section {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Answer,
-    components::{self as c, Blank, FieldAttrs},
+    components::{self as c, Blank, Column, FieldAttrs},
     csv_export,
     form::{FieldErrors, PageQuery, parse_day_range, parse_id},
     page,
@@ -92,12 +92,8 @@ fn filter_form(f: &Filters, errors: &FieldErrors, all: &[project::Model]) -> Mar
 }
 
 fn run_form(admin: &SignedIn) -> Markup {
-    html! {
-        form method="post" action="/ledger/audit" {
-            (page::csrf(admin))
-            button type="submit" { "Run audit" }
-        }
-    }
+    let button = html! { button type="submit" { "Run audit" } };
+    c::post_form(admin, "/ledger/audit", None, button)
 }
 
 fn list_page(
@@ -122,43 +118,29 @@ fn list_page(
             @if errors.is_empty() {
                 (c::export_link("/ledger.csv", query))
                 (c::entries_count(query, entries, PAGE_SIZE))
-                (c::table(html! {
-                    th.num { "Id" } th { "When" } th { "Project" } th.num { "User" }
-                    th { "Account" } th { "Kind" } th.num { "Change" } th.num { "Before" }
-                    th.num { "After" } th { "Order" }
-                }, html! {
-                    @for e in &entries.rows {
-                        @let row = &e.row;
-                        tr {
-                            td.num { (row.id) }
-                            td.when { (c::when(&row.created_at)) }
-                            td {
-                                @if let Some(id) = e.project_id {
-                                    a href={ "/projects/" (id) } { (c::project_name(all, id)) }
-                                }
-                            }
-                            td.num { a href={ "/users/" (row.user_id) } { (row.user_id) } }
-                            td {
-                                @if row.server_id == 0 { "general" } @else { "server " (row.server_id) }
-                                " · " (row.balance_type.to_value())
-                            }
-                            td { (c::kind_label(row.kind)) }
-                            td.num { (signed_cents(row.amount_cents)) }
-                            td.num { (signed_cents(row.balance_before_cents)) }
-                            td.num { (signed_cents(row.balance_after_cents)) }
-                            td {
-                                @match (&e.order_id, e.project_id) {
-                                    (Some(order), Some(project)) => a href=(c::order_path(project, order)) { (order) },
-                                    (Some(order), None) => (order),
-                                    (None, _) => span.muted { "—" },
-                                }
-                            }
+                (c::list(&entries.rows, &[
+                    Column("Id", "num", &|e| html! { (e.row.id) }),
+                    Column("When", "when", &|e| html! { (c::when(&e.row.created_at)) }),
+                    Column("Project", "", &|e| html! {
+                        @if let Some(id) = e.project_id { a href={ "/projects/" (id) } { (c::project_name(all, id)) } }
+                    }),
+                    Column("User", "num", &|e| html! { a href={ "/users/" (e.row.user_id) } { (e.row.user_id) } }),
+                    Column("Account", "", &|e| html! {
+                        @if e.row.server_id == 0 { "general" } @else { "server " (e.row.server_id) }
+                        " · " (e.row.balance_type.to_value())
+                    }),
+                    Column("Kind", "", &|e| html! { (c::kind_label(e.row.kind)) }),
+                    Column("Change", "num", &|e| html! { (signed_cents(e.row.amount_cents)) }),
+                    Column("Before", "num", &|e| html! { (signed_cents(e.row.balance_before_cents)) }),
+                    Column("After", "num", &|e| html! { (signed_cents(e.row.balance_after_cents)) }),
+                    Column("Order", "", &|e| html! {
+                        @match (&e.order_id, e.project_id) {
+                            (Some(order), Some(project)) => a href=(c::order_path(project, order)) { (order) },
+                            (Some(order), None) => (order),
+                            (None, _) => span.muted { "—" },
                         }
-                    }
-                    @if entries.rows.is_empty() {
-                        tr { td colspan="10" .muted { "No entry matches." } }
-                    }
-                }))
+                    }),
+                ], "No entry matches."))
                 (c::paging("/ledger", query, entries.older))
             }
         },
@@ -185,52 +167,32 @@ async fn list(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
 }
 
 /// The columns of the export, one row per entry; amounts in exact decimal.
-const CSV_HEADER: &[&str] = &[
-    "id",
-    "at",
-    "project_id",
-    "user_id",
-    "server_id",
-    "balance_type",
-    "kind",
-    "change",
-    "balance_before",
-    "balance_after",
-    "order_id",
+const CSV_COLUMNS: csv_export::Columns<LedgerEntry> = &[
+    ("id", |e| e.row.id.to_string()),
+    ("at", |e| csv_export::moment(e.row.created_at)),
+    ("project_id", |e| {
+        e.project_id.map(|id| id.to_string()).unwrap_or_default()
+    }),
+    ("user_id", |e| e.row.user_id.to_string()),
+    ("server_id", |e| e.row.server_id.to_string()),
+    ("balance_type", |e| e.row.balance_type.to_value()),
+    ("kind", |e| e.row.kind.to_value()),
+    ("change", |e| signed_cents(e.row.amount_cents)),
+    ("balance_before", |e| {
+        signed_cents(e.row.balance_before_cents)
+    }),
+    ("balance_after", |e| signed_cents(e.row.balance_after_cents)),
+    ("order_id", |e| e.order_id.clone().unwrap_or_default()),
 ];
-
-fn csv_row(entry: LedgerEntry) -> Vec<String> {
-    let row = entry.row;
-    vec![
-        row.id.to_string(),
-        csv_export::moment(row.created_at),
-        entry
-            .project_id
-            .map(|id| id.to_string())
-            .unwrap_or_default(),
-        row.user_id.to_string(),
-        row.server_id.to_string(),
-        row.balance_type.to_value(),
-        row.kind.to_value(),
-        signed_cents(row.amount_cents),
-        signed_cents(row.balance_before_cents),
-        signed_cents(row.balance_after_cents),
-        entry.order_id.unwrap_or_default(),
-    ]
-}
 
 /// The entries the filters keep, every page of them, as CSV.
 #[handler]
 async fn export(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
     let all = projects::list(&admin.state.db).await?;
     Ok(csv_export::attachment(
-        ("masterpay-ledger.csv", CSV_HEADER),
-        query
-            .filters
-            .read(&all)
-            .map(|filter| (admin.state.db.clone(), filter)),
-        |(db, filter), page| async move { ledger::ledger(&db, &filter, page).await },
-        csv_row,
+        ("masterpay-ledger.csv", CSV_COLUMNS),
+        (&admin.state.db, query.filters.read(&all)),
+        |db, filter, page| async move { ledger::ledger(&db, &filter, page).await },
     ))
 }
 

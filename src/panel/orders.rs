@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Answer, PanelError, PanelState,
-    components::{self as c, Blank, FieldAttrs, Listing, account_name, order_path, status_badge},
+    components::{
+        self as c, Blank, Column, FieldAttrs, Listing, account_name, order_path, status_badge,
+    },
     csv_export,
     form::{FieldErrors, PageQuery, parse_day_range, parse_id, parse_money, parse_server},
     page,
@@ -120,26 +122,19 @@ impl OrderForm {
     fn read(&self, projects: &[project::Model]) -> Result<OrderRequest, FieldErrors> {
         let mut errors = FieldErrors::default();
         let project_id = match parse_id(&self.project) {
-            Some(id) if projects.iter().any(|p| p.id == id) => Some(id),
-            Some(_) => {
-                errors.add("project", "this project does not exist");
-                None
-            }
-            None => {
-                errors.add("project", "choose a project");
-                None
-            }
+            Some(id) if projects.iter().any(|p| p.id == id) => Ok(id),
+            Some(_) => Err("this project does not exist".to_owned()),
+            None => Err("choose a project".to_owned()),
         };
+        let project_id = errors.field("project", project_id);
         let who = match self.user.as_str() {
             "" => Err("give the user's id or e-mail".to_owned()),
             text => text.parse::<UserRef>().map_err(|err| err.to_string()),
         };
         let who = errors.field("user", who);
-        let server_id = parse_server(&self.server);
-        if server_id.is_none() {
-            let message = "a server id is a number: 0 for the general account";
-            errors.add("server", message);
-        }
+        let server_id = parse_server(&self.server)
+            .ok_or_else(|| "a server id is a number: 0 for the general account".to_owned());
+        let server_id = errors.field("server", server_id);
         let amount = match parse_money(&self.amount) {
             Ok(Some(amount)) => Ok(amount),
             Ok(None) => Err("give an amount, such as 10 or 10.50".to_owned()),
@@ -180,12 +175,6 @@ fn list_page(
     view: &ListView,
     (form, errors): (&OrderForm, &FieldErrors),
 ) -> Markup {
-    let project_name = |id: i64| {
-        view.projects
-            .iter()
-            .find(|p| p.id == id)
-            .map_or_else(|| id.to_string(), |p| p.name.clone())
-    };
     let statuses = [
         OrderStatus::Pending,
         OrderStatus::Completed,
@@ -216,29 +205,22 @@ fn list_page(
             } @else {
                 p.warning { "Correct the filters marked above; no order was searched." }
             }
-            (c::table(html! {
-                th { "Order" } th { "Project" } th.num { "User" } th { "Account" }
-                th.num { "Amount" } th { "Status" } th { "Created" }
-            }, html! {
-                @for o in &view.orders.rows {
-                    tr {
-                        td { a href=(order_path(o.project_id, &o.order_id)) { (o.order_id) } }
-                        td { a href={ "/projects/" (o.project_id) "/users" } { (project_name(o.project_id)) } }
-                        td.num { a href={ "/users/" (o.user_id) } { (o.user_id) } }
-                        td { @if o.server_id == 0 { "general" } @else { "server " (o.server_id) } }
-                        td.num { (o.amount) }
-                        td { (status_badge(o.status)) }
-                        td { (c::when(&o.created_at)) }
-                    }
-                }
-                @if view.orders.rows.is_empty() { tr { td colspan="7" .muted { "No order matches." } } }
-            }))
+            (c::list(&view.orders.rows, &[
+                Column("Order", "", &|o| html! { a href=(order_path(o.project_id, &o.order_id)) { (o.order_id) } }),
+                Column("Project", "", &|o| html! {
+                    a href={ "/projects/" (o.project_id) "/users" } { (c::project_name(&view.projects, o.project_id)) }
+                }),
+                Column("User", "num", &|o| html! { a href={ "/users/" (o.user_id) } { (o.user_id) } }),
+                Column("Account", "", &|o| html! { @if o.server_id == 0 { "general" } @else { "server " (o.server_id) } }),
+                Column("Amount", "num", &|o| html! { (o.amount) }),
+                Column("Status", "", &|o| status_badge(o.status)),
+                Column("Created", "", &|o| html! { (c::when(&o.created_at)) }),
+            ], "No order matches."))
             (c::paging("/orders", query, view.orders.older))
             section #new-order {
                 h2 { "New order" }
                 p.muted { "Creates a pending order, as the API's order creation does; completing it credits the amount to the main balance of the account chosen." }
-                form method="post" action="/orders" {
-                    (page::csrf(admin))
+                (c::post_form(admin, "/orders", None, html! {
                     (errors.show("order"))
                     (c::project_field(&view.projects, &form.project, Blank::Choose("Choose a project"), errors))
                     (c::text_field("User (id or e-mail)", "user", &form.user, errors, FieldAttrs::TEXT))
@@ -246,7 +228,7 @@ fn list_page(
                     (c::text_field("Amount", "amount", &form.amount, errors, FieldAttrs::TEXT.placeholder("10.50")))
                     (c::text_field("Payment system", "payment_system", &form.payment_system, errors, FieldAttrs::TEXT))
                     button type="submit" { "Create order" }
-                }
+                }))
             }
         },
     )
@@ -285,47 +267,27 @@ async fn list(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
 }
 
 /// The columns of the export, one row per order; amounts in exact decimal.
-const CSV_HEADER: &[&str] = &[
-    "order_id",
-    "project_id",
-    "user_id",
-    "server_id",
-    "amount",
-    "status",
-    "payment_system",
-    "payment_id",
-    "created_at",
-    "completed_at",
-    "cancelled_at",
+const CSV_COLUMNS: csv_export::Columns<Order> = &[
+    ("order_id", |o| o.order_id.to_string()),
+    ("project_id", |o| o.project_id.to_string()),
+    ("user_id", |o| o.user_id.to_string()),
+    ("server_id", |o| o.server_id.to_string()),
+    ("amount", |o| o.amount.to_string()),
+    ("status", |o| o.status.to_value()),
+    ("payment_system", |o| o.payment_system.to_string()),
+    ("payment_id", |o| o.payment_id.clone().unwrap_or_default()),
+    ("created_at", |o| csv_export::moment(o.created_at)),
+    ("completed_at", |o| csv_export::moment(o.completed_at)),
+    ("cancelled_at", |o| csv_export::moment(o.cancelled_at)),
 ];
-
-fn csv_row(order: Order) -> Vec<String> {
-    vec![
-        order.order_id.to_string(),
-        order.project_id.to_string(),
-        order.user_id.to_string(),
-        order.server_id.to_string(),
-        order.amount.to_string(),
-        order.status.to_value(),
-        order.payment_system.to_string(),
-        order.payment_id.unwrap_or_default(),
-        csv_export::moment(order.created_at),
-        csv_export::moment(order.completed_at),
-        csv_export::moment(order.cancelled_at),
-    ]
-}
 
 /// The orders the filters keep, every page of them, as CSV.
 #[handler]
 async fn export(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
     Ok(csv_export::attachment(
-        ("masterpay-orders.csv", CSV_HEADER),
-        query
-            .filters
-            .read()
-            .map(|filter| (admin.state.db.clone(), filter)),
-        |(db, filter), page| async move { orders::list(&db, &filter, page).await },
-        csv_row,
+        ("masterpay-orders.csv", CSV_COLUMNS),
+        (&admin.state.db, query.filters.read()),
+        |db, filter, page| async move { orders::list(&db, &filter, page).await },
     ))
 }
 
@@ -434,44 +396,8 @@ fn order_page(admin: &SignedIn, view: &OrderView, notice: Option<&str>) -> Marku
     let o = &view.order;
     let p = &view.project;
     let path = order_path(o.project_id, &o.order_id);
-    let mut details = vec![
-        ("Status", status_badge(o.status)),
-        ("Amount", html! { (o.amount) }),
-        (
-            "Project",
-            html! { a href={ "/projects/" (p.id) } { (p.name) " (" (p.id) ")" } },
-        ),
-        (
-            "User",
-            html! {
-                a href={ "/users/" (o.user_id) } {
-                    (o.user_id)
-                    @if let Some(u) = &view.user { " · " (u.email) }
-                }
-            },
-        ),
-        (
-            "Account credited",
-            html! { (account_name(o.server_id, &view.servers)) },
-        ),
-        ("Payment system", html! { (o.payment_system) }),
-        (
-            "Payment id",
-            html! { @if let Some(id) = &o.payment_id { (id) } @else { span.muted { "none" } } },
-        ),
-        ("Created", html! { (c::when(&o.created_at)) }),
-        (
-            "Completed",
-            html! { (c::when_or(o.completed_at.as_ref(), "—")) },
-        ),
-        (
-            "Cancelled",
-            html! { (c::when_or(o.cancelled_at.as_ref(), "—")) },
-        ),
-    ];
-    if let (Some(at), Some(why)) = (&o.refused_at, &o.refusal) {
-        details.push(("Completion refused", html! { (c::when(at)) ": " (why) }));
-    }
+    let refused = (o.refused_at.as_ref().zip(o.refusal.as_ref()))
+        .map(|(at, why)| ("Completion refused", html! { (c::when(at)) ": " (why) }));
     page::frame(
         admin,
         &format!("Order {}", o.order_id),
@@ -480,17 +406,36 @@ fn order_page(admin: &SignedIn, view: &OrderView, notice: Option<&str>) -> Marku
                 p.warning role="alert" { (notice) }
             }
             section {
-                (c::details(&details))
+                (c::details([
+                    ("Status", status_badge(o.status)),
+                    ("Amount", html! { (o.amount) }),
+                    ("Project", html! { a href={ "/projects/" (p.id) } { (p.name) " (" (p.id) ")" } }),
+                    ("User", html! {
+                        a href={ "/users/" (o.user_id) } {
+                            (o.user_id)
+                            @if let Some(u) = &view.user { " · " (u.email) }
+                        }
+                    }),
+                    ("Account credited", html! { (account_name(o.server_id, &view.servers)) }),
+                    ("Payment system", html! { (o.payment_system) }),
+                    ("Payment id", c::or_none(o.payment_id.as_deref(), "none")),
+                    ("Created", html! { (c::when(&o.created_at)) }),
+                    ("Completed", html! { (c::when_or(o.completed_at.as_ref(), "—")) }),
+                    ("Cancelled", html! { (c::when_or(o.cancelled_at.as_ref(), "—")) }),
+                ].into_iter().chain(refused)))
                 div.actions {
                     @if o.status == OrderStatus::Pending {
-                        form method="post" action={ (path) "/complete" } data-confirm={ "Complete order " (o.order_id) "? Its " (o.amount) " is credited to the user's main balance." } {
-                            (page::csrf(admin))
+                        @let completing = format!(
+                            "Complete order {}? Its {} is credited to the user's main balance.",
+                            o.order_id, o.amount
+                        );
+                        (c::post_form(admin, &format!("{path}/complete"), Some(&completing), html! {
                             button type="submit" { "Complete order" }
-                        }
-                        form method="post" action={ (path) "/cancel" } data-confirm={ "Cancel order " (o.order_id) "? It will never be credited." } {
-                            (page::csrf(admin))
+                        }))
+                        @let cancelling = format!("Cancel order {}? It will never be credited.", o.order_id);
+                        (c::post_form(admin, &format!("{path}/cancel"), Some(&cancelling), html! {
                             button.danger type="submit" { "Cancel order" }
-                        }
+                        }))
                     }
                     a.button.secondary href={ "/orders?project=" (p.id) "&user=" (o.user_id) } { "Orders of this user" }
                 }

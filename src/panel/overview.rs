@@ -16,7 +16,12 @@ use entity::{
 use maud::{Markup, html};
 use poem::handler;
 
-use super::{Answer, components as c, page, session::SignedIn};
+use super::{
+    Answer,
+    components::{self as c, Column},
+    page,
+    session::SignedIn,
+};
 use crate::{
     money::signed_cents,
     service::{
@@ -86,27 +91,17 @@ pub async fn show(admin: SignedIn) -> Answer {
 }
 
 fn orders_today(all: &[project::Model], counts: &HashMap<i64, Today>, day: &str) -> Markup {
+    let today = |p: &project::Model| counts.get(&p.id).copied().unwrap_or_default();
     html! {
         section {
             h2 { "Orders created today (" (day) ", UTC)" }
-            (c::table(html! {
-                th { "Project" } th { "State" } th.num { "Pending" } th.num { "Completed" }
-                th.num { "Cancelled" }
-            }, html! {
-                @for p in all {
-                    @let today = counts.get(&p.id).copied().unwrap_or_default();
-                    tr {
-                        td { a href={ "/projects/" (p.id) } { (p.name) } }
-                        td { (c::state_badge(p.active)) }
-                        td.num { (today.pending) }
-                        td.num { (today.completed) }
-                        td.num { (today.cancelled) }
-                    }
-                }
-                @if all.is_empty() {
-                    tr { td colspan="5" .muted { "No project yet. " a href="/projects" { "Create one" } } }
-                }
-            }))
+            (c::list(all, &[
+                Column("Project", "", &|p| html! { a href={ "/projects/" (p.id) } { (p.name) } }),
+                Column("State", "", &|p| c::state_badge(p.active)),
+                Column("Pending", "num", &|p| html! { (today(p).pending) }),
+                Column("Completed", "num", &|p| html! { (today(p).completed) }),
+                Column("Cancelled", "num", &|p| html! { (today(p).cancelled) }),
+            ], html! { "No project yet. " a href="/projects" { "Create one" } }))
         }
     }
 }
@@ -124,16 +119,15 @@ fn money_completed(all: &[project::Model], figures: &Figures) -> Markup {
         section {
             h2 { "Money completed (UTC days; the week from Monday "
                 (figures.week.format("%Y-%m-%d")) ")" }
-            (c::table(html! { th { "Project" } th.num { "Today" } th.num { "This week" } }, html! {
-                @for p in all {
-                    tr {
-                        td { a href={ "/projects/" (p.id) } { (p.name) } }
-                        td.num id={ "completed-today-" (p.id) } { (money(&figures.completed_today, p.id)) }
-                        td.num id={ "completed-week-" (p.id) } { (money(&figures.completed_this_week, p.id)) }
-                    }
-                }
-                @if all.is_empty() { tr { td colspan="3" .muted { "No project yet." } } }
-            }))
+            (c::list(all, &[
+                Column("Project", "", &|p| html! { a href={ "/projects/" (p.id) } { (p.name) } }),
+                Column("Today", "num", &|p| html! {
+                    span id={ "completed-today-" (p.id) } { (money(&figures.completed_today, p.id)) }
+                }),
+                Column("This week", "num", &|p| html! {
+                    span id={ "completed-week-" (p.id) } { (money(&figures.completed_this_week, p.id)) }
+                }),
+            ], "No project yet."))
         }
     }
 }
@@ -188,19 +182,12 @@ fn latest_actions(actions: &[entity::admin_audit_entry::Model]) -> Markup {
     html! {
         section {
             h2 { "Latest changes" }
-            (c::table(html! { th { "When" } th { "Who" } th { "Action" } th { "Object" } }, html! {
-                @for entry in actions {
-                    tr {
-                        td.when { (c::when(&entry.at)) }
-                        td { (c::actor_cell(entry)) }
-                        td { code { (entry.action) } }
-                        td { (c::object_cell(entry)) }
-                    }
-                }
-                @if actions.is_empty() {
-                    tr { td colspan="4" .muted { "No change yet." } }
-                }
-            }))
+            (c::list(actions, &[
+                Column("When", "when", &|entry| html! { (c::when(&entry.at)) }),
+                Column("Who", "", &c::actor_cell),
+                Column("Action", "", &|entry| html! { code { (entry.action) } }),
+                Column("Object", "", &c::object_cell),
+            ], "No change yet."))
             p { a href="/audit-log" { "The whole audit log" } }
         }
     }
@@ -211,23 +198,14 @@ fn unused_tokens(all: &[project::Model], unused: &[app_token::Model]) -> Markup 
         section {
             h2 { "Tokens never used or unused for " (UNUSED_DAYS) " days" }
             p.muted { "Active tokens only: a key nobody uses is worth disabling." }
-            (c::table(html! { th { "Name" } th { "Project" } th { "Created" } th { "Last used" } }, html! {
-                @for token in unused {
-                    tr {
-                        td { a href={ "/tokens/" (token.id) } { (token.name) } }
-                        td {
-                            a href={ "/projects/" (token.project_id) "/tokens" } {
-                                (c::project_name(all, token.project_id))
-                            }
-                        }
-                        td.when { (c::when(&token.created_at)) }
-                        td.when { (c::when_or(token.last_used_at.as_ref(), "never")) }
-                    }
-                }
-                @if unused.is_empty() {
-                    tr { td colspan="4" .muted { "None: every active token was used in the last " (UNUSED_DAYS) " days." } }
-                }
-            }))
+            (c::list(unused, &[
+                Column("Name", "", &|token| html! { a href={ "/tokens/" (token.id) } { (token.name) } }),
+                Column("Project", "", &|token| html! {
+                    a href={ "/projects/" (token.project_id) "/tokens" } { (c::project_name(all, token.project_id)) }
+                }),
+                Column("Created", "when", &|token| html! { (c::when(&token.created_at)) }),
+                Column("Last used", "when", &|token| html! { (c::when_or(token.last_used_at.as_ref(), "never")) }),
+            ], html! { "None: every active token was used in the last " (UNUSED_DAYS) " days." }))
             @if unused.len() as u64 >= UNUSED_TOKENS {
                 p.muted { "The first " (UNUSED_TOKENS) " of them." }
             }

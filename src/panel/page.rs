@@ -30,16 +30,6 @@ fn asset(body: &'static str, content_type: &'static str) -> Response {
         .body(body)
 }
 
-fn head(title: &str) -> Markup {
-    html! {
-        meta charset="utf-8";
-        meta name="viewport" content="width=device-width, initial-scale=1";
-        title { (title) " · masterpay" }
-        link rel="stylesheet" href="/assets/panel.css";
-        script src="/assets/panel.js" defer {}
-    }
-}
-
 /// The navigation's links, each with the paths of the pages it leads to
 /// (its link is marked on them).
 const NAVIGATION: [(&str, &str, &[&str]); 6] = [
@@ -75,27 +65,48 @@ fn current(path: &str, href: &str, under: &[&str]) -> Option<&'static str> {
 
 /// A page of a signed-in administrator.
 pub fn frame(admin: &SignedIn, title: &str, body: Markup) -> Markup {
+    let header = html! {
+        a.brand href="/" { "masterpay" }
+        nav {
+            @for (href, label, under) in NAVIGATION {
+                a href=(href) aria-current=[current(&admin.path, href, under)] { (label) }
+            }
+        }
+        form.sign-out method="post" action="/sign-out" {
+            (csrf(admin))
+            a.who href="/account" aria-current=[current(&admin.path, "/account", &[])] { (admin.name()) }
+            button type="submit" { "Sign out" }
+        }
+    };
+    document(
+        title,
+        Some(header),
+        html! { (flash(admin.flash.as_deref())) (body) },
+    )
+}
+
+/// A page without the navigation (sign-in, errors).
+pub fn bare_markup(title: &str, body: Markup) -> Markup {
+    document(title, None, body)
+}
+
+/// A whole page: its `header` (none: a bare page), then `title` and the
+/// `body` under the summary of its refused form.
+fn document(title: &str, header: Option<Markup>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            head { (head(title)) }
-            body {
-                header {
-                    a.brand href="/" { "masterpay" }
-                    nav {
-                        @for (href, label, under) in NAVIGATION {
-                            a href=(href) aria-current=[current(&admin.path, href, under)] { (label) }
-                        }
-                    }
-                    form.sign-out method="post" action="/sign-out" {
-                        (csrf(admin))
-                        a.who href="/account" aria-current=[current(&admin.path, "/account", &[])] { (admin.name()) }
-                        button type="submit" { "Sign out" }
-                    }
-                }
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · masterpay" }
+                link rel="stylesheet" href="/assets/panel.css";
+                script src="/assets/panel.js" defer {}
+            }
+            body class=[header.is_none().then_some("bare")] {
+                @if let Some(header) = header { header { (header) } }
                 main {
                     h1 { (title) }
-                    (flash(admin.flash.as_deref()))
                     (error_summary(&body))
                     (body)
                 }
@@ -172,22 +183,6 @@ pub fn bare(status: StatusCode, title: &str, text: &str) -> Response {
         },
     );
     render(status, markup)
-}
-
-pub fn bare_markup(title: &str, body: Markup) -> Markup {
-    html! {
-        (DOCTYPE)
-        html lang="en" {
-            head { (head(title)) }
-            body.bare {
-                main {
-                    h1 { (title) }
-                    (error_summary(&body))
-                    (body)
-                }
-            }
-        }
-    }
 }
 
 /// An HTML answer.

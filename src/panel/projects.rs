@@ -6,7 +6,7 @@ use poem::{Route, get, handler, post, web::Path};
 
 use super::{
     Answer,
-    components::{self as c, FieldAttrs},
+    components::{self as c, Column, FieldAttrs},
     form::{FieldErrors, NameForm, PageQuery, Search, Toggle},
     page,
     session::{PostForm, SignedIn},
@@ -39,28 +39,17 @@ fn list_page(
         "Projects",
         html! {
             (c::search_form("/projects", "Name contains", "shop", &query.filters.q))
-            (c::table(html! { th.num { "Id" } th { "Name" } th { "State" } th { "Created" } }, html! {
-                @for p in &all.rows {
-                    tr {
-                        td.num { (p.id) }
-                        td { a href={ "/projects/" (p.id) } { (p.name) } }
-                        td { (c::state_badge(p.active)) }
-                        td { (c::when(&p.created_at)) }
-                    }
-                }
-                @if all.rows.is_empty() { tr { td colspan="4" .muted {
-                    @if query.filters.q.is_empty() { "No project yet." } @else { "No project matches." }
-                } } }
-            }))
+            (c::list(&all.rows, &[
+                Column("Id", "num", &|p| html! { (p.id) }),
+                Column("Name", "", &|p| html! { a href={ "/projects/" (p.id) } { (p.name) } }),
+                Column("State", "", &|p| c::state_badge(p.active)),
+                Column("Created", "", &|p| html! { (c::when(&p.created_at)) }),
+            ], if query.filters.q.is_empty() { "No project yet." } else { "No project matches." }))
             (c::paging("/projects", query, all.older))
-            section {
-                h2 { "New project" }
-                form method="post" action="/projects" {
-                    (page::csrf(admin))
-                    (c::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
-                    button type="submit" { "Create project" }
-                }
-            }
+            (c::form_section(admin, ("New project", "/projects"), html! {
+                (c::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
+                button type="submit" { "Create project" }
+            }))
         },
     )
 }
@@ -104,14 +93,10 @@ fn project_page(admin: &SignedIn, p: &project::Model, name: &str, errors: &Field
                 a.button.secondary href={ "/orders?project=" (p.id) } { "Orders" }
                 a.button.secondary href={ "/ledger?project=" (p.id) } { "Ledger" }
             }
-            section {
-                h2 { "Rename" }
-                form method="post" action={ "/projects/" (p.id) "/rename" } {
-                    (page::csrf(admin))
-                    (c::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
-                    button type="submit" { "Rename" }
-                }
-            }
+            (c::form_section(admin, ("Rename", &format!("/projects/{}/rename", p.id)), html! {
+                (c::text_field("Name", "name", name, errors, FieldAttrs::TEXT))
+                button type="submit" { "Rename" }
+            }))
             (c::toggle_section(
                 admin,
                 (&format!("/projects/{}/active", p.id), "project"),

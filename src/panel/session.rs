@@ -101,6 +101,11 @@ pub fn read_cookie(req: &Request, name: &str) -> Option<String> {
         .filter(|value| !value.is_empty())
 }
 
+/// The session cookie the browser sent, if any.
+pub fn session_cookie(req: &Request, state: &PanelState) -> Option<Secret> {
+    read_cookie(req, cookie_name(state.cookie_secure)).map(|value| Secret::from_client(&value))
+}
+
 /// Says `message` on the next page this browser opens.
 pub fn set_flash(jar: &CookieJar, secure: bool, message: &str) {
     let name = flash_cookie_name(secure);
@@ -243,9 +248,7 @@ impl<'a> FromRequest<'a> for SignedIn {
                 .and_then(|next| Some(next_page(&next)?.to_owned()))
                 .filter(|next| next != "/"),
         };
-        let cookie = read_cookie(req, cookie_name(state.cookie_secure))
-            .map(|value| Secret::from_client(&value))
-            .ok_or_else(required)?;
+        let cookie = session_cookie(req, state).ok_or_else(required)?;
         let session = admin_sessions::session(&state.db, &cookie)
             .await
             .map_err(PanelError::from)?

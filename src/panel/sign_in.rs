@@ -15,7 +15,7 @@ use super::{
     form::{FieldErrors, PageQuery},
     page,
     session::{
-        PostForm, Visitor, client_address, cookie_name, next_page, read_cookie, set_cookie,
+        PostForm, Visitor, client_address, cookie_name, next_page, session_cookie, set_cookie,
         set_flash, sign_in_cookie_name, signed_out, take_flash,
     },
 };
@@ -34,11 +34,6 @@ fn with_visitor_cookie(
         set_cookie(req.cookie(), cookie, state.cookie_secure, None);
     }
     response
-}
-
-/// The session cookie the browser sent, if any.
-fn session_cookie(req: &Request, state: &PanelState) -> Option<Secret> {
-    read_cookie(req, cookie_name(state.cookie_secure)).map(|value| Secret::from_client(&value))
 }
 
 /// Signed in: the new session's cookie replaces the browser's, whose

@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use super::{
     Answer, PanelError,
-    components::{self as c, FieldAttrs, Listing},
+    components::{self as c, Blank, Column, FieldAttrs, Listing},
     form::{DeleteForm, FieldErrors, PageForms, PageQuery, Search, Toggle, parse_day},
     page,
     session::{PostForm, SignedIn},
@@ -160,23 +160,13 @@ fn created(token: &app_token::Model) -> Markup {
 }
 
 fn last_used(at: Option<&DateTime<Utc>>) -> Markup {
-    html! {
-        @match at {
-            Some(at) => { (c::when(at)) }
-            None => { span.muted { "never" } }
-        }
-    }
+    c::or_none(at.map(c::when), "never")
 }
 
 /// A value as its last 4 characters (unknown for values issued before they
 /// were kept).
 fn value_end(last4: Option<&str>) -> Markup {
-    html! {
-        @match last4 {
-            Some(last4) => { code { "…" (last4) } }
-            None => { span.muted { "unknown" } }
-        }
-    }
+    c::or_none(last4.map(|last4| html! { code { "…" (last4) } }), "unknown")
 }
 
 fn expiry(token: &app_token::Model) -> Markup {
@@ -241,32 +231,22 @@ fn list_page(
                 a.button href={ (path) "/new" } { "New token" }
             }
             (c::search_form(&path, "Name or description contains", "game panel", &query.filters.q))
-            (c::table(html! {
-                th { "Name" } th { "Value" } th { "Description" } th { "Endpoints" } th { "State" }
-                th { "Created" } th { "Expires" } th { "Last used" }
-            }, html! {
-                @for info in &all.rows {
-                    @let t = &info.token;
-                    tr {
-                        td { a href={ "/tokens/" (t.id) } { (t.name) } }
-                        td {
-                            (value_end(t.last4.as_deref()))
-                            @if let Some(until) = tokens::grace_until(t) {
-                                br; span.muted { "and " (value_end(t.previous_last4.as_deref())) " until " (c::when(&until)) }
-                            }
-                        }
-                        td { @if let Some(d) = &t.description { (d) } }
-                        td { (permission_badges(&info.permissions)) }
-                        td { (c::state_badge(t.active)) }
-                        td { (created(t)) }
-                        td { (expiry(t)) }
-                        td { (last_used(t.last_used_at.as_ref())) }
+            (c::list(&all.rows, &[
+                Column("Name", "", &|info| html! { a href={ "/tokens/" (info.token.id) } { (info.token.name) } }),
+                Column("Value", "", &|info| html! {
+                    (value_end(info.token.last4.as_deref()))
+                    @if let Some(until) = tokens::grace_until(&info.token) {
+                        @let previous = value_end(info.token.previous_last4.as_deref());
+                        br; span.muted { "and " (previous) " until " (c::when(&until)) }
                     }
-                }
-                @if all.rows.is_empty() { tr { td colspan="8" .muted {
-                    @if query.filters.q.is_empty() { "No token yet." } @else { "No token matches." }
-                } } }
-            }))
+                }),
+                Column("Description", "", &|info| html! { @if let Some(d) = &info.token.description { (d) } }),
+                Column("Endpoints", "", &|info| permission_badges(&info.permissions)),
+                Column("State", "", &|info| c::state_badge(info.token.active)),
+                Column("Created", "", &|info| created(&info.token)),
+                Column("Expires", "", &|info| expiry(&info.token)),
+                Column("Last used", "", &|info| last_used(info.token.last_used_at.as_ref())),
+            ], if query.filters.q.is_empty() { "No token yet." } else { "No token matches." }))
             (c::paging(&path, query, all.older))
             p.muted { "A token's value is shown once, when it is created or reissued; only a hash of it is kept." }
         },
@@ -297,14 +277,11 @@ fn new_page(
             @if let Some(like) = like {
                 p.notice { "With the settings of " a href={ "/tokens/" (like.id) } { (like.name) } "; change what you need." }
             }
-            section {
-                form method="post" action={ "/projects/" (p.id) "/tokens" } {
-                    (page::csrf(admin))
-                    (token_fields(form, errors))
-                    p.muted { "The value is shown once, on the next page: copy it into your game panel's settings." }
-                    button type="submit" { "Create token" }
-                }
-            }
+            (c::form_section(admin, ("", &format!("/projects/{}/tokens", p.id)), html! {
+                (token_fields(form, errors))
+                p.muted { "The value is shown once, on the next page: copy it into your game panel's settings." }
+                button type="submit" { "Create token" }
+            }))
         },
     )
 }
@@ -401,14 +378,12 @@ fn token_page(
             }
             section {
                 h2 { "Details" }
-                (c::details(&[
+                (c::details([
                     ("Id", html! { (t.id) }),
                     ("Project", html! { a href={ "/projects/" (p.id) } { (p.name) } }),
                     ("State", c::state_badge(t.active)),
                     ("Endpoints", permission_badges(&info.permissions)),
-                    ("Description", html! {
-                        @match &t.description { Some(d) => { (d) } None => { span.muted { "none" } } }
-                    }),
+                    ("Description", c::or_none(t.description.as_deref(), "none")),
                     ("Value", value_end(t.last4.as_deref())),
                     ("Created", created(t)),
                     ("Expires", expiry(t)),
@@ -418,15 +393,11 @@ fn token_page(
                     a.button.secondary href={ "/projects/" (p.id) "/tokens/new?like=" (t.id) } { "New token like this one" }
                 }
             }
-            section {
-                h2 { "Edit" }
-                form method="post" action={ (base) "/edit" } {
-                    (page::csrf(admin))
-                    (token_fields(&forms.edit, errors))
-                    p.muted { "Changes hold from the token's next API request." }
-                    button type="submit" { "Save changes" }
-                }
-            }
+            (c::form_section(admin, ("Edit", &format!("{base}/edit")), html! {
+                (token_fields(&forms.edit, errors))
+                p.muted { "Changes hold from the token's next API request." }
+                button type="submit" { "Save changes" }
+            }))
             (c::toggle_section(
                 admin,
                 (&format!("{base}/active"), "token"),
@@ -442,25 +413,23 @@ fn token_page(
                     h2 { "Old value in its grace period" }
                     p { "The value ending " (value_end(t.previous_last4.as_deref())) " still works until " (c::when(&until))
                         ", then it is answered 403 TOKEN_NOT_FOUND. Last used: " (last_used(t.previous_last_used_at.as_ref())) "." }
-                    form method="post" action={ (base) "/end-grace" } data-confirm={ "End the grace period of token " (t.name) "? Its old value stops working at once." } {
-                        (page::csrf(admin))
+                    @let confirm = format!(
+                        "End the grace period of token {}? Its old value stops working at once.",
+                        t.name
+                    );
+                    (c::post_form(admin, &format!("{base}/end-grace"), Some(&confirm), html! {
                         button.danger type="submit" { "End grace now" }
-                    }
+                    }))
                 }
             }
             section {
                 h2 { "Reissue" }
                 p { "Reissuing gives the token a new value, shown once, and keeps its name, endpoints and state. The old value keeps working for the grace period you choose, so that your game panels can switch without downtime; a reissue ends an earlier grace period." }
-                form method="post" action={ (base) "/reissue" } data-confirm={ "Reissue token " (t.name) "?" } {
-                    (page::csrf(admin))
-                    label.field {
-                        span { "The old value stops working" }
-                        select name="grace_hours" {
-                            @for (value, label) in GRACE_CHOICES { option value=(value) { (label) } }
-                        }
-                    }
+                @let grace = GRACE_CHOICES.map(|(value, label)| (value.to_owned(), label.to_owned()));
+                (c::post_form(admin, &format!("{base}/reissue"), Some(&format!("Reissue token {}?", t.name)), html! {
+                    (c::select_field(("The old value stops working", "grace_hours"), errors, Blank::None, grace, ""))
                     button.danger type="submit" { "Reissue token" }
-                }
+                }))
             }
             (c::delete_section(
                 admin,

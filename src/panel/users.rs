@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::{
     Answer, PanelError, PanelState,
-    components::{self as c, Blank, FieldAttrs, account_name},
+    components::{self as c, Blank, Column, FieldAttrs, account_name},
     form::{FieldErrors, PageQuery, Search, parse_money, parse_server},
     page,
     session::{PostForm, SignedIn},
@@ -105,49 +105,30 @@ fn users_page(
             section {
                 h2 { "Users" }
                 (c::search_form(&path, "User id or e-mail", "42, alice@example.com or example.com", q))
-                (c::table(html! { th.num { "Id" } th { "E-mail" } th { "Created" } }, html! {
-                    @for u in &view.found.rows {
-                        tr {
-                            td.num { a href={ "/users/" (u.id) } { (u.id) } }
-                            td { a href={ "/users/" (u.id) } { (u.email) } }
-                            td { (c::when(&u.created_at)) }
-                        }
-                    }
-                    @if view.found.rows.is_empty() {
-                        tr { td colspan="3" .muted {
-                            @if q.is_empty() { "No user yet." } @else { "No user matches " (q) "." }
-                        } }
-                    }
-                }))
+                (c::list(&view.found.rows, &[
+                    Column("Id", "num", &|u| html! { a href={ "/users/" (u.id) } { (u.id) } }),
+                    Column("E-mail", "", &|u| html! { a href={ "/users/" (u.id) } { (u.email) } }),
+                    Column("Created", "", &|u| html! { (c::when(&u.created_at)) }),
+                ], html! { @if q.is_empty() { "No user yet." } @else { "No user matches " (q) "." } }))
                 (c::paging(&path, query, view.found.older))
             }
-            section {
-                h2 { "New user" }
-                form method="post" action={ "/projects/" (p.id) "/users" } {
-                    (page::csrf(admin))
-                    (c::text_field("E-mail (unique in the project)", "email", &forms.email, errors, email_attrs))
-                    button type="submit" { "Create user" }
-                }
-            }
+            (c::form_section(admin, ("New user", &format!("/projects/{}/users", p.id)), html! {
+                (c::text_field("E-mail (unique in the project)", "email", &forms.email, errors, email_attrs))
+                button type="submit" { "Create user" }
+            }))
             section {
                 h2 { "Servers" }
                 p.muted { "Balances are kept per user on each server and on the general account (server 0)." }
-                (c::table(html! { th.num { "Id" } th { "Name" } th { "Created" } }, html! {
-                    @for s in &view.servers {
-                        tr {
-                            td.num { (s.id) }
-                            td { (s.name) }
-                            td { (c::when(&s.created_at)) }
-                        }
-                    }
-                    @if view.servers.is_empty() { tr { td colspan="3" .muted { "No server yet." } } }
-                }))
+                (c::list(&view.servers, &[
+                    Column("Id", "num", &|s| html! { (s.id) }),
+                    Column("Name", "", &|s| html! { (s.name) }),
+                    Column("Created", "", &|s| html! { (c::when(&s.created_at)) }),
+                ], "No server yet."))
                 h2 { "New server" }
-                form method="post" action={ "/projects/" (p.id) "/servers" } {
-                    (page::csrf(admin))
+                (c::post_form(admin, &format!("/projects/{}/servers", p.id), None, html! {
                     (c::text_field("Name", "server_name", &forms.server_name, errors, FieldAttrs::TEXT))
                     button type="submit" { "Create server" }
-                }
+                }))
             }
         },
     )
@@ -240,11 +221,9 @@ struct BalanceChange {
 impl BalanceForm {
     fn read(&self) -> Result<BalanceChange, FieldErrors> {
         let mut errors = FieldErrors::default();
-        let server = parse_server(&self.server);
-        if server.is_none() {
-            let message = "choose the general account or one of the project's servers";
-            errors.add("server", message);
-        }
+        let server = parse_server(&self.server)
+            .ok_or_else(|| "choose the general account or one of the project's servers".to_owned());
+        let server = errors.field("server", server);
         let main = errors.field("main", parse_money(&self.main)).flatten();
         let bonus = errors.field("bonus", parse_money(&self.bonus)).flatten();
         if errors.of("main").is_none()
@@ -364,28 +343,23 @@ fn user_page(
             }
             section {
                 h2 { "Balances" }
-                (c::table(html! { th { "Account" } th.num { "Main" } th.num { "Bonus" } }, html! {
-                    @for (server_id, balance) in &view.balances {
-                        tr {
-                            td { (account_name(*server_id, &view.servers)) }
-                            td.num { (balance.main) }
-                            td.num { (balance.bonus) }
-                        }
-                    }
-                }))
+                (c::list(&view.balances, &[
+                    Column("Account", "", &|(server_id, _)| html! { (account_name(*server_id, &view.servers)) }),
+                    Column("Main", "num", &|(_, balance)| html! { (balance.main) }),
+                    Column("Bonus", "num", &|(_, balance)| html! { (balance.bonus) }),
+                ], "No account."))
             }
             section {
                 h2 { "Set balance" }
                 p.muted { "Sets the balance to the amount given (not added to it). Leave a balance blank to keep it; the change is written to the ledger, and the reason to the audit log." }
-                form method="post" action={ "/users/" (u.id) "/balance" } {
-                    (page::csrf(admin))
+                (c::post_form(admin, &format!("/users/{}/balance", u.id), None, html! {
                     (errors.show("balance"))
                     (c::select_field(("Account", "server"), errors, Blank::None, accounts, &form.server))
                     (c::text_field("Main balance", "main", &form.main, errors, optional))
                     (c::text_field("Bonus balance", "bonus", &form.bonus, errors, optional))
                     (c::text_field("Reason (required, kept in the audit log)", "reason", &form.reason, errors, FieldAttrs::TEXT))
                     button type="submit" { "Set balance" }
-                }
+                }))
             }
             section {
                 h2 { "Operation history" }

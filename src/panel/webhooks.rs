@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::{
     Answer,
-    components::{self as c, FieldAttrs},
+    components::{self as c, Column, FieldAttrs},
     form::{DeleteForm, FieldErrors, PageForms, Toggle},
     page,
     session::{PostForm, SignedIn},
@@ -150,28 +150,19 @@ fn list_page(
                 a href={ "/projects/" (p.id) } { "Project " (p.name) } " · "
                 a href={ "/projects/" (p.id) "/events" } { "Its events" }
             }
-            (c::table(html! { th.num { "Id" } th { "URL" } th { "Events" } th { "State" } th { "Description" } th { "Created" } }, html! {
-                @for e in all {
-                    tr {
-                        td.num { a href={ "/webhooks/" (e.id) } { (e.id) } }
-                        td { a href={ "/webhooks/" (e.id) } { (e.url) } }
-                        td { (types_badges(e.event_types.as_deref())) }
-                        td { (state(e)) }
-                        td { (e.description) }
-                        td { (c::when(&e.created_at)) }
-                    }
-                }
-                @if all.is_empty() { tr { td colspan="6" .muted { "No endpoint yet: no event is recorded for this project." } } }
+            (c::list(all, &[
+                Column("Id", "num", &|e| html! { a href={ "/webhooks/" (e.id) } { (e.id) } }),
+                Column("URL", "", &|e| html! { a href={ "/webhooks/" (e.id) } { (e.url) } }),
+                Column("Events", "", &|e| types_badges(e.event_types.as_deref())),
+                Column("State", "", &state),
+                Column("Description", "", &|e| html! { (e.description) }),
+                Column("Created", "", &|e| html! { (c::when(&e.created_at)) }),
+            ], "No endpoint yet: no event is recorded for this project."))
+            (c::form_section(admin, ("New endpoint", &path), html! {
+                (endpoint_fields(form, errors))
+                p.muted { "Its signing secret is shown once, on the next page." }
+                button type="submit" { "Create endpoint" }
             }))
-            section {
-                h2 { "New endpoint" }
-                form method="post" action=(path) {
-                    (page::csrf(admin))
-                    (endpoint_fields(form, errors))
-                    p.muted { "Its signing secret is shown once, on the next page." }
-                    button type="submit" { "Create endpoint" }
-                }
-            }
         },
     )
 }
@@ -253,7 +244,7 @@ fn endpoint_page(
             }
             section {
                 h2 { "Details" }
-                (c::details(&[
+                (c::details([
                     ("Id", html! { (e.id) }),
                     ("URL", html! { code { (e.url) } }),
                     ("Events", types_badges(e.event_types.as_deref())),
@@ -264,14 +255,10 @@ fn endpoint_page(
                     ("Changed", html! { (c::when(&e.updated_at)) }),
                 ]))
             }
-            section {
-                h2 { "Edit" }
-                form method="post" action={ (base) "/edit" } {
-                    (page::csrf(admin))
-                    (endpoint_fields(&forms.edit, &forms.errors))
-                    button type="submit" { "Save changes" }
-                }
-            }
+            (c::form_section(admin, ("Edit", &format!("{base}/edit")), html! {
+                (endpoint_fields(&forms.edit, &forms.errors))
+                button type="submit" { "Save changes" }
+            }))
             (c::toggle_section(
                 admin,
                 (&format!("{base}/active"), "endpoint"),
