@@ -189,7 +189,7 @@ impl Default for WebhookSettings {
             relay_concurrency: 64,
             endpoint_concurrency: 16,
             poll_interval: Duration::from_millis(100),
-            db_connections: 4,
+            db_connections: 16,
         }
     }
 }
@@ -304,7 +304,7 @@ pub struct SettingsArgs {
     #[arg(long, env = "MASTERPAY_WEBHOOK_POLL_INTERVAL_MS")]
     pub webhook_poll_interval_ms: Option<u64>,
     /// The webhook relay's own database connections per instance, on
-    /// PostgreSQL and MariaDB [default: 4].
+    /// PostgreSQL and MariaDB [default: 16].
     #[arg(long, env = "MASTERPAY_WEBHOOK_DB_CONNECTIONS")]
     pub webhook_db_connections: Option<u32>,
     /// Days finished webhook deliveries and delivered events are kept, at

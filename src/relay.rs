@@ -17,7 +17,10 @@
 //! the rules); an instance whose lease was taken over records nothing.
 //!
 //! The relay looks for due deliveries every `webhook_poll_interval_ms`, and
-//! at once when a send ends (a place is free). A send connects only to an
+//! at once when sends as many as a quarter of an endpoint's places (at
+//! least one) have ended since its last look, or nothing is in flight: a
+//! claim is a transaction, and claiming for each send that ended made the
+//! claims as many as the sends (docs/performance.md). A send connects only to an
 //! address the destination checks allow, resolved by the client's own
 //! resolver ([`CheckedResolver`]), with no proxy and no redirect followed;
 //! it is bounded by [`CONNECT_TIMEOUT`] to connect and
@@ -128,13 +131,16 @@ impl Relay {
         let mut endpoints: HashMap<tokio::task::Id, i64> = HashMap::new();
         let mut in_flight: HashMap<i64, usize> = HashMap::new();
         let mut backlog_read: Option<Instant> = None;
+        // Sends ended since the last claim, and how many make a claim.
+        let (mut ended, claim_after) = (0, relay.settings.endpoint_concurrency.div_ceil(4));
+        let mut look = true;
         tokio::pin!(stop);
         if concurrency == 0 {
             stop.await;
             return;
         }
         loop {
-            while sends.len() < concurrency {
+            while look && sends.len() < concurrency {
                 let capacity = Capacity {
                     free: concurrency - sends.len(),
                     per_endpoint: relay.settings.endpoint_concurrency,
@@ -171,19 +177,24 @@ impl Relay {
                 backlog_read = Some(Instant::now());
                 relay.read_backlog().await;
             }
-            tokio::select! {
+            look = tokio::select! {
                 () = &mut stop => break,
-                () = tokio::time::sleep(relay.settings.poll_interval) => {}
+                () = tokio::time::sleep(relay.settings.poll_interval) => true,
                 Some(done) = sends.join_next_with_id(), if !sends.is_empty() => {
                     let mut done = Some(done);
-                    while let Some(ended) = done {
-                        let id = ended.map_or_else(|err| err.id(), |(id, ())| id);
+                    while let Some(send) = done {
+                        let id = send.map_or_else(|err| err.id(), |(id, ())| id);
                         if let Some(endpoint) = endpoints.remove(&id) {
                             release(&mut in_flight, endpoint);
                         }
+                        ended += 1;
                         done = sends.try_join_next_with_id();
                     }
+                    ended >= claim_after || sends.is_empty()
                 }
+            };
+            if look {
+                ended = 0;
             }
         }
         let drained =

@@ -52,15 +52,11 @@ impl SqlxRelay for PostgresStore {
     }
 
     /// A transaction whose commit does not wait for the WAL flush (see the
-    /// module docs).
+    /// module docs), begun in one round trip.
     async fn begin(
         conn: &mut PoolConnection<Postgres>,
     ) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
-        let mut txn = sqlx::Connection::begin(&mut **conn).await?;
-        sqlx::query("SET LOCAL synchronous_commit = off")
-            .execute(&mut *txn)
-            .await?;
-        Ok(txn)
+        sqlx::Connection::begin_with(&mut **conn, "BEGIN; SET LOCAL synchronous_commit = off").await
     }
 
     fn due(saturated: &[i64], limit: i64) -> Bound<Postgres> {
