@@ -152,9 +152,10 @@ pub struct WebhookSettings {
     pub disable_after: Duration,
     /// The longest wait a `Retry-After` answer can ask for.
     pub retry_after_max: Duration,
-    /// Sends in flight at once per instance; 0: this instance sends none.
+    /// Deliveries in hand at once per instance (being sent or recorded);
+    /// 0: this instance sends none.
     pub relay_concurrency: usize,
-    /// Sends in flight at once to one endpoint, per instance.
+    /// Requests in flight at once to one endpoint, per instance.
     pub endpoint_concurrency: usize,
     /// How often the relay looks for due deliveries.
     pub poll_interval: Duration,
@@ -291,11 +292,11 @@ pub struct SettingsArgs {
     /// The longest wait a Retry-After answer can ask for [default: 24h].
     #[arg(long, env = "MASTERPAY_WEBHOOK_RETRY_AFTER_MAX")]
     pub webhook_retry_after_max: Option<String>,
-    /// Webhook sends in flight at once per instance; 0 sends none from
-    /// this instance [default: 64].
+    /// Webhook deliveries in hand at once per instance (being sent or
+    /// recorded); 0 sends none from this instance [default: 64].
     #[arg(long, env = "MASTERPAY_WEBHOOK_RELAY_CONCURRENCY")]
     pub webhook_relay_concurrency: Option<usize>,
-    /// Webhook sends in flight at once to one endpoint, per instance
+    /// Webhook requests in flight at once to one endpoint, per instance
     /// [default: 16].
     #[arg(long, env = "MASTERPAY_WEBHOOK_ENDPOINT_CONCURRENCY")]
     pub webhook_endpoint_concurrency: Option<usize>,

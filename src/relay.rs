@@ -4,9 +4,13 @@
 //! Each instance runs one relay. It claims due deliveries with a lease
 //! (see `store::relay`: on the database's clock, so that instances on
 //! different hosts agree on when a lease ends) and sends each on a task of
-//! its own, at most `webhook_relay_concurrency` at once and
-//! `webhook_endpoint_concurrency` to one endpoint, so that a slow endpoint
-//! holds only its own places and never the others' or the API's. No lock is
+//! its own, at most `webhook_relay_concurrency` deliveries in hand at once
+//! (sending or recording) and `webhook_endpoint_concurrency` requests to
+//! one endpoint, so that a slow endpoint holds only its own places and
+//! never the others' or the API's. An endpoint's place is given back when
+//! its answer is in, before the attempt is recorded: holding it through
+//! the recording made the database's pace, not the endpoint's, bound the
+//! sends to one endpoint (docs/performance.md). No lock is
 //! held during a send: the lease is what keeps other instances off the
 //! delivery, and it outlasts a send (`webhook_lease_ms` is at least twice
 //! [`WEBHOOK_SEND_TIMEOUT`]). An instance that dies mid-send leaves its lease
@@ -126,7 +130,10 @@ impl Relay {
     pub async fn run(self, stop: impl Future<Output = ()>, grace: Duration) {
         let relay = Arc::new(self);
         let concurrency = relay.settings.relay_concurrency;
-        let mut sends: JoinSet<()> = JoinSet::new();
+        // Sends in flight, each ending with the attempt to record; and the
+        // recordings.
+        let mut sends: JoinSet<Option<Attempt>> = JoinSet::new();
+        let mut recordings: JoinSet<()> = JoinSet::new();
         // The endpoint of each send, and the sends in flight by endpoint.
         let mut endpoints: HashMap<tokio::task::Id, i64> = HashMap::new();
         let mut in_flight: HashMap<i64, usize> = HashMap::new();
@@ -140,9 +147,9 @@ impl Relay {
             return;
         }
         loop {
-            while look && sends.len() < concurrency {
+            while look && sends.len() + recordings.len() < concurrency {
                 let capacity = Capacity {
-                    free: concurrency - sends.len(),
+                    free: concurrency - sends.len() - recordings.len(),
                     per_endpoint: relay.settings.endpoint_concurrency,
                     in_flight: in_flight.clone(),
                 };
@@ -164,9 +171,8 @@ impl Relay {
                     *in_flight.entry(delivery.endpoint_id).or_default() += 1;
                     let endpoint = delivery.endpoint_id;
                     let (relay, db_now) = (Arc::clone(&relay), claimed.now);
-                    let send = sends.spawn(async move {
-                        relay.deliver(delivery, db_now, claimed_at).await;
-                    });
+                    let send = sends
+                        .spawn(async move { relay.deliver(delivery, db_now, claimed_at).await });
                     endpoints.insert(send.id(), endpoint);
                 }
                 if count < free {
@@ -183,28 +189,46 @@ impl Relay {
                 Some(done) = sends.join_next_with_id(), if !sends.is_empty() => {
                     let mut done = Some(done);
                     while let Some(send) = done {
-                        let id = send.map_or_else(|err| err.id(), |(id, ())| id);
+                        let (id, attempt) = match send {
+                            Ok((id, attempt)) => (id, attempt),
+                            Err(err) => (err.id(), None),
+                        };
                         if let Some(endpoint) = endpoints.remove(&id) {
                             release(&mut in_flight, endpoint);
+                        }
+                        if let Some(attempt) = attempt {
+                            recordings.spawn(Arc::clone(&relay).record(attempt));
                         }
                         ended += 1;
                         done = sends.try_join_next_with_id();
                     }
                     ended >= claim_after || sends.is_empty()
                 }
+                Some(_) = recordings.join_next(), if !recordings.is_empty() => {
+                    while recordings.try_join_next().is_some() {}
+                    sends.is_empty() && recordings.is_empty()
+                }
             };
             if look {
                 ended = 0;
             }
         }
-        let drained =
-            tokio::time::timeout(grace, async { while sends.join_next().await.is_some() {} }).await;
+        let drained = tokio::time::timeout(grace, async {
+            while let Some(send) = sends.join_next().await {
+                if let Ok(Some(attempt)) = send {
+                    recordings.spawn(Arc::clone(&relay).record(attempt));
+                }
+            }
+            while recordings.join_next().await.is_some() {}
+        })
+        .await;
         if drained.is_err() {
             tracing::warn!(
-                sends = sends.len(),
+                sends = sends.len() + recordings.len(),
                 "webhook relay: sends cut short by shutdown; they are sent again when their lease expires"
             );
             sends.abort_all();
+            recordings.abort_all();
         }
     }
 
@@ -223,8 +247,13 @@ impl Relay {
     }
 
     /// Sends `delivery` (claimed at `db_now`, database time, which was
-    /// `claimed_at` here) and records what came of it.
-    async fn deliver(&self, delivery: DueDelivery, db_now: DateTime<Utc>, claimed_at: Instant) {
+    /// `claimed_at` here); the attempt to record, unless it was left leased.
+    async fn deliver(
+        &self,
+        delivery: DueDelivery,
+        db_now: DateTime<Utc>,
+        claimed_at: Instant,
+    ) -> Option<Attempt> {
         let (sent, after) = if delivery.enabled {
             let started = Instant::now();
             // To the microsecond, as every backend stores it: the
@@ -241,7 +270,7 @@ impl Relay {
                         error = %err,
                         "webhook relay: the endpoint's secret does not open; not sent"
                     );
-                    return;
+                    return None;
                 }
             };
             let answer = self.send(&delivery, &keys, attempted_at).await;
@@ -278,15 +307,19 @@ impl Relay {
             let reason = "disabled".to_owned();
             (None, After::Disable { reason })
         };
-        let attempt = Attempt {
+        Some(Attempt {
             owner: self.owner.clone(),
             delivery_id: delivery.id,
             endpoint_id: delivery.endpoint_id,
             failing_since: delivery.failing_since,
             sent,
             after,
-        };
-        match self.record(&attempt).await {
+        })
+    }
+
+    /// Records `attempt` and tells what came of it.
+    async fn record(self: Arc<Self>, attempt: Attempt) {
+        match self.record_attempt(&attempt).await {
             Ok(Recorded::Done {
                 disabled: Some(reason),
             }) => {
@@ -297,18 +330,18 @@ impl Relay {
                 };
                 self.metrics.record_webhook_endpoint_disabled(label);
                 tracing::warn!(
-                    endpoint = delivery.endpoint_id,
+                    endpoint = attempt.endpoint_id,
                     reason = %reason,
                     "webhook endpoint disabled; its pending deliveries failed"
                 );
             }
             Ok(Recorded::Done { disabled: None }) => {}
             Ok(Recorded::LeaseLost) => tracing::info!(
-                delivery = delivery.id,
+                delivery = attempt.delivery_id,
                 "webhook relay: the lease was taken over during the send; the attempt is not recorded"
             ),
             Err(err) => tracing::warn!(
-                delivery = delivery.id,
+                delivery = attempt.delivery_id,
                 error = %err,
                 "webhook relay: recording an attempt failed; the delivery is sent again when its lease expires"
             ),
@@ -318,7 +351,7 @@ impl Relay {
     /// Records `attempt`, again when the database gave up on a lock
     /// (a deadlock with another instance's claim or recording): unrecorded,
     /// the delivery would be sent again when its lease expires.
-    async fn record(&self, attempt: &Attempt) -> Result<Recorded, StoreError> {
+    async fn record_attempt(&self, attempt: &Attempt) -> Result<Recorded, StoreError> {
         let mut tries = 0;
         loop {
             match self.store.relay().record(attempt).await {
