@@ -20,11 +20,9 @@
 //! under `lease_owner = this instance` (see `service::webhook_delivery` for
 //! the rules); an instance whose lease was taken over records nothing.
 //!
-//! The relay looks for due deliveries every `webhook_poll_interval_ms`, and
-//! at once when sends as many as a quarter of an endpoint's places (at
-//! least one) have ended since its last look, or nothing is in flight: a
-//! claim is a transaction, and claiming for each send that ended made the
-//! claims as many as the sends (docs/performance.md). A send connects only to an
+//! The relay looks for due deliveries every `webhook_poll_interval_ms`, at
+//! once when a send ends (an endpoint's place is free), and when the last
+//! recording in hand ends. A send connects only to an
 //! address the destination checks allow, resolved by the client's own
 //! resolver ([`CheckedResolver`]), with no proxy and no redirect followed;
 //! it is bounded by [`CONNECT_TIMEOUT`] to connect and
@@ -138,8 +136,6 @@ impl Relay {
         let mut endpoints: HashMap<tokio::task::Id, i64> = HashMap::new();
         let mut in_flight: HashMap<i64, usize> = HashMap::new();
         let mut backlog_read: Option<Instant> = None;
-        // Sends ended since the last claim, and how many make a claim.
-        let (mut ended, claim_after) = (0, relay.settings.endpoint_concurrency.div_ceil(4));
         let mut look = true;
         tokio::pin!(stop);
         if concurrency == 0 {
@@ -199,19 +195,15 @@ impl Relay {
                         if let Some(attempt) = attempt {
                             recordings.spawn(Arc::clone(&relay).record(attempt));
                         }
-                        ended += 1;
                         done = sends.try_join_next_with_id();
                     }
-                    ended >= claim_after || sends.is_empty()
+                    true
                 }
                 Some(_) = recordings.join_next(), if !recordings.is_empty() => {
                     while recordings.try_join_next().is_some() {}
                     sends.is_empty() && recordings.is_empty()
                 }
             };
-            if look {
-                ended = 0;
-            }
         }
         let drained = tokio::time::timeout(grace, async {
             while let Some(send) = sends.join_next().await {
