@@ -20,9 +20,8 @@
 //! under `lease_owner = this instance` (see `service::webhook_delivery` for
 //! the rules); an instance whose lease was taken over records nothing.
 //!
-//! The relay looks for due deliveries every `webhook_poll_interval_ms`, at
-//! once when a send ends (an endpoint's place is free), and when the last
-//! recording in hand ends. A send connects only to an
+//! The relay looks for due deliveries every `webhook_poll_interval_ms`, and
+//! at once when a send ends (a place is free). A send connects only to an
 //! address the destination checks allow, resolved by the client's own
 //! resolver ([`CheckedResolver`]), with no proxy and no redirect followed;
 //! it is bounded by [`CONNECT_TIMEOUT`] to connect and
@@ -136,14 +135,14 @@ impl Relay {
         let mut endpoints: HashMap<tokio::task::Id, i64> = HashMap::new();
         let mut in_flight: HashMap<i64, usize> = HashMap::new();
         let mut backlog_read: Option<Instant> = None;
-        let mut look = true;
         tokio::pin!(stop);
         if concurrency == 0 {
             stop.await;
             return;
         }
         loop {
-            while look && sends.len() + recordings.len() < concurrency {
+            while recordings.try_join_next().is_some() {}
+            while sends.len() + recordings.len() < concurrency {
                 let capacity = Capacity {
                     free: concurrency - sends.len() - recordings.len(),
                     per_endpoint: relay.settings.endpoint_concurrency,
@@ -179,9 +178,9 @@ impl Relay {
                 backlog_read = Some(Instant::now());
                 relay.read_backlog().await;
             }
-            look = tokio::select! {
+            tokio::select! {
                 () = &mut stop => break,
-                () = tokio::time::sleep(relay.settings.poll_interval) => true,
+                () = tokio::time::sleep(relay.settings.poll_interval) => {}
                 Some(done) = sends.join_next_with_id(), if !sends.is_empty() => {
                     let mut done = Some(done);
                     while let Some(send) = done {
@@ -197,13 +196,8 @@ impl Relay {
                         }
                         done = sends.try_join_next_with_id();
                     }
-                    true
                 }
-                Some(_) = recordings.join_next(), if !recordings.is_empty() => {
-                    while recordings.try_join_next().is_some() {}
-                    sends.is_empty() && recordings.is_empty()
-                }
-            };
+            }
         }
         let drained = tokio::time::timeout(grace, async {
             while let Some(send) = sends.join_next().await {
