@@ -3,17 +3,8 @@
 //! and a new password (after a sign-in link, the way back from a lost one).
 
 use entity::admin_session;
-use maud::{Markup, html};
-use poem::{Route, get, handler, post};
-use serde::Deserialize;
 
-use super::{
-    Answer,
-    components::{self as c, Column, FieldAttrs},
-    form::FieldErrors,
-    page,
-    session::{PostForm, SignedIn, signed_out},
-};
+use super::{prelude::*, session::signed_out};
 use crate::service::{
     AdminError, admin_sessions,
     admins::{self, Password},

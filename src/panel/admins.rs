@@ -12,16 +12,9 @@
 
 use chrono::{DateTime, Utc};
 use entity::administrator;
-use maud::{Markup, html};
-use poem::{Request, Route, handler, http::header, post, web::Path};
+use poem::{Request, http::header};
 
-use super::{
-    Answer, PanelState,
-    components::{self as c, Column, FieldAttrs},
-    form::{FieldErrors, NameForm, Toggle},
-    page,
-    session::{PostForm, SignedIn},
-};
+use super::prelude::*;
 use crate::service::{
     AdminError,
     admin_sessions::{self, LOGIN_LINK_LIFETIME},

@@ -2,22 +2,9 @@
 //! line, newest first, filtered, and exported as CSV with the same filters.
 
 use entity::admin_audit_entry;
-use maud::{Markup, html};
-use poem::{Route, get, handler};
-use serde::{Deserialize, Serialize};
 
-use super::{
-    Answer,
-    components::{self as c, FieldAttrs, Listing},
-    csv_export,
-    form::{FieldErrors, PageQuery, parse_day_range},
-    page,
-    session::SignedIn,
-};
-use crate::service::{
-    admin_audit::{self, AuditFilter},
-    keyset::Listed,
-};
+use super::{csv_export, form::parse_day_range, prelude::*};
+use crate::service::admin_audit::{self, AuditFilter};
 
 pub fn routes(route: Route) -> Route {
     route
@@ -130,12 +117,10 @@ fn list_page(
 
 #[handler]
 async fn list(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
-    let page = query.page(PAGE_SIZE)?;
     let filter = query.filters.read();
-    let entries = match &filter {
-        Ok(filter) => admin_audit::page(&admin.state.db, filter, page).await?,
-        Err(_) => Listed::default(),
-    };
+    let db = &admin.state.db;
+    let entries = query.rows(PAGE_SIZE, &filter, |f, page| admin_audit::page(db, f, page));
+    let entries = entries.await?;
     let markup = list_page(&admin, &query, FieldErrors::of_read(&filter), &entries);
     Ok(page::ok_unless(filter.is_err(), markup))
 }

@@ -362,23 +362,44 @@ pub fn toggle_section(
     (disabling, enabling): (&str, &str),
     confirm: &str,
 ) -> Markup {
+    let (title, says) = if active {
+        ("Disable", disabling)
+    } else {
+        ("Enable", enabling)
+    };
     html! {
         section {
-            @if active {
-                h2 { "Disable" }
-                p { (disabling) }
-                (post_form(admin, action, Some(confirm), html! {
-                    input type="hidden" name="active" value="false";
-                    button.danger type="submit" { "Disable " (what) }
-                }))
-            } @else {
-                h2 { "Enable" }
-                p { (enabling) }
-                (post_form(admin, action, None, html! {
-                    input type="hidden" name="active" value="true";
-                    button type="submit" { "Enable " (what) }
-                }))
+            h2 { (title) }
+            p { (says) }
+            (post_form(admin, action, active.then_some(confirm), html! {
+                input type="hidden" name="active" value=(!active);
+                button class=[active.then_some("danger")] type="submit" { (title) " " (what) }
+            }))
+        }
+    }
+}
+
+/// A fieldset of checkboxes under `legend`, each sending `name` with its
+/// value, checked when `checked` holds it, and `field`'s error: `first`,
+/// then one per (value, text) of `choices`.
+pub fn checkboxes(
+    (legend, field, name): (&str, &str, &str),
+    errors: &FieldErrors,
+    first: Markup,
+    choices: impl IntoIterator<Item = (String, Markup)>,
+    checked: &[String],
+) -> Markup {
+    html! {
+        fieldset id=[errors.id(field)] aria-invalid=[errors.invalid(field)] aria-describedby=[errors.described_by(field)] {
+            legend { (legend) }
+            (first)
+            @for (value, text) in choices {
+                label {
+                    input type="checkbox" name=(name) value=(value) checked[checked.contains(&value)];
+                    " " (text)
+                }
             }
+            (errors.show(field))
         }
     }
 }

@@ -8,23 +8,13 @@ use entity::{
     webhook_delivery::{DeliveryStatus, Model as Delivery},
     webhook_event,
 };
-use maud::{Markup, html};
-use poem::{Route, get, handler, web::Path};
 use sea_orm::{ActiveEnum, Iterable};
-use serde::{Deserialize, Serialize};
 
-use super::{
-    Answer,
-    components::{self as c, Blank, Column, FieldAttrs},
-    form::{FieldErrors, PageQuery},
-    page,
-    session::SignedIn,
-};
+use super::prelude::*;
 use crate::{
     domain::OrderId,
     events::{self, EventType},
     service::{
-        keyset::Listed,
         projects,
         webhook_events::{self, DeliveryDetail, EventFilter},
     },
@@ -125,12 +115,11 @@ fn list_page(
 async fn list(admin: SignedIn, Path(id): Path<i64>, query: PageQuery<Filters>) -> Answer {
     let db = &admin.state.db;
     let p = projects::get(db, id).await?;
-    let page = query.page(PAGE_SIZE)?;
     let filter = query.filters.read();
-    let all = match &filter {
-        Ok(filter) => webhook_events::page(db, id, filter, page).await?,
-        Err(_) => Listed::default(),
-    };
+    let all = query.rows(PAGE_SIZE, &filter, |f, page| {
+        webhook_events::page(db, id, f, page)
+    });
+    let all = all.await?;
     let markup = list_page(&admin, (&query, FieldErrors::of_read(&filter)), &p, &all);
     Ok(page::ok_unless(filter.is_err(), markup))
 }

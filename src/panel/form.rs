@@ -7,7 +7,7 @@
 //! the same way from the query string, by [`PageQuery`]. Values are read
 //! trimmed, passwords as typed.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, future::Future};
 
 use chrono::{DateTime, Utc};
 use entity::balance::GENERAL_ACCOUNT;
@@ -17,7 +17,10 @@ use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned, de::Erro
 use super::PanelError;
 use crate::{
     money::Money,
-    service::{AdminError, keyset::Keyset},
+    service::{
+        AdminError,
+        keyset::{Keyset, Listed},
+    },
 };
 
 /// Field errors of a form, by field name.
@@ -94,6 +97,15 @@ impl FieldErrors {
         }
     }
 
+    /// The value `make` gives of the fields' checked values (each one is
+    /// there when no field has an error), else the errors.
+    pub fn or_with<T>(self, make: impl FnOnce() -> Option<T>) -> Result<T, FieldErrors> {
+        match make() {
+            Some(value) if self.is_empty() => Ok(value),
+            _ => Err(self),
+        }
+    }
+
     pub fn of(&self, field: &str) -> Option<&str> {
         self.0
             .iter()
@@ -126,6 +138,26 @@ impl FieldErrors {
     /// The `aria-describedby` of a field's input: its error message.
     pub fn described_by(&self, field: &str) -> Option<String> {
         self.of(field).map(|_| format!("{field}-error"))
+    }
+}
+
+/// What a form's change came to: what `change` made of the values `read`
+/// gives, or the errors of the form, its own or the service's refusal as
+/// `refused` places it (whose other errors are the page's).
+pub async fn attempt<A, T, F>(
+    read: Result<A, FieldErrors>,
+    change: impl FnOnce(A) -> F,
+    refused: fn(AdminError) -> Result<FieldErrors, PanelError>,
+) -> Result<Result<T, FieldErrors>, PanelError>
+where
+    F: Future<Output = Result<T, AdminError>>,
+{
+    match read {
+        Err(errors) => Ok(Err(errors)),
+        Ok(asked) => match change(asked).await {
+            Ok(done) => Ok(Ok(done)),
+            Err(err) => refused(err).map(Err),
+        },
     }
 }
 
@@ -249,6 +281,25 @@ impl<T> PageQuery<T> {
             })?),
         };
         Ok(Keyset { before, size })
+    }
+
+    /// The page of `size` rows `fetch` reads with the filter the query's
+    /// filters give; none when they have errors (nothing is searched).
+    pub async fn rows<'a, S, R, E, F>(
+        &self,
+        size: u64,
+        filter: &'a Result<S, FieldErrors>,
+        fetch: impl FnOnce(&'a S, Keyset) -> F,
+    ) -> Result<Listed<R>, PanelError>
+    where
+        F: Future<Output = Result<Listed<R>, E>>,
+        PanelError: From<E>,
+    {
+        let page = self.page(size)?;
+        match filter {
+            Ok(filter) => Ok(fetch(filter, page).await?),
+            Err(_) => Ok(Listed::default()),
+        }
     }
 
     /// Whether a page older than the newest is asked for.

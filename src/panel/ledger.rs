@@ -3,23 +3,16 @@
 //! admin audit log.
 
 use entity::{admin_audit_entry, operation_log::LogKind, project};
-use maud::{Markup, html};
-use poem::{Route, get, handler};
 use sea_orm::ActiveEnum;
-use serde::{Deserialize, Serialize};
 
 use super::{
-    Answer,
-    components::{self as c, Blank, Column, FieldAttrs},
     csv_export,
-    form::{FieldErrors, PageQuery, parse_day_range, parse_id},
-    page,
-    session::{PostForm, SignedIn},
+    form::{parse_day_range, parse_id},
+    prelude::*,
 };
 use crate::{
     money::signed_cents,
     service::{
-        keyset::Listed,
         ledger::{self, LedgerEntry, LedgerFilter},
         ledger_check::{self, RecordedAudit},
         projects,
@@ -149,20 +142,12 @@ fn list_page(
 
 #[handler]
 async fn list(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
-    let page = query.page(PAGE_SIZE)?;
-    let all = projects::list(&admin.state.db).await?;
+    let db = &admin.state.db;
+    let all = projects::list(db).await?;
     let filter = query.filters.read(&all);
-    let entries = match &filter {
-        Ok(filter) => ledger::ledger(&admin.state.db, filter, page).await?,
-        Err(_) => Listed::default(),
-    };
-    let markup = list_page(
-        &admin,
-        &query,
-        FieldErrors::of_read(&filter),
-        &all,
-        &entries,
-    );
+    let entries = query.rows(PAGE_SIZE, &filter, |f, page| ledger::ledger(db, f, page));
+    let errors = FieldErrors::of_read(&filter);
+    let markup = list_page(&admin, &query, errors, &all, &entries.await?);
     Ok(page::ok_unless(filter.is_err(), markup))
 }
 

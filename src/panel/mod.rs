@@ -31,6 +31,21 @@ mod tokens;
 mod users;
 mod webhooks;
 
+/// What the pages use most, imported whole by each.
+mod prelude {
+    pub(super) use super::{
+        Answer, PanelError, PanelState,
+        components::{self as c, Blank, Column, FieldAttrs, Listing},
+        form::{DeleteForm, FieldErrors, NameForm, PageForms, PageQuery, Search, Toggle},
+        page,
+        session::{PostForm, SignedIn},
+    };
+    pub(super) use crate::service::keyset::{Keyset, Listed};
+    pub(super) use maud::{Markup, html};
+    pub(super) use poem::{Route, get, handler, post, web::Path};
+    pub(super) use serde::{Deserialize, Serialize};
+}
+
 use std::{sync::Arc, time::Instant};
 
 use poem::{

@@ -4,25 +4,18 @@
 //! API's rules: a completed or cancelled order stays as it is.
 
 use entity::{admin_audit_entry, payment_order::OrderStatus, project, server, user};
-use maud::{Markup, html};
-use poem::{Route, get, handler, http::StatusCode, post, web::Path};
+use poem::http::StatusCode;
 use sea_orm::ActiveEnum;
-use serde::{Deserialize, Serialize};
 
 use super::{
-    Answer, PanelError, PanelState,
-    components::{
-        self as c, Blank, Column, FieldAttrs, Listing, account_name, order_path, status_badge,
-    },
+    components::{account_name, order_path, status_badge},
     csv_export,
-    form::{FieldErrors, PageQuery, parse_day_range, parse_id, parse_money, parse_server},
-    page,
-    session::{PostForm, SignedIn},
+    form::{parse_day_range, parse_id, parse_money, parse_server},
+    prelude::*,
 };
 use crate::domain::{OrderId, PaymentSystem};
 use crate::service::{
     AdminError, count,
-    keyset::{Keyset, Listed},
     ledger::{self, Entry},
     orders::{
         self, CancelError, Cancellation, CompleteError, CreateError, Order, OrderFilter,

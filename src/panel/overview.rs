@@ -13,15 +13,8 @@ use entity::{
     payment_order::{self, OrderStatus},
     project,
 };
-use maud::{Markup, html};
-use poem::handler;
 
-use super::{
-    Answer,
-    components::{self as c, Column},
-    page,
-    session::SignedIn,
-};
+use super::prelude::*;
 use crate::{
     money::signed_cents,
     service::{

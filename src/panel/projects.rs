@@ -1,20 +1,9 @@
 //! Projects: list, create, rename, disable and enable.
 
 use entity::project;
-use maud::{Markup, html};
-use poem::{Route, get, handler, post, web::Path};
 
-use super::{
-    Answer,
-    components::{self as c, Column, FieldAttrs},
-    form::{FieldErrors, NameForm, PageQuery, Search, Toggle},
-    page,
-    session::{PostForm, SignedIn},
-};
-use crate::service::{
-    keyset::{Keyset, Listed},
-    projects,
-};
+use super::prelude::*;
+use crate::service::projects;
 
 pub fn routes(route: Route) -> Route {
     route

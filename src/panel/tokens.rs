@@ -11,24 +11,14 @@
 
 use chrono::{DateTime, Utc};
 use entity::{admin_audit_entry, app_token, project};
-use maud::{Markup, html};
-use poem::{
-    Route, get, handler, post,
-    web::{Path, Query},
-};
-use serde::Deserialize;
+use poem::web::Query;
 
 use super::{
-    Answer, PanelError,
-    components::{self as c, Blank, Column, FieldAttrs, Listing},
-    form::{DeleteForm, FieldErrors, PageForms, PageQuery, Search, Toggle, parse_day},
-    page,
-    session::{PostForm, SignedIn},
+    form::{attempt, parse_day},
+    prelude::*,
 };
 use crate::service::{
-    AdminError,
-    keyset::Listed,
-    projects,
+    AdminError, projects,
     tokens::{self, Permission, TokenInfo, TokenValue},
     validate,
 };
@@ -106,17 +96,14 @@ impl TokenForm {
             errors.add("permissions", message);
         }
         let expires_at = errors.field("expires_on", parse_day(&self.expires_on));
-        match (name, description, expires_at) {
-            (Some(name), Some(description), Some(expires_at)) if errors.is_empty() => {
-                Ok(TokenSettings {
-                    name,
-                    description,
-                    permissions,
-                    expires_at,
-                })
-            }
-            _ => Err(errors),
-        }
+        errors.or_with(|| {
+            Some(TokenSettings {
+                name: name?,
+                description: description?,
+                permissions,
+                expires_at: expires_at?,
+            })
+        })
     }
 }
 
@@ -197,17 +184,16 @@ fn token_fields(form: &TokenForm, errors: &FieldErrors) -> Markup {
         (c::text_field("Name", "name", &form.name, errors, FieldAttrs::TEXT))
         (c::text_field("Description (optional)", "description", &form.description, errors, FieldAttrs::OPTIONAL))
         (c::text_field("Expires on (UTC day, optional: from 00:00 that day it is refused)", "expires_on", &form.expires_on, errors, FieldAttrs::DATE))
-        fieldset id=[errors.id("permissions")] aria-invalid=[errors.invalid("permissions")] aria-describedby=[errors.described_by("permissions")] {
-            legend { "Endpoints this token may call" }
-            @for p in Permission::ALL {
-                label {
-                    input type="checkbox" name="permission" value=(p.as_str())
-                        checked[form.permission.iter().any(|v| v == p.as_str())];
-                    " " code { (p.endpoint()) } " " span.muted { (p.as_str()) }
-                }
-            }
-            (errors.show("permissions"))
-        }
+        (c::checkboxes(
+            ("Endpoints this token may call", "permissions", "permission"),
+            errors,
+            html! {},
+            Permission::ALL.map(|p| {
+                let text = html! { code { (p.endpoint()) } " " span.muted { (p.as_str()) } };
+                (p.as_str().to_owned(), text)
+            }),
+            &form.permission,
+        ))
     }
 }
 
@@ -321,33 +307,20 @@ async fn create(
     Path(id): Path<i64>,
     PostForm(form): PostForm<TokenForm>,
 ) -> Answer {
-    let p = projects::get(&admin.state.db, id).await?;
-    let errors = match form.read() {
-        Err(errors) => errors,
-        Ok(asked) => {
-            let description = asked.description.as_deref();
-            let (permissions, expires_at) = (&asked.permissions, asked.expires_at);
-            let actor = admin.actor();
-            match tokens::create(
-                &admin.state.db,
-                &actor,
-                id,
-                &asked.name,
-                description,
-                permissions,
-                expires_at,
-            )
-            .await
-            {
-                Ok((info, value)) => {
-                    let admin = admin.told(format!("Token {} created.", info.token.id));
-                    return value_shown_once(&admin, &info, &value).await;
-                }
-                Err(err) => refused(err)?,
-            }
-        }
+    let (db, actor) = (&admin.state.db, admin.actor());
+    let p = projects::get(db, id).await?;
+    let create = |asked: TokenSettings| async move {
+        let (name, description) = (&asked.name, asked.description.as_deref());
+        let (permissions, expires) = (&asked.permissions, asked.expires_at);
+        tokens::create(db, &actor, id, name, description, permissions, expires).await
     };
-    Ok(page::invalid(new_page(&admin, &p, None, &form, &errors)))
+    match attempt(form.read(), create, refused).await? {
+        Ok((info, value)) => {
+            let admin = admin.told(format!("Token {} created.", info.token.id));
+            value_shown_once(&admin, &info, &value).await
+        }
+        Err(errors) => Ok(page::invalid(new_page(&admin, &p, None, &form, &errors))),
+    }
 }
 
 /// The token's page; `value`, when it was just created or reissued, is
@@ -477,29 +450,28 @@ async fn show(admin: SignedIn, Path(id): Path<i64>) -> Answer {
 
 #[handler]
 async fn edit(admin: SignedIn, Path(id): Path<i64>, PostForm(form): PostForm<TokenForm>) -> Answer {
-    let info = tokens::get_info(&admin.state.db, id).await?;
-    let errors = match form.read() {
-        Err(errors) => errors,
-        Ok(asked) => {
-            let edit = tokens::TokenEdit {
-                name: Some(&asked.name),
-                // A blank description removes it.
-                description: Some(asked.description.as_deref().unwrap_or_default()),
-                permissions: Some(&asked.permissions),
-                // The form shows the day only: an unchanged day keeps the time.
-                expires_at: (form.expires_on != expiry_day(&info.token))
-                    .then_some(asked.expires_at),
-            };
-            match tokens::edit(&admin.state.db, &admin.actor(), id, edit).await {
-                Ok(_) => {
-                    let message = format!("Token {id} saved.");
-                    return Ok(page::done(&admin, &format!("/tokens/{id}"), &message));
-                }
-                Err(err) => refused(err)?,
-            }
-        }
+    let (db, actor) = (&admin.state.db, admin.actor());
+    let info = tokens::get_info(db, id).await?;
+    // The form shows the day only: an unchanged day keeps the time.
+    let new_day = form.expires_on != expiry_day(&info.token);
+    let edit = |asked: TokenSettings| async move {
+        let edit = tokens::TokenEdit {
+            name: Some(&asked.name),
+            // A blank description removes it.
+            description: Some(asked.description.as_deref().unwrap_or_default()),
+            permissions: Some(&asked.permissions),
+            expires_at: new_day.then_some(asked.expires_at),
+        };
+        tokens::edit(db, &actor, id, edit).await
     };
-    token_answer(&admin, &info, None, Some(PageForms::new(form, errors))).await
+    match attempt(form.read(), edit, refused).await? {
+        Ok(_) => Ok(page::done(
+            &admin,
+            &format!("/tokens/{id}"),
+            &format!("Token {id} saved."),
+        )),
+        Err(errors) => token_answer(&admin, &info, None, Some(PageForms::new(form, errors))).await,
+    }
 }
 
 #[handler]

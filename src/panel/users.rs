@@ -4,19 +4,12 @@
 use std::collections::HashMap;
 
 use entity::{balance::GENERAL_ACCOUNT, project, server, user};
-use maud::{Markup, html};
-use poem::{
-    Route, get, handler, post,
-    web::{Path, Query},
-};
-use serde::Deserialize;
+use poem::web::Query;
 
 use super::{
-    Answer, PanelError, PanelState,
-    components::{self as c, Blank, Column, FieldAttrs, account_name},
-    form::{FieldErrors, PageQuery, Search, parse_money, parse_server},
-    page,
-    session::{PostForm, SignedIn},
+    components::account_name,
+    form::{parse_money, parse_server},
+    prelude::*,
 };
 use crate::{
     domain::Email,
@@ -24,7 +17,6 @@ use crate::{
     service::{
         AdminError,
         balances::{self, AccountBalance},
-        keyset::{Keyset, Listed},
         ledger::{self, HistoryError, HistoryRequest, Page},
         projects, servers,
         users::{self, UserRef},

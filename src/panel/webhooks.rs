@@ -8,18 +8,9 @@
 //! reload is a GET of that page, which never shows it.
 
 use entity::{project, webhook_endpoint};
-use maud::{Markup, html};
-use poem::{Route, get, handler, post, web::Path};
 use sea_orm::Iterable;
-use serde::Deserialize;
 
-use super::{
-    Answer,
-    components::{self as c, Column, FieldAttrs},
-    form::{DeleteForm, FieldErrors, PageForms, Toggle},
-    page,
-    session::{PostForm, SignedIn},
-};
+use super::prelude::*;
 use crate::{
     events::{self, EventType},
     service::{
@@ -115,22 +106,18 @@ fn endpoint_fields(form: &EndpointForm, errors: &FieldErrors) -> Markup {
     html! {
         (c::text_field("URL (http:// or https://)", "url", &form.url, errors, FieldAttrs::TEXT.placeholder("https://shop.example/masterpay-events")))
         (c::text_field("Description (optional)", "description", &form.description, errors, FieldAttrs::OPTIONAL))
-        fieldset id=[errors.id("event_types")] aria-invalid=[errors.invalid("event_types")] aria-describedby=[errors.described_by("event_types")] {
-            legend { "Events it receives" }
-            label {
-                input type="checkbox" name="every_type" value="on" checked[!form.every_type.is_empty()];
-                " Every type, those added later too"
-            }
-            @for t in EventType::iter() {
-                @let name = events::type_name(t);
+        (c::checkboxes(
+            ("Events it receives", "event_types", "event_type"),
+            errors,
+            html! {
                 label {
-                    input type="checkbox" name="event_type" value=(name)
-                        checked[form.event_type.contains(&name)];
-                    " " code { (name) }
+                    input type="checkbox" name="every_type" value="on" checked[!form.every_type.is_empty()];
+                    " Every type, those added later too"
                 }
-            }
-            (errors.show("event_types"))
-        }
+            },
+            EventType::iter().map(|t| (events::type_name(t), html! { code { (events::type_name(t)) } })),
+            &form.event_type,
+        ))
     }
 }
 
