@@ -126,5 +126,5 @@ async fn change_password(admin: SignedIn, PostForm(form): PostForm<PasswordForm>
     )
     .await?;
     let message = "Your password was changed; your other sessions were ended.";
-    Ok(page::done(&admin, "/account", message))
+    admin.done("/account", message)
 }

@@ -138,10 +138,10 @@ async fn set_active(
 ) -> Answer {
     let target = admins::get(&admin.state.db, id).await?;
     match admins::set_active(&admin.state.db, &admin.actor(), &target.name, toggle.active).await {
-        Ok(_) => {
-            let message = format!("Administrator {} {}.", target.name, toggle.done());
-            Ok(page::done(&admin, "/admins", &message))
-        }
+        Ok(_) => admin.done(
+            "/admins",
+            &format!("Administrator {} {}.", target.name, toggle.done()),
+        ),
         Err(AdminError::Invalid(_, message) | AdminError::Conflict(_, message)) => {
             let shown = Shown {
                 refused: Some((id, message)),

@@ -185,7 +185,7 @@ async fn export(admin: SignedIn, query: PageQuery<Filters>) -> Answer {
 async fn run_audit(admin: SignedIn, _form: PostForm) -> Answer {
     let days = admin.state.webhook_retention_days;
     ledger_check::run_recorded(&admin.state.db, &admin.actor(), days).await?;
-    Ok(page::done(&admin, "/ledger/audit", "Ledger audit run."))
+    admin.done("/ledger/audit", "Ledger audit run.")
 }
 
 fn audit_page(

@@ -137,19 +137,16 @@ impl OrderForm {
         let payment_system = self.payment_system.parse::<PaymentSystem>();
         let payment_system =
             errors.field("payment_system", payment_system.map_err(|e| e.to_string()));
-        match (project_id, who, server_id, amount, payment_system) {
-            (Some(project_id), Some(who), Some(server_id), Some(amount), Some(payment_system)) => {
-                Ok(OrderRequest {
-                    project_id,
-                    who,
-                    server_id,
-                    amount,
-                    payment_system,
-                    order_id: None,
-                })
-            }
-            _ => Err(errors),
-        }
+        errors.or_with(|| {
+            Some(OrderRequest {
+                project_id: project_id?,
+                who: who?,
+                server_id: server_id?,
+                amount: amount?,
+                payment_system: payment_system?,
+                order_id: None,
+            })
+        })
     }
 }
 
@@ -300,7 +297,7 @@ async fn create(admin: SignedIn, PostForm(form): PostForm<OrderForm>) -> Answer 
                 Ok(order) => {
                     let to = order_path(order.project_id, &order.order_id);
                     let message = format!("Order {} created.", order.order_id);
-                    return Ok(page::done(&admin, &to, &message));
+                    return admin.done(&to, &message);
                 }
                 Err(CreateError::UserNotFound) => {
                     FieldErrors::one("user", "no such user in this project")
@@ -464,14 +461,10 @@ async fn changed(
     outcome: Result<&str, String>,
 ) -> Answer {
     match outcome {
-        Ok(done) => {
-            let message = format!("Order {order_id} {done}.");
-            Ok(page::done(
-                admin,
-                &order_path(project_id, order_id),
-                &message,
-            ))
-        }
+        Ok(done) => admin.done(
+            &order_path(project_id, order_id),
+            &format!("Order {order_id} {done}."),
+        ),
         Err(notice) => {
             let view = order_view(&admin.state, project_id, order_id).await?;
             let markup = order_page(admin, &view, Some(&notice));

@@ -202,14 +202,7 @@ pub fn invalid(markup: Markup) -> Response {
     render(StatusCode::UNPROCESSABLE_ENTITY, markup)
 }
 
-/// POST-redirect-GET after a change: off to `to`, whose page says
-/// `message`, what was done ("Token 12 disabled.").
-pub fn done(admin: &SignedIn, to: &str, message: &str) -> Response {
-    admin.tell(message);
-    redirect(to)
-}
-
-/// Where the browser goes (after a change, [`done`]).
+/// Where the browser goes (after a change, `SignedIn::done`).
 pub fn redirect(to: &str) -> Response {
     Response::builder()
         .status(StatusCode::SEE_OTHER)

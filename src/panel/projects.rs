@@ -54,11 +54,10 @@ async fn list(admin: SignedIn, query: PageQuery<Search>) -> Answer {
 #[handler]
 async fn create(admin: SignedIn, PostForm(form): PostForm<NameForm>) -> Answer {
     match projects::create(&admin.state.db, &admin.actor(), &form.name).await {
-        Ok(p) => Ok(page::done(
-            &admin,
+        Ok(p) => admin.done(
             &format!("/projects/{}", p.id),
             &format!("Project {} created.", p.id),
-        )),
+        ),
         Err(err) => {
             let errors = FieldErrors::refused(err)?;
             let all = projects::page(&admin.state.db, "", Keyset::first(PAGE_SIZE)).await?;
@@ -114,11 +113,10 @@ async fn rename(
     PostForm(form): PostForm<NameForm>,
 ) -> Answer {
     match projects::rename(&admin.state.db, &admin.actor(), id, &form.name).await {
-        Ok(_) => Ok(page::done(
-            &admin,
+        Ok(_) => admin.done(
             &format!("/projects/{id}"),
             &format!("Project {id} renamed."),
-        )),
+        ),
         Err(err) => {
             let errors = FieldErrors::refused(err)?;
             let p = projects::get(&admin.state.db, id).await?;
@@ -135,5 +133,5 @@ async fn set_active(
 ) -> Answer {
     projects::set_active(&admin.state.db, &admin.actor(), id, toggle.active).await?;
     let message = format!("Project {id} {}.", toggle.done());
-    Ok(page::done(&admin, &format!("/projects/{id}"), &message))
+    admin.done(&format!("/projects/{id}"), &message)
 }

@@ -29,7 +29,7 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{PanelError, PanelState, form::read_pairs};
+use super::{Answer, PanelError, PanelState, form::read_pairs};
 use crate::service::{
     admin_audit::Actor,
     admin_sessions::{self, Secret, Session},
@@ -222,9 +222,11 @@ impl SignedIn {
         &self.session.administrator.name
     }
 
-    /// Says `message` on the next page this browser opens.
-    pub fn tell(&self, message: &str) {
+    /// POST-redirect-GET after a change: off to `to`, whose page says
+    /// `message`, what was done ("Token 12 disabled.").
+    pub fn done(&self, to: &str, message: &str) -> Answer {
         set_flash(&self.jar, self.cookie_secure, message);
+        Ok(super::page::redirect(to))
     }
 
     /// This administrator, with `message` said on the page being answered

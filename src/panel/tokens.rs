@@ -465,11 +465,7 @@ async fn edit(admin: SignedIn, Path(id): Path<i64>, PostForm(form): PostForm<Tok
         tokens::edit(db, &actor, id, edit).await
     };
     match attempt(form.read(), edit, refused).await? {
-        Ok(_) => Ok(page::done(
-            &admin,
-            &format!("/tokens/{id}"),
-            &format!("Token {id} saved."),
-        )),
+        Ok(_) => admin.done(&format!("/tokens/{id}"), &format!("Token {id} saved.")),
         Err(errors) => token_answer(&admin, &info, None, Some(PageForms::new(form, errors))).await,
     }
 }
@@ -482,7 +478,7 @@ async fn set_active(
 ) -> Answer {
     tokens::set_active(&admin.state.db, &admin.actor(), id, toggle.active).await?;
     let message = format!("Token {id} {}.", toggle.done());
-    Ok(page::done(&admin, &format!("/tokens/{id}"), &message))
+    admin.done(&format!("/tokens/{id}"), &message)
 }
 
 /// The reissue form: when the old value stops working, one of
@@ -514,7 +510,7 @@ async fn reissue(
 async fn end_grace(admin: SignedIn, Path(id): Path<i64>, _form: PostForm) -> Answer {
     tokens::end_grace(&admin.state.db, &admin.actor(), id).await?;
     let message = format!("Token {id}: the old value no longer works.");
-    Ok(page::done(&admin, &format!("/tokens/{id}"), &message))
+    admin.done(&format!("/tokens/{id}"), &message)
 }
 
 #[handler]
@@ -530,7 +526,7 @@ async fn delete(
     }
     tokens::delete(&admin.state.db, &admin.actor(), id).await?;
     let to = format!("/projects/{}/tokens", info.token.project_id);
-    Ok(page::done(&admin, &to, &format!("Token {id} deleted.")))
+    admin.done(&to, &format!("Token {id} deleted."))
 }
 
 #[cfg(test)]

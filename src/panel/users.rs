@@ -8,7 +8,7 @@ use poem::web::Query;
 
 use super::{
     components::account_name,
-    form::{parse_money, parse_server},
+    form::{attempt, parse_money, parse_server},
     prelude::*,
 };
 use crate::{
@@ -152,11 +152,10 @@ async fn create_user(
         Err(err) => Err(AdminError::Invalid("email", err.to_string())),
     };
     match created {
-        Ok(user) => Ok(page::done(
-            &admin,
+        Ok(user) => admin.done(
             &format!("/users/{}", user.id),
             &format!("User {} created.", user.id),
-        )),
+        ),
         Err(err) => refused(&admin, id, &form, &FieldErrors::refused(err)?).await,
     }
 }
@@ -168,11 +167,10 @@ async fn create_server(
     PostForm(form): PostForm<ProjectForms>,
 ) -> Answer {
     match servers::create(&admin.state.db, &admin.actor(), id, &form.server_name).await {
-        Ok(server) => Ok(page::done(
-            &admin,
+        Ok(server) => admin.done(
             &format!("/projects/{id}/users"),
             &format!("Server {} created.", server.id),
-        )),
+        ),
         // The server form's one field, named apart from the user form's on
         // the same page.
         Err(AdminError::Invalid(_, message) | AdminError::Conflict(_, message)) => {
@@ -225,15 +223,14 @@ impl BalanceForm {
             errors.add("main", message);
         }
         let reason = errors.field("reason", validate::check_reason(&self.reason));
-        match (server, reason) {
-            (Some(server), Some(reason)) if errors.is_empty() => Ok(BalanceChange {
-                server,
+        errors.or_with(|| {
+            Some(BalanceChange {
+                server: server?,
                 main,
                 bonus,
-                reason,
-            }),
-            _ => Err(errors),
-        }
+                reason: reason?,
+            })
+        })
     }
 }
 
@@ -386,33 +383,26 @@ async fn set_balance(
     Path(id): Path<i64>,
     PostForm(form): PostForm<BalanceForm>,
 ) -> Answer {
-    let errors = match form.read() {
-        Err(errors) => errors,
-        Ok(change) => {
-            let actor = admin.actor();
-            let (main, bonus) = (change.main, change.bonus);
-            match balances::set(
-                &admin.state.db,
-                &actor,
-                id,
-                Some(change.server),
-                main,
-                bonus,
-                &change.reason,
-            )
-            .await
-            {
-                Ok(_) => {
-                    let message = format!("Balance of user {id} set.");
-                    return Ok(page::done(&admin, &format!("/users/{id}"), &message));
-                }
-                Err(AdminError::NotFound("server", _)) => {
-                    FieldErrors::one("server", "this server is not one of the project's")
-                }
-                Err(err) => FieldErrors::refused(err)?,
-            }
-        }
+    let (db, actor) = (&admin.state.db, admin.actor());
+    let set = |change: BalanceChange| async move {
+        let (server, reason) = (Some(change.server), &change.reason);
+        balances::set(db, &actor, id, server, change.main, change.bonus, reason).await
     };
-    let view = user_view(&admin.state, id, None).await?;
-    Ok(page::invalid(user_page(&admin, &view, (&form, &errors))))
+    let refused = |err| match err {
+        AdminError::NotFound("server", _) => Ok(FieldErrors::one(
+            "server",
+            "this server is not one of the project's",
+        )),
+        err => FieldErrors::refused(err),
+    };
+    match attempt(form.read(), set, refused).await? {
+        Ok(_) => admin.done(
+            &format!("/users/{id}"),
+            &format!("Balance of user {id} set."),
+        ),
+        Err(errors) => {
+            let view = user_view(&admin.state, id, None).await?;
+            Ok(page::invalid(user_page(&admin, &view, (&form, &errors))))
+        }
+    }
 }

@@ -10,7 +10,7 @@
 use entity::{project, webhook_endpoint};
 use sea_orm::Iterable;
 
-use super::prelude::*;
+use super::{form::attempt, prelude::*};
 use crate::{
     events::{self, EventType},
     service::{
@@ -73,14 +73,14 @@ impl EndpointForm {
             "" => events::parse_types(&self.event_type.join(",")).map(Some),
             _ => Ok(None),
         };
-        match (url, description, errors.field("event_types", types)) {
-            (Some(url), Some(description), Some(types)) => Ok(EndpointSettings {
-                url,
-                types,
-                description: description.unwrap_or_default(),
-            }),
-            _ => Err(errors),
-        }
+        let types = errors.field("event_types", types);
+        errors.or_with(|| {
+            Some(EndpointSettings {
+                url: url?,
+                types: types?,
+                description: description?.unwrap_or_default(),
+            })
+        })
     }
 }
 
@@ -172,38 +172,27 @@ async fn create(
     Path(id): Path<i64>,
     PostForm(form): PostForm<EndpointForm>,
 ) -> Answer {
-    let db = &admin.state.db;
-    let p = projects::get(db, id).await?;
-    let errors = match form.read(&admin.state.webhook_destinations).await {
-        Err(errors) => errors,
-        Ok(asked) => {
-            let key = admin.state.webhook_secret_key.as_ref();
-            let types = asked.types.as_deref();
-            let description = Some(asked.description.as_str());
-            let destinations = &admin.state.webhook_destinations;
-            let actor = admin.actor();
-            match endpoints::create(
-                db,
-                key,
-                destinations,
-                &actor,
-                id,
-                &asked.url,
-                types,
-                description,
-            )
-            .await
-            {
-                Ok((endpoint, secret)) => {
-                    let admin = admin.told(format!("Webhook endpoint {} created.", endpoint.id));
-                    return endpoint_answer(&admin, &endpoint, Some(secret.expose()), None).await;
-                }
-                Err(err) => FieldErrors::refused(err)?,
-            }
-        }
+    let (state, actor) = (&admin.state, admin.actor());
+    let p = projects::get(&state.db, id).await?;
+    let (key, to) = (
+        state.webhook_secret_key.as_ref(),
+        &state.webhook_destinations,
+    );
+    let create = |asked: EndpointSettings| async move {
+        let (url, types) = (&asked.url, asked.types.as_deref());
+        let description = Some(asked.description.as_str());
+        endpoints::create(&state.db, key, to, &actor, id, url, types, description).await
     };
-    let all = endpoints::list(db, Some(id)).await?;
-    Ok(page::invalid(list_page(&admin, &p, &all, &form, &errors)))
+    match attempt(form.read(to).await, create, FieldErrors::refused).await? {
+        Ok((endpoint, secret)) => {
+            let admin = admin.told(format!("Webhook endpoint {} created.", endpoint.id));
+            endpoint_answer(&admin, &endpoint, Some(secret.expose()), None).await
+        }
+        Err(errors) => {
+            let all = endpoints::list(&state.db, Some(id)).await?;
+            Ok(page::invalid(list_page(&admin, &p, &all, &form, &errors)))
+        }
+    }
 }
 
 fn endpoint_page(
@@ -295,26 +284,24 @@ async fn edit(
     Path(id): Path<i64>,
     PostForm(form): PostForm<EndpointForm>,
 ) -> Answer {
-    let e = endpoints::get(&admin.state.db, id).await?;
-    let errors = match form.read(&admin.state.webhook_destinations).await {
-        Err(errors) => errors,
-        Ok(asked) => {
-            let edit = endpoints::EndpointEdit {
-                url: Some(&asked.url),
-                types: Some(asked.types.as_deref()),
-                description: Some(&asked.description),
-            };
-            let destinations = &admin.state.webhook_destinations;
-            match endpoints::edit(&admin.state.db, destinations, &admin.actor(), id, edit).await {
-                Ok(_) => {
-                    let message = format!("Webhook endpoint {id} saved.");
-                    return Ok(page::done(&admin, &format!("/webhooks/{id}"), &message));
-                }
-                Err(err) => FieldErrors::refused(err)?,
-            }
-        }
+    let (state, actor) = (&admin.state, admin.actor());
+    let e = endpoints::get(&state.db, id).await?;
+    let to = &state.webhook_destinations;
+    let edit = |asked: EndpointSettings| async move {
+        let edit = endpoints::EndpointEdit {
+            url: Some(&asked.url),
+            types: Some(asked.types.as_deref()),
+            description: Some(&asked.description),
+        };
+        endpoints::edit(&state.db, to, &actor, id, edit).await
     };
-    endpoint_answer(&admin, &e, None, Some(PageForms::new(form, errors))).await
+    match attempt(form.read(to).await, edit, FieldErrors::refused).await? {
+        Ok(_) => admin.done(
+            &format!("/webhooks/{id}"),
+            &format!("Webhook endpoint {id} saved."),
+        ),
+        Err(errors) => endpoint_answer(&admin, &e, None, Some(PageForms::new(form, errors))).await,
+    }
 }
 
 #[handler]
@@ -325,7 +312,7 @@ async fn set_active(
 ) -> Answer {
     endpoints::set_enabled(&admin.state.db, &admin.actor(), id, toggle.active).await?;
     let message = format!("Webhook endpoint {id} {}.", toggle.done());
-    Ok(page::done(&admin, &format!("/webhooks/{id}"), &message))
+    admin.done(&format!("/webhooks/{id}"), &message)
 }
 
 #[handler]
@@ -341,11 +328,7 @@ async fn delete(
     }
     endpoints::delete(&admin.state.db, &admin.actor(), id).await?;
     let to = format!("/projects/{}/webhooks", e.project_id);
-    Ok(page::done(
-        &admin,
-        &to,
-        &format!("Webhook endpoint {id} deleted."),
-    ))
+    admin.done(&to, &format!("Webhook endpoint {id} deleted."))
 }
 
 #[cfg(test)]
