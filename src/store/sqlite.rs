@@ -260,34 +260,51 @@ impl SqliteStore {
         T: Send + 'static,
         E: From<StoreError> + WriteError + Send + 'static,
     {
-        let (queued, answered) = queue_write(write);
+        let (queued, mut answered) = queue_write(write);
         self.queued
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(queued);
-        let (queue, bound) = (Arc::clone(&self.queued), self.wal_bound);
-        let checkpointing = Arc::clone(&self.checkpointing);
-        let group = self
-            .with_writer(move |writer, path, busy| {
-                let group =
-                    std::mem::take(&mut *queue.lock().unwrap_or_else(PoisonError::into_inner));
-                if group.is_empty() {
-                    return;
+        // A write that an earlier group ran stops waiting for the
+        // connection as soon as it is answered: taking the connection only
+        // to find the queue empty would cost a blocking thread's round trip
+        // with every other write held back meanwhile (docs/performance.md).
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                answer = &mut answered => break answer.unwrap_or_else(|_| {
+                    Err(StoreError::Failed("the write was not answered".into()).into())
+                }),
+                writer = Arc::clone(&self.writer).lock_owned() => {
+                    let (queue, bound) = (Arc::clone(&self.queued), self.wal_bound);
+                    let checkpointing = Arc::clone(&self.checkpointing);
+                    let group = self
+                        .run_writer(writer, move |writer, path, busy| {
+                            let group = std::mem::take(
+                                &mut *queue.lock().unwrap_or_else(PoisonError::into_inner),
+                            );
+                            if group.is_empty() {
+                                return;
+                            }
+                            commit_group(writer, path, busy, group);
+                            if let Some(conn) = writer.as_mut()
+                                && wal_size(path) > bound
+                            {
+                                let _alone =
+                                    checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
+                                truncate_wal(conn);
+                            }
+                        })
+                        .await;
+                    // Unanswered only when the blocking thread failed (a
+                    // panic); otherwise the answer is in.
+                    if let Err(err) = group {
+                        break answered.try_recv().unwrap_or_else(|_| {
+                            Err(StoreError::Failed(err.to_string()).into())
+                        });
+                    }
                 }
-                commit_group(writer, path, busy, group);
-                if let Some(conn) = writer.as_mut()
-                    && wal_size(path) > bound
-                {
-                    let _alone = checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
-                    truncate_wal(conn);
-                }
-            })
-            .await;
-        // Unanswered only when the blocking thread failed (a panic).
-        let outcome = match (group, answered.await) {
-            (_, Ok(outcome)) => outcome,
-            (Err(err), Err(_)) => Err(StoreError::Failed(err.to_string()).into()),
-            (Ok(()), Err(_)) => Err(StoreError::Failed("the write was not answered".into()).into()),
+            }
         };
         self.health.note(&outcome);
         outcome
@@ -300,7 +317,17 @@ impl SqliteStore {
         &self,
         run: impl FnOnce(&mut Option<rusqlite::Connection>, &Path, Duration) -> R + Send + 'static,
     ) -> Result<R, tokio::task::JoinError> {
-        let mut writer = Arc::clone(&self.writer).lock_owned().await;
+        let writer = Arc::clone(&self.writer).lock_owned().await;
+        self.run_writer(writer, run).await
+    }
+
+    /// Runs `run` with the slot of the write connection, taken, on a
+    /// blocking thread.
+    async fn run_writer<R: Send + 'static>(
+        &self,
+        mut writer: tokio::sync::OwnedMutexGuard<Option<rusqlite::Connection>>,
+        run: impl FnOnce(&mut Option<rusqlite::Connection>, &Path, Duration) -> R + Send + 'static,
+    ) -> Result<R, tokio::task::JoinError> {
         let (path, busy) = (self.readers.path.clone(), self.busy);
         tokio::task::spawn_blocking(move || run(&mut writer, &path, busy)).await
     }
