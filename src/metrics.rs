@@ -67,7 +67,6 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RequestLabels, Histogram>,
-    requests_in_flight: Gauge,
     completions: Family<OutcomeLabels, Counter>,
     order_events: Family<EventLabels, Counter>,
     panel_sign_ins: Family<OutcomeLabels, Counter>,
@@ -81,16 +80,6 @@ pub struct Metrics {
     webhook_attempts: Family<OutcomeLabels, Counter>,
     webhook_attempt_duration: Histogram,
     webhook_endpoints_disabled: Family<ReasonLabels, Counter>,
-}
-
-/// An API request in flight: counted until dropped, also when the request
-/// is abandoned (a client gone, a timeout).
-pub struct InFlight<'a>(&'a Gauge);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -132,12 +121,6 @@ impl Metrics {
                         5.0,
                     ])
                 }),
-            ),
-            requests_in_flight: registered(
-                r,
-                "http_requests_in_flight",
-                "API requests being answered now (the webhook relay gives way to them)",
-                Gauge::default(),
             ),
             completions: registered(
                 r,
@@ -245,17 +228,6 @@ impl Metrics {
     /// Completions that went to the database in one transaction.
     pub fn record_completion_group(&self, size: usize) {
         self.completion_group_sizes.observe(size as f64);
-    }
-
-    /// An API request begun; it counts as in flight until the guard drops.
-    pub fn request_in_flight(&self) -> InFlight<'_> {
-        self.requests_in_flight.inc();
-        InFlight(&self.requests_in_flight)
-    }
-
-    /// API requests being answered now, by this instance.
-    pub fn requests_in_flight(&self) -> usize {
-        usize::try_from(self.requests_in_flight.get()).unwrap_or(0)
     }
 
     pub fn record_request(&self, labels: RequestLabels, elapsed: Duration) {

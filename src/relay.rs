@@ -7,9 +7,7 @@
 //! its own, at most `webhook_relay_concurrency` deliveries in hand at once
 //! (sending or recording) and `webhook_endpoint_concurrency` requests to
 //! one endpoint, so that a slow endpoint holds only its own places and
-//! never the others' or the API's. The API comes first: each API request
-//! this instance is answering takes one of the relay's places (never the
-//! last), so that at saturation the backlog waits for the load to ease. An endpoint's place is given back when
+//! never the others' or the API's. An endpoint's place is given back when
 //! its answer is in, before the attempt is recorded: holding it through
 //! the recording made the database's pace, not the endpoint's, bound the
 //! sends to one endpoint (docs/performance.md). No lock is
@@ -144,14 +142,9 @@ impl Relay {
         }
         loop {
             while recordings.try_join_next().is_some() {}
-            loop {
-                let in_hand = sends.len() + recordings.len();
-                let places = places(concurrency, relay.metrics.requests_in_flight());
-                if in_hand >= places {
-                    break;
-                }
+            while sends.len() + recordings.len() < concurrency {
                 let capacity = Capacity {
-                    free: places - in_hand,
+                    free: concurrency - sends.len() - recordings.len(),
                     per_endpoint: relay.settings.endpoint_concurrency,
                     in_flight: in_flight.clone(),
                 };
@@ -512,16 +505,6 @@ fn excerpt(text: &str) -> String {
 }
 
 /// A send to `endpoint` ended: its place is free.
-/// How many deliveries the relay may hold in hand now: `concurrency`,
-/// fewer by the API requests this instance is answering, and at least one.
-/// The API comes first: under a load that takes every core, the relay
-/// sends a trickle and the backlog waits for the load to ease, instead of
-/// the sends, their recordings and the receivers on the same host taking
-/// the API's share (docs/performance.md).
-fn places(concurrency: usize, api_in_flight: usize) -> usize {
-    concurrency.saturating_sub(api_in_flight).max(1)
-}
-
 fn release(in_flight: &mut HashMap<i64, usize>, endpoint: i64) {
     if let Some(count) = in_flight.get_mut(&endpoint) {
         *count -= 1;
@@ -540,15 +523,6 @@ fn instance_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_api_requests_in_flight_take_places_but_never_the_last() {
-        assert_eq!(places(64, 0), 64);
-        assert_eq!(places(64, 10), 54);
-        assert_eq!(places(64, 64), 1);
-        assert_eq!(places(64, 500), 1);
-        assert_eq!(places(1, 0), 1);
-    }
 
     #[test]
     fn excerpts_are_cut_at_character_boundaries() {

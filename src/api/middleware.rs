@@ -48,7 +48,6 @@ pub async fn request_context<E: Endpoint>(
     req: Request,
     metrics: Arc<Metrics>,
 ) -> Result<Response> {
-    let _in_flight = metrics.request_in_flight();
     let id = request_id(&req);
     let method = req.method().to_string();
     let path = req.uri().path().to_owned();
