@@ -21,8 +21,9 @@
 //! in front of it, and whoever takes the connection runs every write then
 //! queued in one `BEGIN IMMEDIATE` transaction, each write in a savepoint of
 //! its own (a write that fails is rolled back alone), and answers them all
-//! after the one commit; a write that finds the queue empty was answered by
-//! an earlier group. A lone write is a group of one, at once. A commit
+//! after the one commit; a write answered by an earlier group while it
+//! waited for the connection stops waiting then, and never takes it. A lone
+//! write is a group of one, at once. A commit
 //! writes each changed page to the WAL once per group instead of once per
 //! write, which is most of a write's cost (docs/performance.md). The queue
 //! replaces polling the file lock in SQLite's busy handler, whose back-off
