@@ -78,7 +78,8 @@ pub async fn request_context<E: Endpoint>(
 }
 
 /// `inner`'s answer, or 503 SERVICE_UNAVAILABLE when it takes longer than
-/// `limit`. Dropping the unfinished handler rolls back any open transaction.
+/// `limit`. Dropping the unfinished handler rolls back any open transaction,
+/// and a SQLite write still waiting for its group is not run.
 pub async fn request_timeout<E: Endpoint>(
     inner: Arc<E>,
     req: Request,

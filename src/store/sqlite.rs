@@ -298,7 +298,8 @@ impl SqliteStore {
                         })
                         .await;
                     // Unanswered only when the blocking thread failed (a
-                    // panic); otherwise the answer is in.
+                    // panic, or the runtime shutting down); otherwise the
+                    // answer is in.
                     if let Err(err) = group {
                         break answered.try_recv().unwrap_or_else(|_| {
                             Err(StoreError::Failed(err.to_string()).into())
@@ -388,6 +389,17 @@ where
 {
     let (answer, answered) = tokio::sync::oneshot::channel();
     let queued: QueuedWrite = Box::new(move |conn| {
+        // Its caller has gone (the client hung up, the request timed out
+        // and was answered 503): not run, so that nothing changes after an
+        // answer that said a retry can succeed. A write already running
+        // when its caller goes commits with its group.
+        if answer.is_closed() {
+            return Written {
+                succeeded: false,
+                refuses_writes: false,
+                answer: Box::new(drop),
+            };
+        }
         let outcome = match conn {
             Ok(conn) => write(conn),
             Err(err) => Err(err.into()),
@@ -1068,6 +1080,42 @@ fn time_column(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write whose caller has gone before its group began is not run;
+    /// the others of the group are.
+    #[test]
+    fn a_write_whose_caller_has_gone_is_not_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gone.db");
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (v INTEGER NOT NULL)")
+            .unwrap();
+        let mut slot = Some(open_writer(&path, Duration::from_secs(5)).unwrap());
+        let (writes, mut answers): (Vec<_>, Vec<_>) = [1, 2, 3]
+            .into_iter()
+            .map(|v| {
+                queue_write(move |conn| {
+                    conn.execute("INSERT INTO t (v) VALUES (?1)", [v])
+                        .map_err(|err| classify(&err))
+                })
+            })
+            .unzip();
+        drop(answers.remove(1));
+        commit_group(&mut slot, &path, Duration::from_secs(5), writes);
+        for mut answer in answers {
+            assert_eq!(answer.try_recv().unwrap().unwrap(), 1);
+        }
+        let kept: Vec<i64> = slot
+            .unwrap()
+            .prepare("SELECT v FROM t ORDER BY v")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(kept, [1, 3]);
+    }
 
     /// A group of writes: each answered with its own outcome, the one that
     /// fails rolled back alone, the others committed together (none is
