@@ -1081,16 +1081,24 @@ fn time_column(
 mod tests {
     use super::*;
 
+    /// A WAL file in `dir` with one table `t` of non-negative numbers.
+    fn table_t(dir: &tempfile::TempDir) -> PathBuf {
+        let path = dir.path().join("t.db");
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "PRAGMA journal_mode = WAL; CREATE TABLE t (v INTEGER NOT NULL CHECK (v >= 0))",
+            )
+            .unwrap();
+        path
+    }
+
     /// A write whose caller has gone before its group began is not run;
     /// the others of the group are.
     #[test]
     fn a_write_whose_caller_has_gone_is_not_run() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gone.db");
-        rusqlite::Connection::open(&path)
-            .unwrap()
-            .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (v INTEGER NOT NULL)")
-            .unwrap();
+        let path = table_t(&dir);
         let mut slot = Some(open_writer(&path, Duration::from_secs(5)).unwrap());
         let (writes, mut answers): (Vec<_>, Vec<_>) = [1, 2, 3]
             .into_iter()
@@ -1123,13 +1131,7 @@ mod tests {
     #[test]
     fn a_group_commits_once_and_a_failing_write_fails_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("group.db");
-        rusqlite::Connection::open(&path)
-            .unwrap()
-            .execute_batch(
-                "PRAGMA journal_mode = WAL; CREATE TABLE t (v INTEGER NOT NULL CHECK (v >= 0))",
-            )
-            .unwrap();
+        let path = table_t(&dir);
         let mut slot = Some(open_writer(&path, Duration::from_secs(5)).unwrap());
         let reader = rusqlite::Connection::open(&path).unwrap();
         let (writes, answers): (Vec<_>, Vec<_>) = [1, -1, 2, 3]
