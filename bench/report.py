@@ -189,6 +189,11 @@ for size in sizes:
         r = by.get(("postgres", size, t))
         if r and r["p99_ms"] is not None:
             check(f"postgres {size}: {t} p99 <= 20 ms ({r['p99_ms']:.2f} ms)", r["p99_ms"] <= 20)
+        ratio = ratios.get(("sqlite", size, t, f"sqlite-{t}"))
+        check(f"sqlite {size}: {t} >= 0.80 x SQLite's own ({ratio:.2f})" if ratio else "", ratio and ratio >= 0.80)
+        r = by.get(("sqlite", size, t))
+        if r and r["p99_ms"] is not None:
+            check(f"sqlite {size}: {t} p99 <= 25 ms ({r['p99_ms']:.2f} ms)", r["p99_ms"] <= 25)
     for backend in ("sqlite", "postgres"):
         ratio = ratios.get((backend, size, "complete-endpoint", "complete-no-endpoint"))
         if ratio:
@@ -285,6 +290,8 @@ for (backend, target, limit_ms, ceiling) in (
     ("sqlite", "balance", 5, "healthz"),
     ("postgres", "complete", 20, "pgbench-complete"),
     ("postgres", "create", 20, "pgbench-create"),
+    ("sqlite", "complete", 25, "sqlite-complete"),
+    ("sqlite", "create", 25, "sqlite-create"),
 ):
     for size in sizes:
         r = by.get((backend, size, target))
@@ -295,7 +302,8 @@ for (backend, target, limit_ms, ceiling) in (
                 f"about {need:,.0f} req/s or more; it made {latency(r)}")
         c = by.get((backend, size, ceiling))
         if c:
-            name = "/healthz" if ceiling == "healthz" else "pgbench with the same SQL"
+            name = {"healthz": "/healthz"}.get(ceiling, "SQLite's own writes" if backend == "sqlite"
+                                                else "pgbench with the same SQL")
             line += f"; {name} made {latency(c)}"
         needs.append(line)
 if event_lines:
