@@ -134,7 +134,7 @@ pub struct WalCheckpoints {
 impl Default for WalCheckpoints {
     fn default() -> WalCheckpoints {
         WalCheckpoints {
-            interval: Duration::from_millis(250),
+            interval: Duration::from_millis(100),
             bound: 64 << 20,
         }
     }
