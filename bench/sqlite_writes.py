@@ -18,9 +18,14 @@ Idempotency-Key of its own (the keys' "a000" tells them from create.lua's
 store's transaction changed) stops it with an error.
 
 It runs in this process through Python's sqlite3 module, so it uses the
-system's SQLite library, not the one bundled in the server. The store's
-checkpoints run on a thread beside its writer; here the WAL is checkpointed
-(TRUNCATE) after the loop, outside the time measured.
+system's SQLite library, not the one bundled in the server. The WAL is
+checkpointed as the store does it, on a thread beside the loop with a
+connection of its own: every interval the script names, a PASSIVE pass, then,
+when the WAL held frames, a second pass with the loop's transactions held
+back, so that the WAL starts over as the store's does. Without it the WAL
+would grow for the whole round (hundreds of megabytes), and the server that writes next would
+find it past its bound and truncate it, a stall of hundreds of milliseconds
+that belongs to this runner, not to the server.
 
 Usage: sqlite_writes.py SCRIPT DB-FILE SECONDS PROJECT USERS ROUND BASE POOL
 """
@@ -31,14 +36,16 @@ import pathlib
 import random
 import sqlite3
 import sys
+import threading
 import time
 
 PAYMENT_SYSTEM = "cstm:benchpay"
 
 
 def load(path):
-    """The script's set-up and its named statements, in order."""
-    setup, statements, name, lines = None, [], None, []
+    """The script's set-up, its checkpoint interval (seconds) and its named
+    statements, in order."""
+    setup, interval, statements, name, lines = None, None, [], None, []
 
     def close():
         nonlocal setup
@@ -49,13 +56,27 @@ def load(path):
             statements.append((name, text.rstrip(";")))
 
     for line in pathlib.Path(path).read_text().splitlines():
-        if line == "-- connection" or line.startswith("-- statement: "):
+        if line.startswith("-- checkpoint interval ms: "):
+            interval = int(line.removeprefix("-- checkpoint interval ms: ")) / 1000
+        elif line == "-- connection" or line.startswith("-- statement: "):
             close()
             name, lines = line.removeprefix("-- statement: ").removeprefix("-- "), []
         elif name is not None:
             lines.append(line)
     close()
-    return setup, statements
+    return setup, interval, statements
+
+
+def checkpoints(uri, setup, interval, turn, stop):
+    """The store's checkpoints: a PASSIVE pass every interval, and a second
+    one with the writer's turn held when the WAL held frames."""
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    conn.executescript(setup)
+    while not stop.wait(interval):
+        if conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1] > 0:
+            with turn:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    conn.close()
 
 
 def now():
@@ -64,11 +85,15 @@ def now():
 
 
 def main(script, db, seconds, project, users, round_, base, pool):
-    setup, statements = load(script)
+    setup, interval, statements = load(script)
     # mode=rw: a wrong path fails instead of creating an empty file.
-    conn = sqlite3.connect(pathlib.Path(db).resolve().as_uri() + "?mode=rw", uri=True,
-                           isolation_level=None, cached_statements=64)
+    uri = pathlib.Path(db).resolve().as_uri() + "?mode=rw"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, cached_statements=64)
     conn.executescript(setup)
+    # The writer's turn, which the checkpoints' second pass holds.
+    turn, stop = threading.Lock(), threading.Event()
+    checkpointer = threading.Thread(target=checkpoints, args=(uri, setup, interval, turn, stop))
+    checkpointer.start()
     done, refused, k, latencies = 0, 0, 0, []
 
     def complete_order(state, sql):
@@ -126,16 +151,19 @@ def main(script, db, seconds, project, users, round_, base, pool):
         if began >= end:
             break
         state = {}
-        for name, sql in statements:
-            if not runners[name](state, sql):
-                conn.execute("ROLLBACK")
-                refused += 1
-                break
-        else:
-            done += 1
+        with turn:
+            for name, sql in statements:
+                if not runners[name](state, sql):
+                    conn.execute("ROLLBACK")
+                    refused += 1
+                    break
+            else:
+                done += 1
         latencies.append(int((time.perf_counter() - began) * 1e6))
         k += 1
     span = time.perf_counter() - start
+    stop.set()
+    checkpointer.join()
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     lat = sorted(latencies)
     n = len(lat)

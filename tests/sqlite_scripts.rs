@@ -8,16 +8,20 @@
 
 use masterpay::store::sqlite::{
     COMPLETE_ORDER, CREDIT_MAIN, INSERT_ORDER, LOG_CREDIT, SUBSCRIBERS, WRITER_PRAGMAS,
+    WalCheckpoints,
 };
 
-/// A script: its header, the write connection's set-up, then each named
-/// statement of the transaction in the order the store runs them.
+/// A script: its header, the write connection's set-up, how often the
+/// store checkpoints, then each named statement of the transaction in the
+/// order the store runs them.
 fn script(header: &str, statements: &[(&str, &str)]) -> String {
     let mut text = String::new();
     for line in header.lines() {
         text += &format!("-- {line}\n");
     }
     text += &format!("-- connection\n{WRITER_PRAGMAS}\n");
+    let interval = WalCheckpoints::default().interval.as_millis();
+    text += &format!("-- checkpoint interval ms: {interval}\n");
     let all = [("begin", "BEGIN IMMEDIATE")]
         .iter()
         .chain(statements)

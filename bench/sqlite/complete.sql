@@ -4,6 +4,7 @@
 -- bench/sqlite_writes.py runs it.
 -- connection
 PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;
+-- checkpoint interval ms: 100
 -- statement: begin
 BEGIN IMMEDIATE;
 -- statement: complete_order
