@@ -49,9 +49,11 @@
 //! beginning only at a write that begins with every frame copied, which a
 //! PASSIVE checkpoint alone never gives a writer that never pauses (it
 //! copies the frames there were when it began); so when the WAL held frames,
-//! the thread copies the rest in a second pass with this process's writes
-//! held back, a fraction of the first pass's work. The WAL then holds what is
-//! written between two checkpoints. When a write still leaves the `-wal`
+//! the thread runs more PASSIVE passes, each copying what the writer added
+//! during the one before, until one finds little added, and copies that
+//! little in a last pass with this process's writes held back (two fsyncs of
+//! a few hundred frames at most). The WAL then holds what is written between
+//! two checkpoints. When a write still leaves the `-wal`
 //! file past [`WalCheckpoints::bound`] (checkpoints falling behind, or a
 //! reader of another process holding old frames), the write connection runs
 //! a TRUNCATE checkpoint in its turn, before the next write (this process's
@@ -598,23 +600,24 @@ impl Checkpointer {
                 let mut conn = None;
                 let alone = || checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                    let copied = {
+                    let frames = {
                         let _alone = alone();
-                        checkpoint_passive(&mut conn, &path, busy)
+                        checkpoint_converging(&mut conn, &path, busy)
                     };
                     // The WAL starts over only at a write that begins with
                     // every frame copied, which a writer that never pauses
-                    // does not give: so the frames written while the first
-                    // pass copied (a fraction of its own) are copied with
-                    // this process's writes held back. Locked in the
-                    // writer's order: its mutex, then the checkpoint's.
-                    let copied = match copied {
-                        Ok(true) => {
+                    // does not give: so the frames written during the last
+                    // pass are copied with this process's writes held back.
+                    // Locked in the writer's order: its mutex, then the
+                    // checkpoint's.
+                    let copied = match frames {
+                        Ok(0) => Ok(0),
+                        Ok(_) => {
                             let _writes = writer.blocking_lock();
                             let _alone = alone();
                             checkpoint_passive(&mut conn, &path, busy)
                         }
-                        done => done,
+                        Err(err) => Err(err),
                     };
                     if let Err(err) = copied {
                         // Opened anew at the next tick (the file may be
@@ -632,20 +635,49 @@ impl Checkpointer {
     }
 }
 
+/// The most PASSIVE passes a checkpoint runs before its held one.
+const CONVERGING_PASSES: usize = 8;
+
+/// Frames left for the held pass: what a writer at saturation adds during
+/// one short pass, whose two fsyncs then make most of the held pass's time.
+const HELD_FRAMES: u64 = 256;
+
+/// PASSIVE passes until the last one found at most [`HELD_FRAMES`] frames
+/// added since the one before (or [`CONVERGING_PASSES`] ran): each copies
+/// what the writer added during the one before, less work each time, so that
+/// the held pass that follows copies and syncs little. The WAL's frames
+/// after the last pass.
+fn checkpoint_converging(
+    conn: &mut Option<rusqlite::Connection>,
+    path: &Path,
+    busy: Duration,
+) -> rusqlite::Result<u64> {
+    let mut frames = checkpoint_passive(conn, path, busy)?;
+    for _ in 1..CONVERGING_PASSES {
+        let before = frames;
+        frames = checkpoint_passive(conn, path, busy)?;
+        // Fewer frames than before: the WAL started over in between.
+        if frames.saturating_sub(before) <= HELD_FRAMES {
+            break;
+        }
+    }
+    Ok(frames)
+}
+
 /// One PASSIVE checkpoint on `conn` (opened when missing): it copies the
-/// frames no reader needs and waits for nobody; true when the WAL held any
-/// frame (copied by this pass or an earlier one).
+/// frames no reader needs and waits for nobody. The frames the WAL holds
+/// (copied by this pass or an earlier one), 0 when it is empty.
 fn checkpoint_passive(
     conn: &mut Option<rusqlite::Connection>,
     path: &Path,
     busy: Duration,
-) -> rusqlite::Result<bool> {
+) -> rusqlite::Result<u64> {
     let conn = match conn {
         Some(conn) => conn,
         None => conn.insert(open_writer(path, busy)?),
     };
     conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-        Ok(row.get::<_, i64>(1)? > 0)
+        Ok(u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0))
     })
 }
 
