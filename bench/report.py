@@ -11,8 +11,8 @@ alternate with its own), and on PostgreSQL the pgbench run of the endpoint's
 own SQL (database ceiling); on SQLite, for complete and create,
 bench/sqlite_writes.py's run of the store's own transaction in a loop on one
 connection (its database ceiling: "sqlite-complete", "sqlite-create"; a
-system SQLite without HTTP, the store's queue or its checkpoints, so the
-ratio is the share of the file's write rate the service reaches). Beside each
+system SQLite without HTTP or the store's queue, checkpointed as the store
+is, so the ratio is the share of the file's write rate the service reaches). Beside each
 ratio, the lowest and
 highest of its rounds' ratios show how much the machine drifted. The targets
 checked are the service's performance floors (docs/performance.md).
