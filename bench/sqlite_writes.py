@@ -20,12 +20,13 @@ store's transaction changed) stops it with an error.
 It runs in this process through Python's sqlite3 module, so it uses the
 system's SQLite library, not the one bundled in the server. The WAL is
 checkpointed as the store does it, on a thread beside the loop with a
-connection of its own: every interval the script names, a PASSIVE pass, then,
-when the WAL held frames, a second pass with the loop's transactions held
+connection of its own, with the figures the script names: every interval,
+PASSIVE passes until one finds few frames added (or the most passes ran),
+then, when the WAL held frames, a last pass with the loop's transactions held
 back, so that the WAL starts over as the store's does. Without it the WAL
-would grow for the whole round (hundreds of megabytes), and the server that writes next would
-find it past its bound and truncate it, a stall of hundreds of milliseconds
-that belongs to this runner, not to the server.
+would grow for the whole round (hundreds of megabytes), and the server that
+writes next would find it past its bound and truncate it, a stall of
+hundreds of milliseconds that belongs to this runner, not to the server.
 
 Usage: sqlite_writes.py SCRIPT DB-FILE SECONDS PROJECT USERS ROUND BASE POOL
 """
@@ -43,9 +44,9 @@ PAYMENT_SYSTEM = "cstm:benchpay"
 
 
 def load(path):
-    """The script's set-up, its checkpoint interval (seconds) and its named
-    statements, in order."""
-    setup, interval, statements, name, lines = None, None, [], None, []
+    """The script's set-up, its checkpoint figures ("interval ms", "passes",
+    "held frames") and its named statements, in order."""
+    setup, checkpoint, statements, name, lines = None, {}, [], None, []
 
     def close():
         nonlocal setup
@@ -56,26 +57,37 @@ def load(path):
             statements.append((name, text.rstrip(";")))
 
     for line in pathlib.Path(path).read_text().splitlines():
-        if line.startswith("-- checkpoint interval ms: "):
-            interval = int(line.removeprefix("-- checkpoint interval ms: ")) / 1000
+        if line.startswith("-- checkpoint "):
+            key, value = line.removeprefix("-- checkpoint ").split(": ")
+            checkpoint[key] = int(value)
         elif line == "-- connection" or line.startswith("-- statement: "):
             close()
             name, lines = line.removeprefix("-- statement: ").removeprefix("-- "), []
         elif name is not None:
             lines.append(line)
     close()
-    return setup, interval, statements
+    return setup, checkpoint, statements
 
 
-def checkpoints(uri, setup, interval, turn, stop):
-    """The store's checkpoints: a PASSIVE pass every interval, and a second
-    one with the writer's turn held when the WAL held frames."""
+def checkpoints(uri, setup, checkpoint, turn, stop):
+    """The store's checkpoints: every interval, PASSIVE passes until one
+    finds at most "held frames" added (at most "passes" of them), then one
+    with the writer's turn held when the WAL held frames."""
     conn = sqlite3.connect(uri, uri=True, isolation_level=None)
     conn.executescript(setup)
-    while not stop.wait(interval):
-        if conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1] > 0:
+
+    def passive():
+        return conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+
+    while not stop.wait(checkpoint["interval ms"] / 1000):
+        frames = passive()
+        for _ in range(1, checkpoint["passes"]):
+            before, frames = frames, passive()
+            if frames - before <= checkpoint["held frames"]:
+                break
+        if frames > 0:
             with turn:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                passive()
     conn.close()
 
 
@@ -85,14 +97,14 @@ def now():
 
 
 def main(script, db, seconds, project, users, round_, base, pool):
-    setup, interval, statements = load(script)
+    setup, checkpoint, statements = load(script)
     # mode=rw: a wrong path fails instead of creating an empty file.
     uri = pathlib.Path(db).resolve().as_uri() + "?mode=rw"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, cached_statements=64)
     conn.executescript(setup)
     # The writer's turn, which the checkpoints' second pass holds.
     turn, stop = threading.Lock(), threading.Event()
-    checkpointer = threading.Thread(target=checkpoints, args=(uri, setup, interval, turn, stop))
+    checkpointer = threading.Thread(target=checkpoints, args=(uri, setup, checkpoint, turn, stop))
     checkpointer.start()
     done, refused, k, latencies = 0, 0, 0, []
 

@@ -7,13 +7,13 @@
 //! them anew from the code.
 
 use masterpay::store::sqlite::{
-    COMPLETE_ORDER, CREDIT_MAIN, INSERT_ORDER, LOG_CREDIT, SUBSCRIBERS, WRITER_PRAGMAS,
-    WalCheckpoints,
+    COMPLETE_ORDER, CONVERGING_PASSES, CREDIT_MAIN, HELD_FRAMES, INSERT_ORDER, LOG_CREDIT,
+    SUBSCRIBERS, WRITER_PRAGMAS, WalCheckpoints,
 };
 
-/// A script: its header, the write connection's set-up, how often the
-/// store checkpoints, then each named statement of the transaction in the
-/// order the store runs them.
+/// A script: its header, the write connection's set-up, how the store
+/// checkpoints, then each named statement of the transaction in the order
+/// the store runs them.
 fn script(header: &str, statements: &[(&str, &str)]) -> String {
     let mut text = String::new();
     for line in header.lines() {
@@ -22,6 +22,8 @@ fn script(header: &str, statements: &[(&str, &str)]) -> String {
     text += &format!("-- connection\n{WRITER_PRAGMAS}\n");
     let interval = WalCheckpoints::default().interval.as_millis();
     text += &format!("-- checkpoint interval ms: {interval}\n");
+    text += &format!("-- checkpoint passes: {CONVERGING_PASSES}\n");
+    text += &format!("-- checkpoint held frames: {HELD_FRAMES}\n");
     let all = [("begin", "BEGIN IMMEDIATE")]
         .iter()
         .chain(statements)

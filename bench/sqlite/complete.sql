@@ -5,6 +5,8 @@
 -- connection
 PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;
 -- checkpoint interval ms: 100
+-- checkpoint passes: 8
+-- checkpoint held frames: 256
 -- statement: begin
 BEGIN IMMEDIATE;
 -- statement: complete_order

@@ -636,11 +636,11 @@ impl Checkpointer {
 }
 
 /// The most PASSIVE passes a checkpoint runs before its held one.
-const CONVERGING_PASSES: usize = 8;
+pub const CONVERGING_PASSES: usize = 8;
 
 /// Frames left for the held pass: what a writer at saturation adds during
 /// one short pass, whose two fsyncs then make most of the held pass's time.
-const HELD_FRAMES: u64 = 256;
+pub const HELD_FRAMES: u64 = 256;
 
 /// PASSIVE passes until the last one found at most [`HELD_FRAMES`] frames
 /// added since the one before (or [`CONVERGING_PASSES`] ran): each copies
