@@ -20,7 +20,7 @@ use std::{
     time::Duration,
 };
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use common::{Backend, TestApp};
 use entity::{
     webhook_attempt::{self, AttemptOutcome},
@@ -723,11 +723,11 @@ async fn a_relay_whose_lease_was_taken_over_records_nothing(backend: Backend) {
         endpoint_id: endpoint,
         failing_since: None,
         sent: Some(Sent {
-            attempted_at: claimed.now,
+            attempted_at: claimed.now.trunc_subsecs(6),
             duration_ms: 10,
             response_status: Some(200),
             outcome: "succeeded",
-            excerpt: String::new(),
+            excerpt: "ok".into(),
         }),
         after: After::Succeeded,
     };
@@ -751,7 +751,28 @@ async fn a_relay_whose_lease_was_taken_over_records_nothing(backend: Backend) {
     );
     let row = delivery(&app, id).await;
     assert_eq!((row.status, row.attempts), (DeliveryStatus::Succeeded, 1));
-    assert_eq!(attempts(&app, id).await.len(), 1);
+    let attempted_at = claimed.now.trunc_subsecs(6);
+    assert_eq!(row.last_attempt_at, Some(attempted_at));
+    assert_eq!(
+        (row.lease_owner, row.leased_until, row.next_attempt_at),
+        (None, None, None)
+    );
+    let recorded = attempts(&app, id).await;
+    assert_eq!(recorded.len(), 1);
+    let recorded = &recorded[0];
+    assert_eq!(recorded.attempted_at, attempted_at);
+    assert_eq!(
+        (
+            recorded.duration_ms,
+            recorded.response_status,
+            &recorded.outcome
+        ),
+        (10, Some(200), &AttemptOutcome::Succeeded)
+    );
+    assert_eq!(
+        (recorded.response_excerpt.as_str(), recorded.next_attempt_at),
+        ("ok", None)
+    );
 }
 
 async fn a_delivery_cut_by_a_killed_instance_arrives_again_with_the_same_id_and_bytes(
