@@ -60,7 +60,7 @@ pub async fn relay_store(
         max_connections: connections,
         ..settings.clone()
     };
-    let relay_db = open_pool(url, &settings, CommitWait::None).await?;
+    let relay_db = open_pool(url, &settings, CommitWait::NoWait).await?;
     open_store(&relay_db, url, &settings, sizes)
 }
 
@@ -71,9 +71,9 @@ enum CommitWait {
     /// `synchronous_commit = off` for every transaction of the pool: for
     /// the relay's, whose leases and recorded attempts a crash may lose
     /// without breaking at-least-once (the delivery is claimed or sent
-    /// again); waiting for two flushes per delivery bounded the relay at
-    /// about 150 deliveries a second (docs/performance.md).
-    None,
+    /// again); waiting for two flushes per delivery set the relay's pace
+    /// (docs/performance.md).
+    NoWait,
 }
 
 /// Starts a transaction that writes. On SQLite it takes the write lock at
@@ -148,7 +148,7 @@ async fn open_pool(
             let opts = opts.options([("statement_timeout", statement_ms.to_string())]);
             match commit_wait {
                 CommitWait::Flush => opts,
-                CommitWait::None => opts.options([("synchronous_commit", "off")]),
+                CommitWait::NoWait => opts.options([("synchronous_commit", "off")]),
             }
         })
         .map_sqlx_mysql_opts(|opts| opts.timezone(Some(String::from("+00:00"))))
