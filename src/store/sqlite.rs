@@ -600,10 +600,13 @@ impl Checkpointer {
                 let mut conn = None;
                 let alone = || checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                    let frames = {
+                    // Each pass alone, not the series: a write that finds
+                    // the WAL past its bound waits for one pass before its
+                    // TRUNCATE, with every write queued behind it.
+                    let frames = checkpoint_converging(|| {
                         let _alone = alone();
-                        checkpoint_converging(&mut conn, &path, busy)
-                    };
+                        checkpoint_passive(&mut conn, &path, busy)
+                    });
                     // The WAL starts over only at a write that begins with
                     // every frame copied, which a writer that never pauses
                     // does not give: so the frames written during the last
@@ -642,20 +645,16 @@ pub const CONVERGING_PASSES: usize = 8;
 /// one short pass, whose two fsyncs then make most of the held pass's time.
 pub const HELD_FRAMES: u64 = 256;
 
-/// PASSIVE passes until the last one found at most [`HELD_FRAMES`] frames
+/// `pass` (a PASSIVE pass) until the last one found at most [`HELD_FRAMES`] frames
 /// added since the one before (or [`CONVERGING_PASSES`] ran): each copies
 /// what the writer added during the one before, less work each time, so that
 /// the held pass that follows copies and syncs little. The WAL's frames
 /// after the last pass.
-fn checkpoint_converging(
-    conn: &mut Option<rusqlite::Connection>,
-    path: &Path,
-    busy: Duration,
-) -> rusqlite::Result<u64> {
-    let mut frames = checkpoint_passive(conn, path, busy)?;
+fn checkpoint_converging(mut pass: impl FnMut() -> rusqlite::Result<u64>) -> rusqlite::Result<u64> {
+    let mut frames = pass()?;
     for _ in 1..CONVERGING_PASSES {
         let before = frames;
-        frames = checkpoint_passive(conn, path, busy)?;
+        frames = pass()?;
         // Fewer frames than before: the WAL started over in between.
         if frames.saturating_sub(before) <= HELD_FRAMES {
             break;
