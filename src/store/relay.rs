@@ -376,11 +376,13 @@ pub(crate) trait SqlxRelay: Send + Sync {
     /// A recording's statements, in the backend's dialect.
     fn recording() -> &'static Recording;
 
-    /// `SETTLE` and `ATTEMPT` as one statement, which inserts the attempt
-    /// only when the delivery was settled, if the backend has one: an
+    /// `SETTLE` and the attempt's row as one statement, which inserts the
+    /// row only when the delivery was settled, if the backend has one: an
     /// attempt that changes no endpoint is then recorded in one round trip,
     /// outside a transaction.
-    const SETTLED_ATTEMPT: Option<&'static str> = None;
+    fn settled_attempt() -> Option<&'static str> {
+        None
+    }
 
     /// How many rows the statement of `result` changed.
     fn rows_affected(result: &<Self::DB as Database>::QueryResult) -> u64;
@@ -494,7 +496,7 @@ where
 
     fn record<'a>(&'a self, attempt: &'a Attempt) -> StoreFuture<'a, Result<Recorded, StoreError>> {
         Box::pin(async move {
-            if let (Some(settled_attempt), Some(sent)) = (B::SETTLED_ATTEMPT, &attempt.sent)
+            if let (Some(settled_attempt), Some(sent)) = (B::settled_attempt(), &attempt.sent)
                 && !attempt.changes_endpoint()
                 && attempt.disable_reason(attempt.failing_since).is_none()
             {
@@ -506,12 +508,10 @@ where
                     .bind(sent.attempted_at)
                     .bind(attempt.delivery_id)
                     .bind(attempt.owner.as_str())
-                    .bind(sent.attempted_at)
                     .bind(sent.duration_ms)
                     .bind(sent.response_status)
                     .bind(sent.outcome)
                     .bind(sent.excerpt.as_str())
-                    .bind(next)
                     .execute(self.pool())
                     .await?;
                 return Ok(if B::rows_affected(&recorded) == 0 {

@@ -41,8 +41,9 @@
 //! to the `-wal` file, whose pages SQLite copies back into the database in a
 //! checkpoint. By default the connection whose commit passes 1000 pages runs
 //! that checkpoint inside its commit, which stalled the writes queued
-//! behind it (docs/performance.md). The write connections (this one and the pool's, see
-//! `database::connect`) therefore never checkpoint (`wal_autocheckpoint = 0`):
+//! behind it (docs/performance.md). The write connections (this one and the
+//! pool's, see `database::connect`) therefore never checkpoint
+//! (`wal_autocheckpoint = 0`):
 //! a thread of the store's own runs a PASSIVE checkpoint every
 //! [`WalCheckpoints::interval`], which copies what no reader still needs and
 //! never waits for or blocks a writer. The WAL starts over from its

@@ -4,7 +4,7 @@
 //! The relay's pool commits without waiting for the WAL flush
 //! (`database::relay_store`). An attempt that changes nothing but its
 //! delivery (the common case: a success of an endpoint that was not
-//! failing) is recorded in one statement, [`SETTLED_ATTEMPT`], outside a
+//! failing) is recorded in one statement, `SETTLED_ATTEMPT`, outside a
 //! transaction: one round trip instead of four.
 
 use std::sync::LazyLock;
@@ -15,7 +15,7 @@ use sea_orm::sqlx::{
 };
 
 use super::PostgresStore;
-use crate::store::relay::{Bound, FAILING, Recording, SqlxRelay};
+use crate::store::relay::{Bound, FAILING, Recording, SETTLE, SqlxRelay};
 
 /// See [`SqlxRelay::due`] (`$1` endpoints left out, `$2` how many).
 const DUE: &str = r#"SELECT "id", "endpoint_id", now() AS "now" FROM "webhook_deliveries"
@@ -39,18 +39,19 @@ JOIN "webhook_endpoints" AS "p" ON "p"."id" = "d"."endpoint_id"
 WHERE "d"."id" = ANY($1::int8[]) AND "d"."lease_owner" = $2
 ORDER BY "d"."next_attempt_at""#;
 
-/// A delivery settled after its attempt, guarded by its lease, and the
-/// attempt's row, in one statement (`SETTLE`'s `$1` to `$6`, then
-/// `ATTEMPT`'s from `$7`): it inserts nothing when the lease was lost.
-const SETTLED_ATTEMPT: &str = r#"WITH "settled" AS (
-UPDATE "webhook_deliveries"
-SET "status" = $1, "next_attempt_at" = $2, "attempts" = "attempts" + $3,
-    "last_attempt_at" = COALESCE($4, "last_attempt_at"), "leased_until" = NULL, "lease_owner" = NULL
-WHERE "id" = $5 AND "lease_owner" = $6 AND "status" = 'pending'
+/// `SETTLE` (`$1` to `$6`) and the attempt's row in one statement, which
+/// inserts nothing when the lease was lost: the row's time is `SETTLE`'s
+/// `$4` and its next attempt `$2`; then duration `$7`, status `$8`, outcome
+/// `$9`, excerpt `$10`.
+static SETTLED_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"WITH "settled" AS ({SETTLE}
 RETURNING "id")
 INSERT INTO "webhook_attempts" ("delivery_id", "attempted_at", "duration_ms",
     "response_status", "outcome", "response_excerpt", "next_attempt_at")
-SELECT "id", $7, $8, $9, $10, $11, $12 FROM "settled""#;
+SELECT "id", $4, $7, $8, $9, $10, $2 FROM "settled""#
+    )
+});
 
 /// The recording's statements, as every backend runs them.
 static RECORDING: LazyLock<Recording> =
@@ -69,7 +70,9 @@ impl SqlxRelay for PostgresStore {
         sqlx::Connection::begin(&mut **conn).await
     }
 
-    const SETTLED_ATTEMPT: Option<&'static str> = Some(SETTLED_ATTEMPT);
+    fn settled_attempt() -> Option<&'static str> {
+        Some(SETTLED_ATTEMPT.as_str())
+    }
 
     fn due(saturated: &[i64], limit: i64) -> Bound<Postgres> {
         sqlx::query(DUE).bind(saturated).bind(limit)
